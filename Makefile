@@ -1,0 +1,37 @@
+# The two set-up commands of the README: `make demo` and `make test`.
+# Both create (or reuse) .venv and install what they need.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+STAMP := $(VENV)/.installed-$(shell cat setup.cfg constraints.txt | cksum | cut -d' ' -f1)
+
+.PHONY: venv test demo horovod bench clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet --upgrade pip
+
+$(STAMP): $(PY) setup.cfg constraints.txt
+	$(PIP) install --quiet -c constraints.txt torch==2.13.0
+	$(PIP) install --quiet -c constraints.txt -e '.[train,video,plots,test]'
+	rm -f $(VENV)/.installed-* && touch $(STAMP)
+
+venv: $(STAMP)
+
+# Horovod 0.28.1 patched for C++17 and built against the venv's torch; the wheel
+# is cached under ~/.cache/summit-jobs/wheels so this is slow once per machine.
+horovod: venv
+	scripts/build-horovod.sh $(VENV)
+
+test: venv
+	$(PY) -m pytest -q
+
+demo: venv
+	$(PY) -m summit_jobs.demo
+
+bench: venv
+	$(PY) bench/cli_startup.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info

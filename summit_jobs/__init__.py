@@ -1,0 +1,7 @@
+"""summit-jobs: video-model training runs on IBM LSF machines with 6-GPU nodes.
+
+The login-node side lives here and never imports torch (start-up must stay fast);
+the compute-node side is the separate ``trainer`` package.
+"""
+
+__version__ = "0.1.0"

@@ -1,0 +1,3 @@
+from summit_jobs.cli import main
+
+main()

@@ -1,0 +1,275 @@
+"""The ``summit-jobs`` command line. Never imports torch: start-up must stay fast."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Optional, Tuple
+
+import click
+
+from summit_jobs import __version__
+from summit_jobs.errors import UserError
+
+CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+class _Group(click.Group):
+    """Turns UserError into one paragraph on stderr and exit 2: no tracebacks for user mistakes."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except UserError as exc:
+            click.echo(f"summit-jobs: error: {exc}", err=True)
+            ctx.exit(exc.exit_code)
+
+
+class State:
+    def __init__(self, machine: Optional[str], config_path: Optional[str]):
+        from summit_jobs import config
+        self.config = config.load(config_path)
+        self.machine = machine or os.environ.get("SUMMIT_JOBS_MACHINE") or self.config.machine or "local"
+        self._profile = None
+
+    @property
+    def profile(self):
+        if self._profile is None:
+            from summit_jobs import config
+            self._profile = config.profile(self.config, self.machine)
+        return self._profile
+
+    def project(self, given: Optional[str]) -> Optional[str]:
+        return given or os.environ.get("SUMMIT_JOBS_PROJECT") or self.config.project
+
+
+@click.group(cls=_Group, context_settings=CONTEXT)
+@click.option("--machine", "-m", metavar="NAME",
+              help="Machine profile (summit, lassen, local, or one of yours). "
+                   "Default: $SUMMIT_JOBS_MACHINE, the config file's 'machine', else local.")
+@click.option("--config", "config_path", metavar="FILE", type=click.Path(dir_okay=False),
+              help="User config file. Default: $SUMMIT_JOBS_CONFIG or ~/.config/summit-jobs/config.yaml.")
+@click.version_option(__version__, prog_name="summit-jobs")
+@click.pass_context
+def cli(ctx: click.Context, machine: Optional[str], config_path: Optional[str]) -> None:
+    """Train video models (TSM) on IBM LSF machines with 6-GPU nodes, from a laptop to thousands of GPUs.
+
+    \b
+    Typical use:
+      summit-jobs machines                         what machines are known, and their limits
+      summit-jobs --machine summit submit --nodes 256 --project ABC123 --dry-run
+      summit-jobs submit --nodes 2                 run for real on the embedded LSF (this machine)
+
+    The 'local' machine is an embedded LSF on this computer: virtual nodes, CPU
+    ranks, the same bsub/jsrun path a real cluster takes.
+    """
+    ctx.obj = State(machine, config_path)
+
+
+@cli.command("machines")
+@click.option("--json", "as_json", is_flag=True, help="Print the profiles as JSON.")
+@click.pass_obj
+def machines_cmd(state: State, as_json: bool) -> None:
+    """List machine profiles and their scheduling limits."""
+    from summit_jobs import config, machines
+    rows = []
+    for name in machines.available():
+        p = config.profile(state.config, name)
+        rows.append({
+            "name": name, "description": p.description, "gpus_per_node": p.node.gpus,
+            "ranks_per_node": p.node.slots, "cores_per_node": p.node.cores, "max_nodes": p.max_nodes,
+            "queues": {q: {"default": v.default, "max_walltime": v.max_walltime, "max_nodes": v.max_nodes,
+                           "allowed_bins": list(v.allowed_bins) if v.allowed_bins else None}
+                       for q, v in p.queues.items()},
+            "walltime_bins": [{"bin": b.bin, "nodes": [b.min_nodes, b.max_nodes], "max_walltime": b.max_walltime}
+                              for b in p.walltime_bins],
+            "submit_mode": p.scheduler.submit_mode, "account_flag": p.scheduler.account_flag,
+            "nvme_path": p.node.nvme_path, "quota_nodes": p.quota_nodes, "source": p.source,
+        })
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    for r in rows:
+        mark = " (selected)" if r["name"] == state.machine else ""
+        click.echo(f"{r['name']}{mark}: {r['description']}")
+        click.echo(f"  nodes: up to {r['max_nodes']:,}; {r['gpus_per_node']} GPUs, {r['cores_per_node']} cores, "
+                   f"{r['ranks_per_node']} ranks per node; NVMe {r['nvme_path'] or 'none'}")
+        click.echo(f"  submit: bsub {'script' if r['submit_mode'] == 'file' else '< script'}; "
+                   f"account flag {r['account_flag']}")
+        bins = ", ".join(f"{b['bin']}: {b['nodes'][0]}-{b['nodes'][1]} nodes <= {b['max_walltime']}"
+                         for b in r["walltime_bins"])
+        click.echo(f"  walltime bins: {bins}")
+        qs = []
+        for q, v in r["queues"].items():
+            extra = [f"<= {v['max_walltime']}"] if v["max_walltime"] else []
+            if v["max_nodes"]:
+                extra.append(f"<= {v['max_nodes']} nodes")
+            if v["allowed_bins"]:
+                extra.append("bins " + ",".join(map(str, v["allowed_bins"])))
+            qs.append(f"{q}{'*' if v['default'] else ''} ({', '.join(extra)})")
+        click.echo(f"  queues (* default): {'; '.join(qs)}")
+        click.echo(f"  profile: {r['source']}")
+
+
+def _job_options(f):
+    """The options submit and simulate share: the schema of a job."""
+    opts = [
+        click.option("--project", "-P", metavar="NAME",
+                     help="Project/bank to charge (-P on Summit, -G on Lassen). Default: $SUMMIT_JOBS_PROJECT "
+                          "or the config file."),
+        click.option("--walltime", "-W", metavar="H:MM",
+                     help="Run limit as [hours:]minutes. Default: the longest the node-count bin and queue allow."),
+        click.option("--queue", "-q", metavar="QUEUE", help="Queue. Default: the profile's default queue."),
+        click.option("--job-name", "-J", default="tsm", show_default=True,
+                     help="Job name (letters, digits, '.', '_', '-')."),
+        click.option("--epochs", type=int, help="Training epochs. Default: the recipe's (100)."),
+        click.option("--data", metavar="MANIFEST",
+                     help="Dataset manifest on the parallel file system: adds the NVMe staging step."),
+        click.option("--stage-policy", type=click.Choice(["partition", "replicate"]), default="partition",
+                     show_default=True, help="How shards are placed on the nodes' NVMe."),
+        click.option("--layout", type=click.Choice(["gpu", "node"]),
+                     help="Resource sets: one per GPU (gpu) or one per node with all GPUs (node). "
+                          "Default: the profile's."),
+        click.option("--clips-per-gpu", type=int, help="Clips per GPU per step. Default: the recipe's (8)."),
+        click.option("--lr", type=float, help="Learning rate. Default: 0.00125 per 8 clips of global batch."),
+        click.option("--warmup-epochs", type=float, help="Linear warm-up epochs. Default: the recipe's (5)."),
+        click.option("--engine", type=click.Choice(["horovod", "ddp"]), help="Gradient exchange engine."),
+        click.option("--arch", help="Backbone (resnet50, resnet18, ...). Default: the profile's recipe."),
+        click.option("--num-classes", type=int, help="Classes of the dataset. Default: the recipe's."),
+        click.option("--chain", type=int, default=1, show_default=True,
+                     help="Submit this many jobs, each depending on ended() of the previous and resuming "
+                          "from the run's latest checkpoint."),
+        click.option("--warning-minutes", type=int,
+                     help="Minutes before the run limit at which USR2 asks the trainer to checkpoint."),
+        click.option("--quota-nodes", type=int,
+                     help="Your allocation's node limit. Default: the config file's or the profile's."),
+        click.option("--env", "env_vars", multiple=True, metavar="NAME=VALUE",
+                     help="Override an environment variable of the profile (e.g. HOROVOD_FUSION_THRESHOLD=8388608)."),
+        click.option("--run-dir", metavar="DIR", help="Run directory. Default: RUNS_DIR/JOB_NAME-TIMESTAMP."),
+        click.option("--runs-dir", metavar="DIR",
+                     help="Parent of run directories. Default: the config's runs_dir, else ./summit-jobs-runs."),
+        click.option("--template-dir", metavar="DIR", type=click.Path(file_okay=False),
+                     help="Your own templates; they override the shipped ones file by file."),
+        click.option("--dry-run", is_flag=True,
+                     help="Print the script (and a plan summary on stderr); submit nothing."),
+        click.option("--output", "-o", metavar="FILE", type=click.Path(dir_okay=False),
+                     help="Also write the script to FILE (never overwrites without --force)."),
+        click.option("--json", "as_json", is_flag=True, help="Print the plan (and script) as JSON."),
+        click.option("--force", is_flag=True, help="Allow overwriting an existing --output file or run directory."),
+        click.argument("trainer_args", nargs=-1, type=click.UNPROCESSED),
+    ]
+    for opt in reversed(opts):
+        f = opt(f)
+    return f
+
+
+def _env_overrides(pairs: Tuple[str, ...]) -> dict:
+    out = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name.replace("_", "a").isalnum() or name[0].isdigit():
+            raise UserError(f"--env {pair!r} is not NAME=VALUE with NAME a shell variable name "
+                            "(letters, digits, '_'; not starting with a digit).")
+        out[name] = value
+    return out
+
+
+def build_job(state: State, kw: dict, *, accum_steps: int = 1, virtual_nodes: Optional[int] = None):
+    """Options -> (profile, plan, script). The one place the CLI's inputs meet the pure planner."""
+    import dataclasses
+
+    from summit_jobs import plan as plan_mod
+    from summit_jobs import render
+
+    profile = state.profile
+    env = _env_overrides(kw.get("env_vars") or ())
+    if env:
+        profile = dataclasses.replace(profile, environment=dataclasses.replace(
+            profile.environment, variables={**profile.environment.variables, **env}))
+    python = None
+    if profile.environment.python == "auto":
+        python = sys.executable
+    runs_dir = kw.get("runs_dir") or state.config.runs_dir or profile.runs_dir or "summit-jobs-runs"
+    run_dir = kw.get("run_dir") or os.path.join(runs_dir, f"{kw['job_name']}-{time.strftime('%Y%m%d-%H%M%S')}")
+    if not (profile.ssh.host and not profile.scheduler.embedded and _remote_wanted(state)):
+        run_dir = os.path.abspath(os.path.expanduser(run_dir))
+    quota = kw.get("quota_nodes")
+    if quota is None:
+        quota = state.config.quota_nodes
+    opts = plan_mod.JobOptions(
+        nodes=kw["nodes"], run_dir=run_dir, project=state.project(kw.get("project")),
+        walltime=kw.get("walltime"), queue=kw.get("queue"), job_name=kw["job_name"], epochs=kw.get("epochs"),
+        data=os.path.abspath(kw["data"]) if kw.get("data") else None, stage_policy=kw["stage_policy"],
+        layout=kw.get("layout"), clips_per_gpu=kw.get("clips_per_gpu"), lr=kw.get("lr"),
+        warmup_epochs=kw.get("warmup_epochs"), engine=kw.get("engine"), arch=kw.get("arch"),
+        num_classes=kw.get("num_classes"), chain=kw["chain"], accum_steps=accum_steps, quota_nodes=quota,
+        python=python, warning_minutes=kw.get("warning_minutes"), trainer_args=tuple(kw.get("trainer_args") or ()),
+        virtual_nodes=virtual_nodes,
+    )
+    plan = plan_mod.make_plan(profile, opts)
+    script = render.render(plan, kw.get("template_dir") or state.config.template_dir)
+    return profile, plan, script
+
+
+def _remote_wanted(state: State) -> bool:
+    return False
+
+
+def write_new_file(path: str, text: str, force: bool) -> None:
+    """Write atomically; refuse to replace an existing file unless ``force``."""
+    p = Path(path)
+    if p.exists() and not force:
+        raise UserError(f"{p} already exists; pass --force to overwrite it, or choose another --output.")
+    if not p.parent.is_dir():
+        raise UserError(f"cannot write {p}: its folder {p.parent} does not exist.")
+    tmp = p.with_name(f".{p.name}.tmp{os.getpid()}")
+    tmp.write_text(text)
+    os.replace(tmp, p)
+
+
+def emit_dry_run(plan, script: str, kw: dict, extra: Optional[dict] = None) -> None:
+    from summit_jobs import plan as plan_mod
+    if kw.get("output"):
+        write_new_file(kw["output"], script, kw.get("force", False))
+    if kw.get("as_json"):
+        payload = {"plan": plan.summary(), "script": script}
+        if extra:
+            payload.update(extra)
+        click.echo(json.dumps(payload, indent=2))
+    else:
+        click.echo(script, nl=False)
+        click.echo(plan_mod.describe(plan), err=True)
+
+
+@cli.command("submit")
+@click.option("--nodes", "-n", required=True, metavar="N", help="Number of nodes (whole number).")
+@_job_options
+@click.pass_obj
+def submit_cmd(state: State, **kw) -> None:
+    """Render, check and submit a training job.
+
+    The job script is checked against the machine's policy (node-count bins,
+    walltime, queue rules, quota) before anything is written. Arguments after
+    `--` go to the trainer unchanged.
+
+    \b
+    Examples:
+      summit-jobs --machine summit submit --nodes 256 --project ABC123 --dry-run
+      summit-jobs submit --nodes 2 --epochs 3 --chain 2 -- --data /path/to/shards
+    """
+    profile, plan, script = build_job(state, kw)
+    if kw["dry_run"]:
+        emit_dry_run(plan, script, kw)
+        return
+    from summit_jobs import submission
+    submission.submit(state, profile, plan, script, kw)
+
+
+def main() -> None:
+    cli(prog_name="summit-jobs")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""The embedded single-machine LSF: bsub, bjobs, bkill and jsrun for the ``local`` profile."""

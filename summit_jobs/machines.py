@@ -1,0 +1,278 @@
+"""Machine profiles: an LSF site described as data (envs/*.yaml).
+
+Nothing in the code is specific to Summit: every limit the planner checks and
+every line the templates print about a machine comes from a profile. A site is
+added by dropping a YAML file into ``~/.config/summit-jobs/machines/`` (or any
+folder named by ``SUMMIT_JOBS_MACHINES_PATH``); it is validated against the
+dataclasses below, which name the bad key on error.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, List, Literal, Optional, Tuple
+
+import yaml
+
+from summit_jobs import resources
+from summit_jobs.errors import UserError
+from summit_jobs.schema import build, deep_merge
+
+
+def parse_hhmm(text: str, what: str) -> int:
+    """Minutes from LSF's ``[hours:]minutes`` (``-W`` never takes seconds)."""
+    text = str(text).strip()
+    parts = text.split(":")
+    ok = 1 <= len(parts) <= 2 and all(p.isdigit() for p in parts)
+    if ok and len(parts) == 2 and (len(parts[1]) != 2 or int(parts[1]) >= 60):
+        ok = False
+    if not ok:
+        raise UserError(
+            f"{what} {text!r} is not in LSF's [hours:]minutes form. "
+            "Write H:MM (for example 2:00 or 0:30) or plain minutes (for example 90); "
+            "LSF's -W does not take seconds.")
+    minutes = int(parts[0]) * 60 + int(parts[1]) if len(parts) == 2 else int(parts[0])
+    if minutes <= 0:
+        raise UserError(f"{what} {text!r} must be at least one minute.")
+    return minutes
+
+
+def format_hhmm(minutes: int) -> str:
+    return f"{minutes // 60}:{minutes % 60:02d}"
+
+
+@dataclass(frozen=True)
+class WalltimeBin:
+    bin: int
+    min_nodes: int
+    max_nodes: int
+    max_walltime: str
+
+    @property
+    def max_minutes(self) -> int:
+        return parse_hhmm(self.max_walltime, f"walltime bin {self.bin} max_walltime")
+
+
+@dataclass(frozen=True)
+class Queue:
+    description: str = ""
+    default: bool = False
+    #: Cap of the queue itself; the bin table may cap lower when ``use_bins``.
+    max_walltime: Optional[str] = None
+    use_bins: bool = True
+    #: Only jobs whose node count falls in these bins may use the queue (killable: 4, 5).
+    allowed_bins: Optional[Tuple[int, ...]] = None
+    max_nodes: Optional[int] = None
+    #: Debug queues forbid dependency chains (one job per user in any state).
+    chaining: bool = True
+    max_jobs_per_user: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class Scheduler:
+    #: ``file``: ``bsub script`` (Summit); ``stdin``: ``bsub < script`` (most LSF sites).
+    submit_mode: Literal["file", "stdin"]
+    #: ``-P project`` on OLCF, ``-G bank`` at LLNL.
+    account_flag: Literal["-P", "-G"]
+    account_name: str = "project"
+    account_required: bool = True
+    #: The embedded single-machine LSF of this package runs the jobs.
+    embedded: bool = False
+    #: Host-name prefixes of launch nodes, listed first in LSB_HOSTS: never a compute node.
+    launch_node_prefixes: Tuple[str, ...] = ("batch", "login")
+    #: Minutes before the run limit at which ``-wa USR2`` is delivered (checkpoint-and-chain).
+    warning_minutes: int = 10
+    #: Embedded LSF only: how many virtual nodes this machine pretends to have.
+    virtual_nodes: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class Node:
+    gpus: int
+    cores: int
+    sockets: int = 2
+    smt: int = 4
+    #: Ranks per node when the node has no GPU (the embedded machine: CPU ranks).
+    cpu_slots: int = 0
+    memory_gb: float = 0.0
+    #: May contain ``$USER``: expanded by the shell on the compute node.
+    nvme_path: Optional[str] = None
+    nvme_capacity_gb: float = 0.0
+    nvme_read_gbps: float = 0.0
+    nvme_write_gbps: float = 0.0
+
+    @property
+    def slots(self) -> int:
+        """Ranks per node: one per GPU, or the configured CPU slots."""
+        return self.gpus if self.gpus > 0 else self.cpu_slots
+
+
+@dataclass(frozen=True)
+class Launcher:
+    #: ``gpu``: one resource set per GPU (-n 6N -r 6 -a 1 -g 1 -c 7);
+    #: ``node``: one resource set per node holding all GPUs (-n N -r 1 -a 6 -g 6 -c 42).
+    layout: Literal["gpu", "node"] = "gpu"
+    #: Extra ``--smpiargs`` value ("off", "-gpu", "-disable_gpu_hooks"); none when empty.
+    smpiargs: str = ""
+
+
+@dataclass(frozen=True)
+class Environment:
+    #: Interpreter on the compute nodes; ``auto`` = the one running summit-jobs.
+    python: str = "python3"
+    #: ``module load`` arguments, one per line in the script.
+    modules: Tuple[str, ...] = ()
+    #: Further shell lines (conda activation, ...). Trusted: they come from the profile.
+    setup: Tuple[str, ...] = ()
+    #: Exported before launch: Horovod/NCCL defaults such as HOROVOD_FUSION_THRESHOLD.
+    variables: Dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Performance:
+    """Figures for estimates (simulate, staging time); measured numbers beat these."""
+    clips_per_second_per_gpu: float = 0.0
+    pfs_read_gbps: float = 0.0
+    allreduce_bandwidth_gbps: float = 0.0
+    allreduce_latency_us: float = 0.0
+    #: Fraction of the allreduce hidden behind the backward pass.
+    comm_overlap: float = 0.0
+
+
+@dataclass(frozen=True)
+class Ssh:
+    host: Optional[str] = None
+    user: Optional[str] = None
+    port: int = 22
+    key_file: Optional[str] = None
+    known_hosts: Optional[str] = None
+    #: Where run directories are created on the remote side.
+    remote_dir: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """The paper's training recipe; every value is overridable."""
+    clips_per_gpu: int = 8
+    lr_per_8_clips: float = 0.00125
+    epochs: int = 100
+    warmup_epochs: float = 5.0
+    momentum: float = 0.9
+    weight_decay: float = 1e-4
+    arch: str = "resnet50"
+    num_segments: int = 8
+    num_classes: int = 400
+    engine: Literal["horovod", "ddp"] = "horovod"
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    description: str
+    scheduler: Scheduler
+    node: Node
+    max_nodes: int
+    walltime_bins: Tuple[WalltimeBin, ...]
+    queues: Dict[str, Queue]
+    #: Always requested; ``nvme`` is added when data is staged to node-local NVMe.
+    alloc_flags: Tuple[str, ...] = ()
+    launcher: Launcher = field(default_factory=Launcher)
+    environment: Environment = field(default_factory=Environment)
+    performance: Performance = field(default_factory=Performance)
+    ssh: Ssh = field(default_factory=Ssh)
+    recipe: Recipe = field(default_factory=Recipe)
+    #: The allocation's node limit for this user; above it, ``simulate`` is the way.
+    quota_nodes: Optional[int] = None
+    #: Where run directories go (``$VARS`` are left to the shell of the remote side).
+    runs_dir: Optional[str] = None
+    #: The file it was loaded from (for messages and the run record).
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        if self.max_nodes < 1:
+            raise ValueError("max_nodes must be at least 1")
+        defaults = [n for n, q in self.queues.items() if q.default]
+        if len(defaults) != 1:
+            raise ValueError(f"exactly one queue must have 'default: true' (found {len(defaults) or 'none'})")
+        if not self.walltime_bins:
+            raise ValueError("walltime_bins must list at least one bin")
+        for b in self.walltime_bins:
+            b.max_minutes  # validates the format
+        if self.node.slots < 1:
+            raise ValueError("node needs gpus >= 1 or, for CPU-only machines, cpu_slots >= 1")
+
+    @property
+    def default_queue(self) -> str:
+        return next(n for n, q in self.queues.items() if q.default)
+
+    def bin_for(self, nodes: int) -> Optional[WalltimeBin]:
+        for b in self.walltime_bins:
+            if b.min_nodes <= nodes <= b.max_nodes:
+                return b
+        return None
+
+
+def config_dir() -> Path:
+    base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    return Path(base) / "summit-jobs"
+
+
+def profile_dirs() -> List[Path]:
+    """Search order: user folders first (they may shadow a shipped profile), then envs/."""
+    dirs: List[Path] = []
+    extra = os.environ.get("SUMMIT_JOBS_MACHINES_PATH")
+    if extra:
+        dirs += [Path(p) for p in extra.split(os.pathsep) if p]
+    dirs.append(config_dir() / "machines")
+    dirs.append(resources.envs_dir())
+    return dirs
+
+
+def _profile_files() -> Dict[str, Path]:
+    found: Dict[str, Path] = {}
+    for d in profile_dirs():
+        if d.is_dir():
+            for p in sorted(d.glob("*.yaml")):
+                found.setdefault(p.stem, p)
+    return found
+
+
+def available() -> List[str]:
+    return sorted(_profile_files())
+
+
+def load_yaml(path: Path, what: str) -> dict:
+    try:
+        data = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise UserError(f"cannot read {what} {path}: {exc.strerror}.") from None
+    except yaml.YAMLError as exc:
+        raise UserError(f"{what} {path} is not valid YAML: {exc}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise UserError(f"{what} {path} must hold a mapping at the top level.")
+    return data
+
+
+def load(name: str, overrides: Optional[dict] = None) -> Profile:
+    """Load profile ``name`` with ``overrides`` (from the user config) merged in."""
+    files = _profile_files()
+    if name not in files:
+        raise UserError(
+            f"unknown machine {name!r}. Known machines: {', '.join(sorted(files)) or 'none'}. "
+            f"Add a profile for another LSF site as {config_dir() / 'machines' / (name + '.yaml')} "
+            "(copy envs/summit.yaml as a start).")
+    path = files[name]
+    data = load_yaml(path, "machine profile")
+    data.setdefault("name", name)
+    if overrides:
+        data = deep_merge(data, overrides)
+    profile = build(Profile, data, f"machine profile {path}")
+    return _with_source(profile, str(path))
+
+
+def _with_source(profile: Profile, source: str) -> Profile:
+    import dataclasses
+    return dataclasses.replace(profile, source=source)

@@ -1,0 +1,373 @@
+"""The plan: profile + options in, a checked job shape out. Pure: no I/O.
+
+Every policy rule of the machine is checked here, before anything is written
+or submitted, and each failure names the limit and the way out. The renderer
+only formats a Plan; the simulate planner builds on the same function.
+"""
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import asdict, dataclass, field
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from summit_jobs.errors import UserError
+from summit_jobs.machines import Profile, format_hhmm, parse_hhmm
+
+JOB_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+ACCOUNT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+#: Marker the trainer writes when all epochs are done; later chain links exit at once.
+COMPLETE_MARKER = "COMPLETE"
+
+
+@dataclass(frozen=True)
+class JobOptions:
+    """What the user asked for. ``None`` means: the profile's or the recipe's default."""
+    nodes: object
+    run_dir: str
+    project: Optional[str] = None
+    walltime: Optional[str] = None
+    queue: Optional[str] = None
+    job_name: str = "tsm"
+    epochs: Optional[int] = None
+    data: Optional[str] = None
+    stage_policy: str = "partition"
+    layout: Optional[str] = None
+    clips_per_gpu: Optional[int] = None
+    lr: Optional[float] = None
+    warmup_epochs: Optional[float] = None
+    engine: Optional[str] = None
+    arch: Optional[str] = None
+    num_classes: Optional[int] = None
+    num_segments: Optional[int] = None
+    chain: int = 1
+    accum_steps: int = 1
+    quota_nodes: Optional[int] = None
+    python: Optional[str] = None
+    warning_minutes: Optional[int] = None
+    trainer_args: Tuple[str, ...] = ()
+    #: Set by simulate: the node count whose optimisation this job reproduces.
+    virtual_nodes: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class Jsrun:
+    n: int
+    r: int
+    a: int
+    g: int
+    c: int
+    b: str
+
+    def flags(self) -> List[str]:
+        out = ["-n", str(self.n), "-r", str(self.r), "-a", str(self.a)]
+        if self.g:
+            out += ["-g", str(self.g)]
+        return out + ["-c", str(self.c), "-b", self.b]
+
+
+@dataclass(frozen=True)
+class Staging:
+    manifest: str
+    policy: str
+    nvme_data_dir: str
+
+
+@dataclass(frozen=True)
+class Plan:
+    machine: str
+    nodes: int
+    ranks_per_node: int
+    ranks: int
+    layout: str
+    jsrun: Jsrun
+    stage_jsrun: Jsrun
+    walltime_minutes: int
+    walltime: str
+    bin: int
+    bin_max_walltime: str
+    queue: str
+    alloc_flags: Tuple[str, ...]
+    node_hours: float
+    account_flag: str
+    account: Optional[str]
+    job_name: str
+    run_dir: str
+    chain: int
+    warning_signal: str
+    warning_minutes: int
+    submit_mode: str
+    python: str
+    modules: Tuple[str, ...]
+    setup: Tuple[str, ...]
+    variables: Dict[str, str]
+    smpiargs: str
+    nvme_path: Optional[str]
+    staging: Optional[Staging]
+    # The trainer's optimisation.
+    engine: str
+    clips_per_gpu: int
+    accum_steps: int
+    virtual_nodes: int
+    virtual_ranks: int
+    global_batch: int
+    lr: float
+    epochs: int
+    warmup_epochs: float
+    trainer_argv: Tuple[str, ...]
+    complete_marker: str = COMPLETE_MARKER
+
+    def summary(self) -> Dict[str, object]:
+        """The figures a user checks before spending node-hours."""
+        out = {
+            "machine": self.machine, "nodes": self.nodes, "ranks": self.ranks,
+            "ranks_per_node": self.ranks_per_node, "layout": self.layout,
+            "queue": self.queue, "walltime": self.walltime, "bin": self.bin,
+            "bin_max_walltime": self.bin_max_walltime, "node_hours": round(self.node_hours, 2),
+            "chain": self.chain, "global_batch": self.global_batch, "lr": self.lr,
+            "epochs": self.epochs, "warmup_epochs": self.warmup_epochs,
+            "clips_per_gpu": self.clips_per_gpu, "accum_steps": self.accum_steps,
+            "engine": self.engine, "run_dir": self.run_dir,
+        }
+        if self.virtual_nodes != self.nodes:
+            out["virtual_nodes"] = self.virtual_nodes
+            out["virtual_ranks"] = self.virtual_ranks
+        if self.staging:
+            out["data"] = self.staging.manifest
+            out["stage_policy"] = self.staging.policy
+        return out
+
+    def to_dict(self) -> Dict[str, object]:
+        return asdict(self)
+
+
+def linear_lr(global_batch: int, lr_per_8_clips: float) -> float:
+    """The paper's rule: 0.00125 per 8 clips, scaled linearly with the batch."""
+    return round(lr_per_8_clips * global_batch / 8, 10)
+
+
+def parse_nodes(value: object, profile: Profile) -> int:
+    limit = f"between 1 and {profile.max_nodes:,} on {profile.name}"
+    if isinstance(value, bool):
+        value = str(value)
+    if isinstance(value, int):
+        n = value
+    else:
+        text = str(value).strip().replace(",", "").replace("_", "")
+        if not re.fullmatch(r"[+-]?\d+", text):
+            raise UserError(f"node count {value!r} is not a whole number. Give --nodes a whole number {limit}.")
+        n = int(text)
+    if n < 1:
+        raise UserError(f"node count {n} is too small: a job needs at least 1 node. Give --nodes a whole number {limit}.")
+    if n > profile.max_nodes:
+        raise UserError(
+            f"node count {n:,} is above {profile.name}'s maximum job size of {profile.max_nodes:,} nodes. "
+            f"Give --nodes a whole number {limit}; to reproduce a larger run's optimisation, use "
+            f"`summit-jobs --machine {profile.name} simulate --virtual-nodes {n}`.")
+    return n
+
+
+def simulate_command(profile: Profile, virtual_nodes: int, account: Optional[str]) -> str:
+    parts = ["summit-jobs", "--machine", profile.name, "simulate", "--virtual-nodes", str(virtual_nodes)]
+    if account:
+        parts += ["--project", account]
+    return shlex.join(parts)
+
+
+def make_plan(profile: Profile, opts: JobOptions) -> Plan:
+    """Check ``opts`` against ``profile``'s policy and derive the job's shape."""
+    nodes = parse_nodes(opts.nodes, profile)
+    recipe = profile.recipe
+    account_word = profile.scheduler.account_name
+
+    # Account (-P project / -G bank).
+    account = opts.project
+    if account is not None:
+        account = str(account).strip()
+        if not ACCOUNT_RE.match(account):
+            raise UserError(
+                f"{account_word} {opts.project!r} is not a valid {account_word} name: use letters, digits, "
+                f"'_', '.' and '-' only (at most 64 characters), as printed by your allocation.")
+    if not account and profile.scheduler.account_required:
+        raise UserError(
+            f"{profile.name} charges every job to a {account_word} ({profile.scheduler.account_flag}), and none "
+            f"was given. Pass --project NAME, set SUMMIT_JOBS_PROJECT, or put 'project: NAME' in the config file.")
+
+    # Quota: the allocation's node limit (not the machine's).
+    quota = opts.quota_nodes if opts.quota_nodes is not None else profile.quota_nodes
+    if quota is not None and nodes > quota and opts.virtual_nodes is None:
+        raise UserError(
+            f"{nodes:,} nodes is above your allocation's quota of {quota:,} nodes on {profile.name}. "
+            f"Run fewer nodes, or reproduce the {nodes:,}-node optimisation exactly on at most {quota:,} nodes "
+            f"by gradient accumulation: {simulate_command(profile, nodes, account)}")
+
+    # Job name.
+    if not JOB_NAME_RE.match(opts.job_name or ""):
+        raise UserError(
+            f"job name {opts.job_name!r} cannot be used: it must start with a letter or digit and hold only "
+            "letters, digits, '.', '_' and '-' (at most 128 characters), so that it is safe in #BSUB lines and "
+            "file names. Pick another --job-name.")
+
+    # Paths that end up in shell lines: quoted later, but a newline or NUL would still break the script.
+    for what, path in (("run directory", opts.run_dir), ("data manifest", opts.data), ("python", opts.python)):
+        if path is not None and (("\n" in path) or ("\r" in path) or ("\0" in path) or not path.strip()):
+            raise UserError(f"{what} path {path!r} contains a newline or NUL byte (or is empty); "
+                            "use a plain path.")
+    for arg in opts.trainer_args:
+        if "\0" in arg:
+            raise UserError(f"trainer argument {arg!r} contains a NUL byte, which no command line can carry.")
+
+    # Queue and its rules.
+    queue_name = opts.queue or profile.default_queue
+    if queue_name not in profile.queues:
+        raise UserError(f"queue {queue_name!r} does not exist on {profile.name}. "
+                        f"Valid queues: {', '.join(profile.queues)}.")
+    queue = profile.queues[queue_name]
+    nbin = profile.bin_for(nodes)
+    if nbin is None:
+        raise UserError(f"no walltime bin of {profile.name} covers {nodes} nodes; fix the profile's walltime_bins "
+                        f"({profile.source}).")
+    if queue.max_nodes is not None and nodes > queue.max_nodes:
+        raise UserError(f"queue {queue_name!r} allows at most {queue.max_nodes} nodes, and {nodes} were asked for. "
+                        f"Use at most {queue.max_nodes} nodes or another queue (--queue {profile.default_queue}).")
+    if queue.allowed_bins is not None and nbin.bin not in queue.allowed_bins:
+        ok = [b for b in profile.walltime_bins if b.bin in queue.allowed_bins]
+        span = ", ".join(f"bin {b.bin}: {b.min_nodes}-{b.max_nodes} nodes" for b in ok)
+        raise UserError(f"queue {queue_name!r} only takes jobs in bins {', '.join(map(str, queue.allowed_bins))} "
+                        f"({span}); {nodes} nodes is bin {nbin.bin}. Change --nodes or use --queue "
+                        f"{profile.default_queue}.")
+    if opts.chain < 1:
+        raise UserError(f"--chain {opts.chain} must be at least 1 (the number of jobs in the chain).")
+    if opts.chain > 1 and not queue.chaining:
+        raise UserError(f"queue {queue_name!r} does not allow chained jobs (it allows one job per user). "
+                        f"Use --chain 1 or another queue (--queue {profile.default_queue}).")
+
+    limits = []
+    if queue.use_bins:
+        limits.append((nbin.max_minutes, f"bin {nbin.bin} ({nbin.min_nodes}-{nbin.max_nodes} nodes)"))
+    if queue.max_walltime:
+        limits.append((parse_hhmm(queue.max_walltime, f"queue {queue_name} max_walltime"), f"queue {queue_name!r}"))
+    max_minutes, limit_name = min(limits) if limits else (nbin.max_minutes, f"bin {nbin.bin}")
+    if opts.walltime is None:
+        minutes = max_minutes
+    else:
+        minutes = parse_hhmm(opts.walltime, "walltime")
+        if minutes > max_minutes:
+            raise UserError(
+                f"walltime {format_hhmm(minutes)} is above the {format_hhmm(max_minutes)} limit of {limit_name} "
+                f"on {profile.name} for {nodes} nodes. Ask for --walltime {format_hhmm(max_minutes)} or less; "
+                f"for longer training use --chain K to run K jobs that resume from checkpoints.")
+
+    # Warning signal before the run limit: the checkpoint-and-chain hook.
+    warn = opts.warning_minutes if opts.warning_minutes is not None else profile.scheduler.warning_minutes
+    if warn < 1:
+        raise UserError(f"--warning-minutes {warn} must be at least 1.")
+    warn = min(warn, max(1, minutes // 2))
+
+    # Resource sets.
+    layout = opts.layout or profile.launcher.layout
+    if layout not in ("gpu", "node"):
+        raise UserError(f"layout {layout!r} is not known: use 'gpu' (one resource set per GPU) or 'node' "
+                        "(one resource set per node with all its GPUs).")
+    node = profile.node
+    slots = node.slots
+    gpus = node.gpus
+    if layout == "gpu":
+        cores = max(1, node.cores // slots)
+        jsrun = Jsrun(n=slots * nodes, r=slots, a=1, g=1 if gpus else 0, c=cores, b=f"packed:{cores}")
+    else:
+        cores_per_task = max(1, node.cores // slots)
+        jsrun = Jsrun(n=nodes, r=1, a=slots, g=gpus, c=node.cores, b=f"packed:{cores_per_task}")
+    stage_jsrun = Jsrun(n=nodes, r=1, a=1, g=0, c=node.cores, b=f"packed:{node.cores}")
+    ranks = slots * nodes
+
+    # Data staging onto node-local NVMe.
+    alloc = list(profile.alloc_flags)
+    staging = None
+    if opts.data:
+        if not node.nvme_path:
+            raise UserError(f"{profile.name} has no node-local NVMe in its profile (node.nvme_path); "
+                            "point the trainer at the shards directly with -- --data DIR instead of --data.")
+        if opts.stage_policy not in ("partition", "replicate"):
+            raise UserError(f"stage policy {opts.stage_policy!r} is not known: use 'partition' or 'replicate'.")
+        staging = Staging(manifest=opts.data, policy=opts.stage_policy,
+                          nvme_data_dir=f"{node.nvme_path}/summit-jobs/data")
+        if "nvme" not in alloc:
+            alloc.append("nvme")
+
+    # The optimisation: global batch and linear LR follow the (virtual) rank count.
+    accum = opts.accum_steps
+    if accum < 1:
+        raise UserError(f"accumulation steps {accum} must be at least 1.")
+    virtual_nodes = opts.virtual_nodes if opts.virtual_nodes is not None else nodes
+    if virtual_nodes != nodes * accum:
+        raise UserError(f"virtual nodes ({virtual_nodes}) must equal nodes x accumulation steps "
+                        f"({nodes} x {accum}).")
+    clips = opts.clips_per_gpu if opts.clips_per_gpu is not None else recipe.clips_per_gpu
+    if clips < 1:
+        raise UserError(f"clips per GPU {clips} must be at least 1.")
+    virtual_ranks = ranks * accum
+    global_batch = virtual_ranks * clips
+    lr = opts.lr if opts.lr is not None else linear_lr(global_batch, recipe.lr_per_8_clips)
+    epochs = opts.epochs if opts.epochs is not None else recipe.epochs
+    if epochs < 1:
+        raise UserError(f"--epochs {epochs} must be at least 1.")
+    warmup = opts.warmup_epochs if opts.warmup_epochs is not None else recipe.warmup_epochs
+    if warmup < 0 or warmup > epochs:
+        raise UserError(f"warm-up of {warmup} epochs must be between 0 and the {epochs} training epochs.")
+    engine = opts.engine or recipe.engine
+    if engine not in ("horovod", "ddp"):
+        raise UserError(f"engine {engine!r} is not known: use 'horovod' (the paper's) or 'ddp' (torch.distributed).")
+
+    python = opts.python or profile.environment.python
+    argv = [
+        python, "-m", "trainer",
+        "--run-dir", opts.run_dir,
+        "--engine", engine,
+        "--arch", opts.arch or recipe.arch,
+        "--num-segments", str(opts.num_segments or recipe.num_segments),
+        "--num-classes", str(opts.num_classes or recipe.num_classes),
+        "--batch-per-gpu", str(clips),
+        "--accum-steps", str(accum),
+        "--lr", repr(lr),
+        "--warmup-epochs", repr(float(warmup)),
+        "--epochs", str(epochs),
+        "--momentum", repr(recipe.momentum),
+        "--weight-decay", repr(recipe.weight_decay),
+    ]
+    if staging:
+        argv += ["--data", staging.nvme_data_dir]
+    argv += list(opts.trainer_args)
+
+    return Plan(
+        machine=profile.name, nodes=nodes, ranks_per_node=slots, ranks=ranks, layout=layout,
+        jsrun=jsrun, stage_jsrun=stage_jsrun, walltime_minutes=minutes, walltime=format_hhmm(minutes),
+        bin=nbin.bin, bin_max_walltime=nbin.max_walltime, queue=queue_name, alloc_flags=tuple(alloc),
+        node_hours=nodes * minutes / 60.0 * opts.chain, account_flag=profile.scheduler.account_flag,
+        account=account or None, job_name=opts.job_name, run_dir=opts.run_dir, chain=opts.chain,
+        warning_signal="USR2", warning_minutes=warn, submit_mode=profile.scheduler.submit_mode,
+        python=python, modules=profile.environment.modules, setup=profile.environment.setup,
+        variables=dict(profile.environment.variables), smpiargs=profile.launcher.smpiargs,
+        nvme_path=node.nvme_path, staging=staging, engine=engine, clips_per_gpu=clips,
+        accum_steps=accum, virtual_nodes=virtual_nodes, virtual_ranks=virtual_ranks,
+        global_batch=global_batch, lr=lr, epochs=epochs, warmup_epochs=float(warmup),
+        trainer_argv=tuple(argv),
+    )
+
+
+def describe(plan: Plan) -> str:
+    """Short plan summary for stderr next to a dry-run script."""
+    lines = [
+        f"machine {plan.machine}: {plan.nodes:,} nodes x {plan.ranks_per_node} ranks = {plan.ranks:,} ranks "
+        f"({plan.layout} layout)",
+        f"queue {plan.queue}, walltime {plan.walltime} (bin {plan.bin}, max {plan.bin_max_walltime}), "
+        f"{plan.node_hours:,.1f} node-hours" + (f" for {plan.chain} chained jobs" if plan.chain > 1 else ""),
+        f"global batch {plan.global_batch:,} clips ({plan.clips_per_gpu} per GPU"
+        + (f" x {plan.accum_steps} accumulation steps" if plan.accum_steps > 1 else "")
+        + f"), LR {plan.lr:g}, {plan.epochs} epochs with {plan.warmup_epochs:g} warm-up, engine {plan.engine}",
+    ]
+    if plan.virtual_nodes != plan.nodes:
+        lines.append(f"reproduces a {plan.virtual_nodes:,}-node run ({plan.virtual_ranks:,} virtual ranks) exactly")
+    if plan.staging:
+        lines.append(f"stages {plan.staging.manifest} to node-local NVMe ({plan.staging.policy})")
+    return "\n".join(lines)

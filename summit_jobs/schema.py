@@ -1,0 +1,118 @@
+"""Build frozen dataclasses from YAML-loaded dicts, rejecting what does not fit.
+
+The dataclasses *are* the schema: every field's type hint says what is allowed.
+Errors name the offending key by its full path and list the valid keys, so a
+typo in a site's profile is a one-line fix instead of a silent default.
+"""
+from __future__ import annotations
+
+import dataclasses
+import typing
+from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
+
+from summit_jobs.errors import UserError
+
+
+def _type_name(tp: Any) -> str:
+    origin = get_origin(tp)
+    if origin is Literal:
+        return " | ".join(repr(a) for a in get_args(tp))
+    if origin is Union:
+        return " or ".join(_type_name(a) for a in get_args(tp))
+    if origin in (list, tuple):
+        return f"list of {_type_name(get_args(tp)[0])}"
+    if origin is dict:
+        return f"mapping of {_type_name(get_args(tp)[1])}"
+    if dataclasses.is_dataclass(tp):
+        return "mapping"
+    return getattr(tp, "__name__", str(tp))
+
+
+def build(cls: type, data: Any, where: str) -> Any:
+    """Return ``cls`` built from ``data``; ``where`` names the source for errors."""
+    return _convert(cls, data, where, "")
+
+
+def _convert(tp: Any, value: Any, where: str, path: str) -> Any:
+    label = path or "(top level)"
+    origin = get_origin(tp)
+    if origin is Union:
+        args = get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _convert(arg, value, where, path)
+            except UserError as exc:
+                errors.append(str(exc))
+        raise UserError(errors[0] if len(errors) == 1 else
+                        f"{where}: '{label}' must be {_type_name(tp)}, got {value!r}.")
+    if origin is Literal:
+        if value not in get_args(tp):
+            raise UserError(f"{where}: '{label}' must be one of {_type_name(tp)}, got {value!r}.")
+        return value
+    if origin in (list, tuple):
+        if not isinstance(value, list):
+            raise UserError(f"{where}: '{label}' must be a list, got {value!r}.")
+        (item,) = get_args(tp)[:1]
+        return tuple(_convert(item, v, where, f"{label}[{i}]") for i, v in enumerate(value))
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise UserError(f"{where}: '{label}' must be a mapping, got {value!r}.")
+        key_t, val_t = get_args(tp)
+        return {str(k): _convert(val_t, v, where, f"{label}.{k}" if path else str(k))
+                for k, v in value.items()}
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, dict):
+            raise UserError(f"{where}: '{label}' must be a mapping, got {value!r}.")
+        hints = get_type_hints(tp)
+        fields = {f.name: f for f in dataclasses.fields(tp)}
+        unknown = sorted(set(value) - set(fields))
+        if unknown:
+            raise UserError(
+                f"{where}: unknown key '{(path + '.') if path else ''}{unknown[0]}'. "
+                f"Valid keys{' under ' + repr(path) if path else ''}: {', '.join(sorted(fields))}.")
+        kwargs = {}
+        for name, field in fields.items():
+            sub = f"{path}.{name}" if path else name
+            if name in value:
+                kwargs[name] = _convert(hints[name], value[name], where, sub)
+            elif field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
+                raise UserError(f"{where}: required key '{sub}' is missing.")
+        try:
+            return tp(**kwargs)
+        except (ValueError, TypeError) as exc:  # __post_init__ checks
+            raise UserError(f"{where}: {exc}") from None
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise UserError(f"{where}: '{label}' must be a number, got {value!r}.")
+        return float(value)
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise UserError(f"{where}: '{label}' must be a whole number, got {value!r}.")
+        return value
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise UserError(f"{where}: '{label}' must be true or false, got {value!r}.")
+        return value
+    if tp is str:
+        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+            raise UserError(f"{where}: '{label}' must be text, got {value!r}.")
+        return str(value)
+    if tp is Any or tp is typing.Any:
+        return value
+    raise TypeError(f"schema: unsupported type {tp!r} at {label}")
+
+
+def deep_merge(base: dict, override: dict) -> dict:
+    """Recursively merge ``override`` into a copy of ``base`` (override wins)."""
+    out = dict(base)
+    for key, val in override.items():
+        if isinstance(val, dict) and isinstance(out.get(key), dict):
+            out[key] = deep_merge(out[key], val)
+        else:
+            out[key] = val
+    return out

@@ -1,0 +1,300 @@
+"""Kinetics shards: POSIX tar files with an embedded index for random access.
+
+Why this format: HPSS and parallel file systems want few, large files, so
+samples are packed into tar shards (webdataset naming: ``<key>.json`` and
+``<key>.<frame:05d>.jpg`` members). Training on node-local NVMe wants random
+access, which plain webdataset streaming does not give, so every shard ends
+with an ``__index__.json`` member listing each sample's frames as byte ranges
+inside the tar; the manifest records where that index starts. A reader seeks
+straight to a frame (``os.pread``) without scanning the shard, and the file is
+still an ordinary tar that ``tar -xf`` or webdataset can read.
+
+Tar headers are written by us (ustar, mtime 0, uid 0) so that the same input
+always gives the same bytes: deterministic shards, stable hashes.
+
+No torch here: the login node (pack, stage-data) imports this module too.
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import re
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+
+FORMAT = "summit-jobs-shards/1"
+INDEX_MEMBER = "__index__.json"
+MANIFEST_NAME = "manifest.json"
+HASH_ALGO = "sha256"
+KEY_RE = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,79}$")
+BLOCK = 512
+_HASH_CHUNK = 4 << 20
+
+
+class ShardError(Exception):
+    """A shard or manifest is missing, malformed or corrupt; the message names it."""
+
+
+def _header(name: str, size: int) -> bytes:
+    info = tarfile.TarInfo(name)
+    info.size = size
+    info.mtime = 0
+    info.mode = 0o644
+    info.uid = info.gid = 0
+    info.uname = info.gname = ""
+    return info.tobuf(format=tarfile.USTAR_FORMAT)
+
+
+def _pad(size: int) -> bytes:
+    return b"\0" * ((BLOCK - size % BLOCK) % BLOCK)
+
+
+@dataclass
+class SampleIndex:
+    key: str
+    label: int
+    num_frames: int
+    #: (offset, size) of each frame's JPEG bytes inside the tar.
+    frames: List[Tuple[int, int]]
+    meta: Dict[str, object]
+
+
+class ShardWriter:
+    """Writes one shard; ``close()`` appends the index and returns the shard's manifest entry.
+
+    Writes to ``<path>.partial`` and renames on close, so a killed writer never
+    leaves a file under the final name.
+    """
+
+    def __init__(self, path: os.PathLike, split: str):
+        self.path = Path(path)
+        self.split = split
+        self._tmp = self.path.with_name(self.path.name + ".partial")
+        self._f = open(self._tmp, "wb")
+        self._hash = hashlib.new(HASH_ALGO)
+        self._offset = 0
+        self._samples: List[SampleIndex] = []
+        self._keys = set()
+
+    @property
+    def bytes_written(self) -> int:
+        return self._offset
+
+    def __len__(self) -> int:
+        return len(self._samples)
+
+    def _write(self, data: bytes) -> None:
+        self._f.write(data)
+        self._hash.update(data)
+        self._offset += len(data)
+
+    def _member(self, name: str, data: bytes) -> Tuple[int, int]:
+        self._write(_header(name, len(data)))
+        start = self._offset
+        self._write(data)
+        self._write(_pad(len(data)))
+        return start, len(data)
+
+    def add(self, key: str, label: int, frames: Sequence[bytes], meta: Optional[Dict[str, object]] = None) -> None:
+        if not KEY_RE.match(key):
+            raise ShardError(f"sample key {key!r} must be 1-80 characters of letters, digits, '_', '-', '.'")
+        if key in self._keys:
+            raise ShardError(f"sample key {key!r} appears twice in shard {self.path.name}")
+        if not frames:
+            raise ShardError(f"sample {key!r} has no frames")
+        self._keys.add(key)
+        meta = dict(meta or {})
+        info = {"label": int(label), "num_frames": len(frames), **meta}
+        self._member(f"{key}.json", json.dumps(info, sort_keys=True).encode())
+        spans = [self._member(f"{key}.{i:05d}.jpg", f) for i, f in enumerate(frames)]
+        self._samples.append(SampleIndex(key, int(label), len(frames), spans, meta))
+
+    def close(self) -> Dict[str, object]:
+        index = {
+            "format": FORMAT,
+            "samples": [{"key": s.key, "label": s.label, "num_frames": s.num_frames, "frames": s.frames}
+                        for s in self._samples],
+        }
+        data = json.dumps(index, separators=(",", ":")).encode()
+        index_offset, index_bytes = self._member(INDEX_MEMBER, data)
+        self._write(b"\0" * (2 * BLOCK))  # end-of-archive marker
+        self._f.flush()
+        os.fsync(self._f.fileno())
+        self._f.close()
+        os.replace(self._tmp, self.path)
+        return {
+            "name": self.path.name, "split": self.split, "bytes": self._offset,
+            "samples": len(self._samples), HASH_ALGO: self._hash.hexdigest(),
+            "index_offset": index_offset, "index_bytes": index_bytes,
+        }
+
+    def abort(self) -> None:
+        self._f.close()
+        self._tmp.unlink(missing_ok=True)
+
+
+def file_hash(path: os.PathLike, algo: str = HASH_ALGO) -> str:
+    h = hashlib.new(algo)
+    with open(path, "rb", buffering=0) as f:
+        buf = bytearray(_HASH_CHUNK)
+        view = memoryview(buf)
+        while True:
+            n = f.readinto(buf)
+            if not n:
+                break
+            h.update(view[:n])
+    return h.hexdigest()
+
+
+MANIFEST_KEYS = {"format", "name", "classes", "hash", "shards", "frame_short_side"}
+SHARD_KEYS = {"name", "split", "bytes", "samples", HASH_ALGO, "index_offset", "index_bytes"}
+
+
+def validate_manifest(data: object, where: str) -> Dict[str, object]:
+    """Check a manifest's shape; errors name the missing or unknown key."""
+    if not isinstance(data, dict):
+        raise ShardError(f"{where}: a manifest must be a JSON object")
+    missing = {"format", "classes", "shards"} - set(data)
+    extra = set(data) - MANIFEST_KEYS
+    if missing:
+        raise ShardError(f"{where}: missing key '{sorted(missing)[0]}' (a manifest holds {', '.join(sorted(MANIFEST_KEYS))})")
+    if extra:
+        raise ShardError(f"{where}: unknown key '{sorted(extra)[0]}' (a manifest holds {', '.join(sorted(MANIFEST_KEYS))})")
+    if data["format"] != FORMAT:
+        raise ShardError(f"{where}: format {data['format']!r} is not {FORMAT!r}")
+    if not isinstance(data["shards"], list) or not isinstance(data["classes"], list):
+        raise ShardError(f"{where}: 'shards' and 'classes' must be lists")
+    for i, s in enumerate(data["shards"]):
+        if not isinstance(s, dict):
+            raise ShardError(f"{where}: shards[{i}] must be an object")
+        missing = SHARD_KEYS - set(s)
+        extra = set(s) - SHARD_KEYS
+        if missing:
+            raise ShardError(f"{where}: shards[{i}] is missing key '{sorted(missing)[0]}'")
+        if extra:
+            raise ShardError(f"{where}: shards[{i}] has unknown key '{sorted(extra)[0]}'")
+        if "/" in s["name"] or s["name"].startswith("."):
+            raise ShardError(f"{where}: shards[{i}] name {s['name']!r} must be a plain file name")
+    return data
+
+
+def read_manifest(path: os.PathLike) -> Dict[str, object]:
+    p = Path(path)
+    if p.is_dir():
+        p = p / MANIFEST_NAME
+    try:
+        data = json.loads(p.read_text())
+    except FileNotFoundError:
+        raise ShardError(f"manifest {p} does not exist") from None
+    except (OSError, ValueError) as exc:
+        raise ShardError(f"manifest {p} cannot be read as JSON: {exc}") from None
+    return validate_manifest(data, str(p))
+
+
+def write_manifest(path: os.PathLike, manifest: Dict[str, object]) -> None:
+    """Atomic: a reader sees the old manifest or the new one, never half of one."""
+    p = Path(path)
+    validate_manifest(manifest, str(p))
+    tmp = p.with_name(f".{p.name}.tmp{os.getpid()}")
+    tmp.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+    os.replace(tmp, p)
+
+
+class ShardDataset:
+    """Random access to the samples of one split in a folder of shards.
+
+    ``root`` holds ``manifest.json`` and the shards it lists (a node-local NVMe
+    copy holds only that node's shards and a manifest listing them). Samples are
+    numbered in manifest order, then in shard order: deterministic, so the
+    trainer's sample -> rank assignment is the same on every rank.
+
+    File descriptors are opened lazily and per process, so the dataset can be
+    handed to DataLoader workers started with spawn or forkserver.
+    """
+
+    def __init__(self, root: os.PathLike, split: str = "train"):
+        self.root = Path(root)
+        self.manifest = read_manifest(self.root)
+        self.classes: List[str] = list(self.manifest["classes"])
+        self.split = split
+        self._shards = [s for s in self.manifest["shards"] if s["split"] == split]
+        self._samples: List[Tuple[int, SampleIndex]] = []
+        for si, shard in enumerate(self._shards):
+            for entry in self._read_index(shard)["samples"]:
+                self._samples.append((si, SampleIndex(entry["key"], entry["label"], entry["num_frames"],
+                                                      [tuple(x) for x in entry["frames"]], {})))
+        self._fds: Dict[int, int] = {}
+        self._pid = os.getpid()
+
+    def _read_index(self, shard: Dict[str, object]) -> Dict[str, object]:
+        path = self.root / shard["name"]
+        try:
+            with open(path, "rb") as f:
+                f.seek(shard["index_offset"])
+                data = f.read(shard["index_bytes"])
+            index = json.loads(data)
+        except FileNotFoundError:
+            raise ShardError(f"shard {path} listed in the manifest is missing") from None
+        except (OSError, ValueError) as exc:
+            raise ShardError(f"shard {path}: its index cannot be read ({exc}); re-stage the shard") from None
+        if index.get("format") != FORMAT or len(index.get("samples", ())) != shard["samples"]:
+            raise ShardError(f"shard {path}: index does not match the manifest; re-stage the shard")
+        return index
+
+    def __len__(self) -> int:
+        return len(self._samples)
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state["_fds"] = {}
+        return state
+
+    def key(self, i: int) -> str:
+        return self._samples[i][1].key
+
+    def label(self, i: int) -> int:
+        return self._samples[i][1].label
+
+    def num_frames(self, i: int) -> int:
+        return self._samples[i][1].num_frames
+
+    def labels(self) -> List[int]:
+        return [s.label for _, s in self._samples]
+
+    def _fd(self, si: int) -> int:
+        if self._pid != os.getpid():  # forked: never share file offsets/descriptors with the parent
+            self._fds, self._pid = {}, os.getpid()
+        fd = self._fds.get(si)
+        if fd is None:
+            fd = os.open(self.root / self._shards[si]["name"], os.O_RDONLY)
+            self._fds[si] = fd
+        return fd
+
+    def frames(self, i: int, indices: Iterable[int]) -> List[bytes]:
+        """JPEG bytes of the given frames of sample ``i`` (indices are clamped to the clip)."""
+        si, sample = self._samples[i]
+        fd = self._fd(si)
+        out = []
+        last = sample.num_frames - 1
+        for j in indices:
+            off, size = sample.frames[min(max(int(j), 0), last)]
+            data = os.pread(fd, size, off)
+            if len(data) != size:
+                raise ShardError(f"shard {self._shards[si]['name']}: short read for sample {sample.key}")
+            out.append(data)
+        return out
+
+    def close(self) -> None:
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds = {}
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
