@@ -193,8 +193,7 @@ def build_job(state: State, kw: dict, *, accum_steps: int = 1, virtual_nodes: Op
         python = sys.executable
     runs_dir = kw.get("runs_dir") or state.config.runs_dir or profile.runs_dir or "summit-jobs-runs"
     run_dir = kw.get("run_dir") or os.path.join(runs_dir, f"{kw['job_name']}-{time.strftime('%Y%m%d-%H%M%S')}")
-    if not (profile.ssh.host and not profile.scheduler.embedded and _remote_wanted(state)):
-        run_dir = os.path.abspath(os.path.expanduser(run_dir))
+    run_dir = os.path.abspath(os.path.expanduser(run_dir))
     quota = kw.get("quota_nodes")
     if quota is None:
         quota = state.config.quota_nodes
@@ -211,10 +210,6 @@ def build_job(state: State, kw: dict, *, accum_steps: int = 1, virtual_nodes: Op
     plan = plan_mod.make_plan(profile, opts)
     script = render.render(plan, kw.get("template_dir") or state.config.template_dir)
     return profile, plan, script
-
-
-def _remote_wanted(state: State) -> bool:
-    return False
 
 
 def write_new_file(path: str, text: str, force: bool) -> None:
@@ -265,6 +260,10 @@ def submit_cmd(state: State, **kw) -> None:
         return
     from summit_jobs import submission
     submission.submit(state, profile, plan, script, kw)
+
+
+# Command groups kept in modules of their own; imported last so they can use `cli` and `State`.
+from summit_jobs import cli_data, cli_lifecycle  # noqa: E402,F401
 
 
 def main() -> None:
