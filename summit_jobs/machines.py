@@ -19,6 +19,8 @@ from summit_jobs import resources
 from summit_jobs.errors import UserError
 from summit_jobs.schema import build, deep_merge
 
+_YamlLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present: 10x faster
+
 
 def parse_hhmm(text: str, what: str) -> int:
     """Minutes from LSF's ``[hours:]minutes`` (``-W`` never takes seconds)."""
@@ -244,7 +246,7 @@ def available() -> List[str]:
 
 def load_yaml(path: Path, what: str) -> dict:
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.load(path.read_text(), Loader=_YamlLoader)
     except OSError as exc:
         raise UserError(f"cannot read {what} {path}: {exc.strerror}.") from None
     except yaml.YAMLError as exc:

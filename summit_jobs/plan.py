@@ -312,7 +312,13 @@ def make_plan(profile: Profile, opts: JobOptions) -> Plan:
     epochs = opts.epochs if opts.epochs is not None else recipe.epochs
     if epochs < 1:
         raise UserError(f"--epochs {epochs} must be at least 1.")
-    warmup = opts.warmup_epochs if opts.warmup_epochs is not None else recipe.warmup_epochs
+    if opts.warmup_epochs is not None:
+        warmup = opts.warmup_epochs
+    elif recipe.warmup_epochs > epochs / 2:
+        # A short run (a test, a demo) keeps the recipe's warm-up fraction instead of warming up forever.
+        warmup = round(recipe.warmup_epochs * epochs / recipe.epochs, 4)
+    else:
+        warmup = recipe.warmup_epochs
     if warmup < 0 or warmup > epochs:
         raise UserError(f"warm-up of {warmup} epochs must be between 0 and the {epochs} training epochs.")
     engine = opts.engine or recipe.engine

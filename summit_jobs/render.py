@@ -26,6 +26,7 @@ def _environment(template_dir: Optional[str]) -> jinja2.Environment:
     loaders.append(jinja2.FileSystemLoader(str(resources.templates_dir())))
     env = jinja2.Environment(
         loader=jinja2.ChoiceLoader(loaders),
+        bytecode_cache=_bytecode_cache(),
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
         autoescape=False,
@@ -33,6 +34,22 @@ def _environment(template_dir: Optional[str]) -> jinja2.Environment:
     env.filters["q"] = lambda value: shlex.quote(str(value))
     env.filters["qjoin"] = lambda values: shlex.join(str(v) for v in values)
     return env
+
+
+def _bytecode_cache() -> Optional[jinja2.BytecodeCache]:
+    """Compiled templates cached per user: compiling them is most of a dry run's start-up.
+
+    Keyed by template source checksum, so an edited template is recompiled;
+    an unwritable cache folder just means no cache.
+    """
+    import os
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    folder = os.path.join(base, "summit-jobs", "jinja")
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError:
+        return None
+    return jinja2.FileSystemBytecodeCache(folder)
 
 
 def render(plan: Plan, template_dir: Optional[str] = None) -> str:
