@@ -33,6 +33,8 @@ class State:
         self.config = config.load(config_path)
         self.machine = machine or os.environ.get("SUMMIT_JOBS_MACHINE") or self.config.machine or "local"
         self._profile = None
+        #: SSH overrides from the command line (host, port, user, key_file, known_hosts, ...).
+        self.ssh_options: dict = {}
 
     @property
     def profile(self):
@@ -51,9 +53,24 @@ class State:
                    "Default: $SUMMIT_JOBS_MACHINE, the config file's 'machine', else local.")
 @click.option("--config", "config_path", metavar="FILE", type=click.Path(dir_okay=False),
               help="User config file. Default: $SUMMIT_JOBS_CONFIG or ~/.config/summit-jobs/config.yaml.")
+@click.option("--host", metavar="HOST", envvar="SUMMIT_JOBS_HOST",
+              help="Login node to reach over SSH (default: the profile's ssh.host when this machine has no "
+                   "LSF; 'local' forces this machine).")
+@click.option("--port", type=int, metavar="PORT", help="SSH port. Default: the profile's, else 22.")
+@click.option("--user", metavar="NAME", help="SSH user name. Default: the profile's, else your local name.")
+@click.option("--key-file", metavar="FILE", help="SSH private key (else ssh-agent and ~/.ssh keys).")
+@click.option("--known-hosts", metavar="FILE", help="Extra known_hosts file checked before yours and the system's.")
+@click.option("--trust-new-host-key", is_flag=True,
+              help="DANGEROUS: accept and save an SSH host key never seen before (check its fingerprint "
+                   "with the site first). Changed keys are refused regardless.")
+@click.option("--remote-dir", metavar="DIR",
+              help="Over SSH: absolute folder on the login node that holds run directories. "
+                   "Default: the profile's ssh.remote_dir or the config's runs_dir.")
 @click.version_option(__version__, prog_name="summit-jobs")
 @click.pass_context
-def cli(ctx: click.Context, machine: Optional[str], config_path: Optional[str]) -> None:
+def cli(ctx: click.Context, machine: Optional[str], config_path: Optional[str], host: Optional[str],
+        port: Optional[int], user: Optional[str], key_file: Optional[str], known_hosts: Optional[str],
+        trust_new_host_key: bool, remote_dir: Optional[str]) -> None:
     """Train video models (TSM) on IBM LSF machines with 6-GPU nodes, from a laptop to thousands of GPUs.
 
     \b
@@ -66,6 +83,9 @@ def cli(ctx: click.Context, machine: Optional[str], config_path: Optional[str]) 
     ranks, the same bsub/jsrun path a real cluster takes.
     """
     ctx.obj = State(machine, config_path)
+    ctx.obj.ssh_options = {"host": host, "port": port, "user": user, "key_file": key_file,
+                           "known_hosts": known_hosts, "trust_new_host_key": trust_new_host_key,
+                           "remote_dir": remote_dir}
 
 
 @cli.command("machines")
@@ -254,16 +274,17 @@ def submit_cmd(state: State, **kw) -> None:
       summit-jobs --machine summit submit --nodes 256 --project ABC123 --dry-run
       summit-jobs submit --nodes 2 --epochs 3 --chain 2 -- --data /path/to/shards
     """
+    from summit_jobs import submission
+    submission.prepare(state, kw)
     profile, plan, script = build_job(state, kw)
     if kw["dry_run"]:
         emit_dry_run(plan, script, kw)
         return
-    from summit_jobs import submission
     submission.submit(state, profile, plan, script, kw)
 
 
 # Command groups kept in modules of their own; imported last so they can use `cli` and `State`.
-from summit_jobs import cli_data, cli_lifecycle  # noqa: E402,F401
+from summit_jobs import cli_data, cli_lifecycle, cli_simulate  # noqa: E402,F401
 
 
 def main() -> None:

@@ -367,7 +367,8 @@ def describe(plan: Plan) -> str:
         f"machine {plan.machine}: {plan.nodes:,} nodes x {plan.ranks_per_node} ranks = {plan.ranks:,} ranks "
         f"({plan.layout} layout)",
         f"queue {plan.queue}, walltime {plan.walltime} (bin {plan.bin}, max {plan.bin_max_walltime}), "
-        f"{plan.node_hours:,.1f} node-hours" + (f" for {plan.chain} chained jobs" if plan.chain > 1 else ""),
+        f"at most {plan.node_hours:,.1f} node-hours (if it runs to its walltime)"
+        + (f" for {plan.chain} chained jobs" if plan.chain > 1 else ""),
         f"global batch {plan.global_batch:,} clips ({plan.clips_per_gpu} per GPU"
         + (f" x {plan.accum_steps} accumulation steps" if plan.accum_steps > 1 else "")
         + f"), LR {plan.lr:g}, {plan.epochs} epochs with {plan.warmup_epochs:g} warm-up, engine {plan.engine}",

@@ -1,0 +1,184 @@
+"""CLI: `simulate` (oversized runs by exact accumulation) and `scaling` (projections)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import click
+
+from summit_jobs.cli import State, _job_options, build_job, cli, emit_dry_run
+from summit_jobs.errors import UserError
+
+
+def measured_throughput(run_dir: str) -> float:
+    """Per-GPU clips/s from a previous run's metrics (median over its training steps)."""
+    path = Path(run_dir) / "metrics.jsonl"
+    try:
+        lines = path.read_text().splitlines()
+    except OSError:
+        raise UserError(f"--throughput-from: cannot read {path}; point it at a run directory that holds "
+                        "metrics.jsonl.") from None
+    rates = []
+    for line in lines:
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if rec.get("kind") == "train" and rec.get("clips_per_s_per_rank"):
+            rates.append(float(rec["clips_per_s_per_rank"]))
+        elif rec.get("kind") == "train" and rec.get("clips_per_s") and rec.get("world_size"):
+            rates.append(float(rec["clips_per_s"]) / float(rec["world_size"]))
+    if not rates:
+        raise UserError(f"--throughput-from: {path} has no training steps with a throughput figure.")
+    rates.sort()
+    return rates[len(rates) // 2]
+
+
+def train_clips_from(data: Optional[str], given: Optional[int]) -> int:
+    from summit_jobs import simulate
+    if given:
+        return given
+    if data:
+        from trainer.shards import ShardError, read_manifest
+        try:
+            manifest = read_manifest(data)
+        except ShardError as exc:
+            raise UserError(str(exc)) from None
+        return sum(s["samples"] for s in manifest["shards"] if s["split"] == "train") or simulate.KINETICS_TRAIN_CLIPS
+    return simulate.KINETICS_TRAIN_CLIPS
+
+
+@cli.command("simulate")
+@click.option("--virtual-nodes", "-V", type=int, required=True,
+              help="The node count whose optimisation to reproduce (global batch, LR, warm-up, sample assignment).")
+@click.option("--nodes", "-n", "forced_nodes", type=int,
+              help="Physical nodes to use (must divide --virtual-nodes). Default: the largest count within the "
+                   "quota that divides it.")
+@click.option("--max-accum-steps", type=int, default=16, show_default=True,
+              help="Refuse shapes that need more accumulation steps than this.")
+@click.option("--throughput-from", metavar="RUN_DIR",
+              help="Estimate step time from a previous run's measured clips/s instead of the profile's figure.")
+@click.option("--train-clips", type=int,
+              help="Training clips per epoch for the estimate. Default: the --data manifest's, else Kinetics-400's.")
+@_job_options
+@click.pass_obj
+def simulate_cmd(state: State, virtual_nodes: int, forced_nodes: Optional[int], max_accum_steps: int,
+                 throughput_from: Optional[str], train_clips: Optional[int], **kw) -> None:
+    """Run a V-node optimisation on fewer nodes by exact gradient accumulation.
+
+    When your allocation's quota is smaller than the run you want, the job runs
+    on p <= quota nodes with k = V / p accumulation steps per optimiser step:
+    the global batch, LR, warm-up and the samples each virtual rank sees are
+    those of the V-node run, so the weights follow the same trajectory (up to
+    floating-point summation order). The plan summary gives the cost first.
+
+    \b
+    Example (the paper's 1,024-node run under a 384-node quota):
+      summit-jobs --machine summit simulate --virtual-nodes 1024 --quota-nodes 384 --project ABC123 --dry-run
+    """
+    from summit_jobs import simulate
+
+    profile = state.profile
+    quota = kw.get("quota_nodes") or state.config.quota_nodes or profile.quota_nodes or profile.max_nodes
+    shape = simulate.choose_shape(virtual_nodes, min(quota, profile.max_nodes), forced_nodes, max_accum_steps)
+    kw = dict(kw, nodes=shape.nodes, quota_nodes=quota)
+    profile, plan, script = build_job(state, kw, accum_steps=shape.accum_steps, virtual_nodes=virtual_nodes)
+
+    rate = measured_throughput(throughput_from) if throughput_from else profile.performance.clips_per_second_per_gpu
+    clips = train_clips_from(kw.get("data"), train_clips)
+    est = simulate.estimate(profile, nodes=plan.nodes, ranks_per_node=plan.ranks_per_node,
+                            accum_steps=plan.accum_steps, clips_per_gpu=plan.clips_per_gpu, epochs=plan.epochs,
+                            train_clips=clips, clips_per_second_per_gpu=rate, model_params=simulate.TSM_R50_PARAMS,
+                            walltime_minutes=plan.walltime_minutes)
+    summary = {
+        "virtual_nodes": shape.virtual_nodes, "virtual_gpus": plan.virtual_ranks, "physical_nodes": plan.nodes,
+        "physical_gpus": plan.ranks, "accum_steps": plan.accum_steps, "quota_nodes": quota,
+        "global_batch": plan.global_batch, "lr": plan.lr, "train_clips": clips,
+        "throughput_clips_per_s_per_gpu": rate, **est.to_dict(),
+    }
+    lines = [
+        f"simulate: {shape.virtual_nodes:,} virtual nodes ({plan.virtual_ranks:,} GPUs) on {plan.nodes:,} physical "
+        f"nodes ({plan.ranks:,} GPUs), k = {plan.accum_steps} accumulation steps (quota {quota:,})",
+        f"global batch {plan.global_batch:,} clips, LR {plan.lr:g}, {est.iterations_per_epoch:,} iterations per epoch "
+        f"({clips:,} clips), {plan.epochs} epochs",
+        f"estimated step {est.step_seconds:.2f} s ({est.compute_seconds_per_step:.2f} s compute for {plan.accum_steps} "
+        f"micro-batches + {est.comm_seconds_per_step * 1000:.1f} ms allreduce, one per step) at {rate:g} clips/s "
+        f"per GPU; wall time {simulate.hms(est.wall_seconds)}",
+        f"walltime bin {est.bin} (max {est.bin_max_walltime}); job walltime {plan.walltime}; "
+        + (f"needs --chain {est.jobs_needed} (it cannot fit one job); " if est.jobs_needed > 1 else "fits one job; ")
+        + f"about {est.node_hours:,.1f} node-hours charged",
+    ]
+    if shape.nodes < quota / 2:
+        alt = simulate.better_quota_use(virtual_nodes, shape, quota)
+        lines.append(f"note: this uses {shape.nodes:,} of your {quota:,} quota nodes; virtual node counts that use "
+                     f"more of it: {', '.join(f'{x:,}' for x in alt)}")
+    if kw["dry_run"]:
+        emit_dry_run(plan, script, kw, extra={"simulate": summary})
+        if not kw.get("as_json"):
+            click.echo("\n".join(lines), err=True)
+        return
+    click.echo("\n".join(lines), err=True)
+    from summit_jobs import submission
+    submission.submit(state, profile, plan, script, dict(kw, simulate=summary))
+
+
+@cli.command("scaling")
+@click.option("--nodes-list", default="1,8,16,32,64,128,256,384,512,1024", show_default=True,
+              help="Comma-separated node counts to project.")
+@click.option("--single-node-hours", type=float, default=49 + 55 / 60, show_default=True,
+              help="Measured time to train on one node (the paper: 49 h 55 min for 100 epochs).")
+@click.option("--per-node-batch", type=int, default=48, show_default=True,
+              help="Clips per node per iteration at scale (the paper: 6 GPUs x 8 clips).")
+@click.option("--epochs", type=int, default=100, show_default=True)
+@click.option("--train-clips", type=int, help="Training clips per epoch (default: Kinetics-400's).")
+@click.option("--params", type=int, help="Model parameters (default: ResNet-50 TSM, 400 classes).")
+@click.option("--fusion-bytes", type=int, help="Horovod fusion buffer (default: the profile's threshold).")
+@click.option("--compare-paper", is_flag=True, help="Add the paper's Table 3 times and the deviation.")
+@click.option("--png", metavar="FILE", help="Also plot time-to-train and efficiency to this PNG.")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+def scaling_cmd(state: State, nodes_list: str, single_node_hours: float, per_node_batch: int, epochs: int,
+                train_clips: Optional[int], params: Optional[int], fusion_bytes: Optional[int], compare_paper: bool,
+                png: Optional[str], as_json: bool) -> None:
+    """Project time-to-train and scaling efficiency over node counts.
+
+    Weak scaling from one node's measured time, plus the paper's communication
+    model per iteration (latency + bytes / bandwidth for a ring allreduce of
+    the fp32 gradients, over the profile's network figures).
+    """
+    from summit_jobs import simulate
+    try:
+        counts = sorted({int(x) for x in nodes_list.split(",") if x.strip()})
+    except ValueError:
+        raise UserError(f"--nodes-list {nodes_list!r} must be whole numbers separated by commas.") from None
+    if not counts or counts[0] < 1:
+        raise UserError("--nodes-list needs node counts of at least 1.")
+    rows = simulate.project_scaling(
+        state.profile, counts, single_node_seconds=single_node_hours * 3600, per_node_batch=per_node_batch,
+        epochs=epochs, train_clips=train_clips or simulate.KINETICS_TRAIN_CLIPS,
+        model_params=params or simulate.TSM_R50_PARAMS, fusion_bytes=fusion_bytes)
+    if compare_paper:
+        for r in rows:
+            paper = simulate.PAPER_TABLE3.get(r["nodes"])
+            if paper:
+                r["paper_seconds"] = paper
+                r["deviation"] = r["seconds"] / paper - 1
+    if png:
+        from summit_jobs import plots
+        plots.scaling_plot(rows, png)
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    head = f"{'nodes':>6} {'GPUs':>6} {'batch':>7} {'time to train':>15} {'efficiency':>10}"
+    if compare_paper:
+        head += f" {'paper':>15} {'deviation':>9}"
+    click.echo(head)
+    for r in rows:
+        line = (f"{r['nodes']:>6,} {r['gpus']:>6,} {r['batch']:>7,} {simulate.hms(r['seconds']):>15} "
+                f"{r['efficiency']:>10.1%}")
+        if compare_paper and "paper_seconds" in r:
+            line += f" {simulate.hms(r['paper_seconds']):>15} {r['deviation']:>+9.1%}"
+        click.echo(line)
+    if png:
+        click.echo(f"plot written to {png}", err=True)

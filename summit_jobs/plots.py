@@ -1,0 +1,52 @@
+"""PNG plots (matplotlib, imported only when a plot is asked for)."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Dict, List
+
+from summit_jobs.errors import UserError
+
+
+def _pyplot():
+    try:
+        import matplotlib
+    except ImportError:
+        raise UserError("plots need matplotlib: pip install 'summit-jobs[plots]'.") from None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def save(fig, path: str) -> None:
+    """Atomic: a half-written PNG never sits under the final name."""
+    p = Path(path)
+    if not p.parent.is_dir():
+        raise UserError(f"cannot write {p}: its folder {p.parent} does not exist.")
+    tmp = p.with_name(f".{p.name}.tmp{os.getpid()}.png")
+    fig.savefig(tmp, dpi=110, bbox_inches="tight")
+    os.replace(tmp, p)
+
+
+def scaling_plot(rows: List[Dict[str, float]], path: str) -> None:
+    plt = _pyplot()
+    nodes = [r["nodes"] for r in rows]
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
+    ax1.loglog(nodes, [r["seconds"] / 60 for r in rows], "o-", label="projected")
+    ideal = rows[0]["seconds"] * rows[0]["nodes"]
+    ax1.loglog(nodes, [ideal / n / 60 for n in nodes], "--", color="grey", label="ideal")
+    paper = [(r["nodes"], r["paper_seconds"] / 60) for r in rows if "paper_seconds" in r]
+    if paper:
+        ax1.loglog(*zip(*paper), "s", color="black", label="paper, Table 3")
+    ax1.set_xlabel("nodes")
+    ax1.set_ylabel("time to train (min)")
+    ax1.legend()
+    ax1.grid(True, which="both", alpha=0.3)
+    ax2.semilogx(nodes, [100 * r["efficiency"] for r in rows], "o-")
+    ax2.set_xlabel("nodes")
+    ax2.set_ylabel("scaling efficiency (%)")
+    ax2.set_ylim(0, 105)
+    ax2.grid(True, which="both", alpha=0.3)
+    fig.suptitle("Projected scaling")
+    save(fig, path)
+    plt.close(fig)
