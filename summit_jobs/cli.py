@@ -158,6 +158,19 @@ def _job_options(f):
         click.option("--engine", type=click.Choice(["horovod", "ddp"]), help="Gradient exchange engine."),
         click.option("--arch", help="Backbone (resnet50, resnet18, ...). Default: the profile's recipe."),
         click.option("--num-classes", type=int, help="Classes of the dataset. Default: the recipe's."),
+        click.option("--schedule", type=click.Choice(["standard", "multigrid"]), default="standard",
+                     show_default=True, help="Training schedule: the recipe's, or multigrid (variable shapes)."),
+        click.option("--short-cycle", is_flag=True, help="Multigrid: add the per-iteration short cycle."),
+        click.option("--optimizer", type=click.Choice(["sgd", "lars", "adam"]), default="sgd", show_default=True,
+                     help="LARS for very large batches (BN parameters and biases excluded)."),
+        click.option("--optimizer-sync", type=click.Choice(["sync", "aavg"]), default="sync", show_default=True,
+                     help="Synchronous SGD, or AAVG model averaging with adaptive batch size."),
+        click.option("--avg-interval", type=int, default=-1, show_default=True,
+                     help="AAVG: local steps between averaging rounds (-1: once per epoch)."),
+        click.option("--compression", type=click.Choice(["none", "fp16", "bf16"]), default="none",
+                     show_default=True, help="Gradient compression for the allreduce (bf16: DDP only)."),
+        click.option("--fusion-threshold", type=int, metavar="BYTES",
+                     help="Horovod tensor-fusion buffer (HOROVOD_FUSION_THRESHOLD). Default: the profile's."),
         click.option("--chain", type=int, default=1, show_default=True,
                      help="Submit this many jobs, each depending on ended() of the previous and resuming "
                           "from the run's latest checkpoint."),
@@ -225,7 +238,11 @@ def build_job(state: State, kw: dict, *, accum_steps: int = 1, virtual_nodes: Op
         warmup_epochs=kw.get("warmup_epochs"), engine=kw.get("engine"), arch=kw.get("arch"),
         num_classes=kw.get("num_classes"), chain=kw["chain"], accum_steps=accum_steps, quota_nodes=quota,
         python=python, warning_minutes=kw.get("warning_minutes"), trainer_args=tuple(kw.get("trainer_args") or ()),
-        virtual_nodes=virtual_nodes,
+        virtual_nodes=virtual_nodes, schedule=kw.get("schedule", "standard"),
+        short_cycle=kw.get("short_cycle", False), optimizer=kw.get("optimizer", "sgd"),
+        optimizer_sync=kw.get("optimizer_sync", "sync"), avg_interval=kw.get("avg_interval", -1),
+        compression=kw.get("compression", "none"), fusion_threshold=kw.get("fusion_threshold"),
+        train_clips=kw.get("train_clips"),
     )
     plan = plan_mod.make_plan(profile, opts)
     script = render.render(plan, kw.get("template_dir") or state.config.template_dir)

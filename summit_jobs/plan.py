@@ -48,6 +48,16 @@ class JobOptions:
     trainer_args: Tuple[str, ...] = ()
     #: Set by simulate: the node count whose optimisation this job reproduces.
     virtual_nodes: Optional[int] = None
+    #: Methods of the seed papers (trainer options).
+    schedule: str = "standard"
+    short_cycle: bool = False
+    optimizer: str = "sgd"
+    optimizer_sync: str = "sync"
+    avg_interval: int = -1
+    compression: str = "none"
+    fusion_threshold: Optional[int] = None
+    #: Training clips per epoch, for the multigrid schedule in the summary.
+    train_clips: Optional[int] = None
 
 
 @dataclass(frozen=True)
@@ -115,6 +125,12 @@ class Plan:
     epochs: int
     warmup_epochs: float
     trainer_argv: Tuple[str, ...]
+    schedule: str = "standard"
+    optimizer: str = "sgd"
+    optimizer_sync: str = "sync"
+    avg_interval: int = -1
+    compression: str = "none"
+    multigrid: Tuple[Dict[str, object], ...] = ()
     complete_marker: str = COMPLETE_MARKER
 
     def summary(self) -> Dict[str, object]:
@@ -135,6 +151,12 @@ class Plan:
         if self.staging:
             out["data"] = self.staging.manifest
             out["stage_policy"] = self.staging.policy
+        out.update(schedule=self.schedule, optimizer=self.optimizer, optimizer_sync=self.optimizer_sync,
+                   compression=self.compression, fusion_threshold=self.variables.get("HOROVOD_FUSION_THRESHOLD"))
+        if self.optimizer_sync == "aavg":
+            out["avg_interval"] = self.avg_interval
+        if self.multigrid:
+            out["multigrid"] = list(self.multigrid)
         return out
 
     def to_dict(self) -> Dict[str, object]:
@@ -325,6 +347,45 @@ def make_plan(profile: Profile, opts: JobOptions) -> Plan:
     if engine not in ("horovod", "ddp"):
         raise UserError(f"engine {engine!r} is not known: use 'horovod' (the paper's) or 'ddp' (torch.distributed).")
 
+    # Methods: checked here so that a bad combination never reaches a compute node.
+    choices = {"schedule": ("standard", "multigrid"), "optimizer": ("sgd", "lars", "adam"),
+               "optimizer_sync": ("sync", "aavg"), "compression": ("none", "fp16", "bf16")}
+    for name, allowed in choices.items():
+        if getattr(opts, name) not in allowed:
+            raise UserError(f"--{name.replace('_', '-')} {getattr(opts, name)!r} is not known: use one of "
+                            f"{', '.join(allowed)}.")
+    if opts.optimizer_sync == "aavg":
+        if accum > 1:
+            raise UserError("AAVG model averaging (--optimizer-sync aavg) cannot be combined with exact "
+                            "accumulation (simulate): averaging learners is not the synchronous V-node run. "
+                            "Use --optimizer-sync sync with simulate.")
+        if opts.avg_interval == 0 or opts.avg_interval < -1:
+            raise UserError(f"--avg-interval {opts.avg_interval} must be a number of local steps >= 1, or -1 "
+                            "(average once per epoch).")
+    if opts.compression == "bf16" and engine == "horovod":
+        raise UserError("bf16 gradient compression is a torch.distributed hook; Horovod offers fp16 only. "
+                        "Use --compression fp16, or --engine ddp.")
+    variables = dict(profile.environment.variables)
+    if opts.fusion_threshold is not None:
+        if opts.fusion_threshold < 0:
+            raise UserError(f"--fusion-threshold {opts.fusion_threshold} must be a byte count >= 0 (0 disables "
+                            "tensor fusion).")
+        variables["HOROVOD_FUSION_THRESHOLD"] = str(opts.fusion_threshold)
+    multigrid: Tuple[Dict[str, object], ...] = ()
+    if opts.schedule == "multigrid":
+        from trainer import multigrid as mg  # torch-free
+        segments = opts.num_segments or recipe.num_segments
+        stages = sorted({0, int(epochs * 0.4), int(epochs * 0.8)})
+        if epochs < 3 or len(stages) < 2 or stages[-1] >= epochs:
+            raise UserError(f"a multigrid schedule needs at least 3 epochs (it has LR stages at 40% and 80% of "
+                            f"the run and a final phase); {epochs} were asked for.")
+        phases = mg.schedule(epochs=epochs, stages=stages, frames=segments, size=224,
+                             clips_per_epoch=opts.train_clips or 240_000, base_batch=global_batch,
+                             short_cycle=opts.short_cycle)
+        multigrid = tuple({"stage": p.stage, "cycle": p.cycle, "frames": p.frames, "size": p.size,
+                           "batch_mult": p.batch_mult, "lr_mult": p.lr_mult, "iterations": p.iterations}
+                          for p in phases)
+
     python = opts.python or profile.environment.python
     argv = [
         python, "-m", "trainer",
@@ -343,6 +404,14 @@ def make_plan(profile: Profile, opts: JobOptions) -> Plan:
     ]
     if staging:
         argv += ["--data", staging.nvme_data_dir]
+    if opts.schedule != "standard":
+        argv += ["--schedule", opts.schedule] + (["--short-cycle"] if opts.short_cycle else [])
+    if opts.optimizer != "sgd":
+        argv += ["--optimizer", opts.optimizer]
+    if opts.optimizer_sync != "sync":
+        argv += ["--optimizer-sync", opts.optimizer_sync, "--avg-interval", str(opts.avg_interval)]
+    if opts.compression != "none":
+        argv += ["--compression", opts.compression]
     argv += list(opts.trainer_args)
 
     return Plan(
@@ -353,11 +422,13 @@ def make_plan(profile: Profile, opts: JobOptions) -> Plan:
         account=account or None, job_name=opts.job_name, run_dir=opts.run_dir, chain=opts.chain,
         warning_signal="USR2", warning_minutes=warn, submit_mode=profile.scheduler.submit_mode,
         python=python, modules=profile.environment.modules, setup=profile.environment.setup,
-        variables=dict(profile.environment.variables), smpiargs=profile.launcher.smpiargs,
+        variables=variables, smpiargs=profile.launcher.smpiargs,
         nvme_path=node.nvme_path, staging=staging, engine=engine, clips_per_gpu=clips,
         accum_steps=accum, virtual_nodes=virtual_nodes, virtual_ranks=virtual_ranks,
         global_batch=global_batch, lr=lr, epochs=epochs, warmup_epochs=float(warmup),
-        trainer_argv=tuple(argv),
+        trainer_argv=tuple(argv), schedule=opts.schedule, optimizer=opts.optimizer,
+        optimizer_sync=opts.optimizer_sync, avg_interval=opts.avg_interval, compression=opts.compression,
+        multigrid=multigrid,
     )
 
 
@@ -377,4 +448,19 @@ def describe(plan: Plan) -> str:
         lines.append(f"reproduces a {plan.virtual_nodes:,}-node run ({plan.virtual_ranks:,} virtual ranks) exactly")
     if plan.staging:
         lines.append(f"stages {plan.staging.manifest} to node-local NVMe ({plan.staging.policy})")
+    methods = [f"optimizer {plan.optimizer}"]
+    if plan.optimizer_sync == "aavg":
+        methods.append(f"AAVG model averaging every {plan.avg_interval if plan.avg_interval > 0 else 'epoch'}"
+                       + (" steps" if plan.avg_interval > 0 else ""))
+    if plan.compression != "none":
+        methods.append(f"{plan.compression} gradient compression")
+    if "HOROVOD_FUSION_THRESHOLD" in plan.variables:
+        methods.append(f"fusion buffer {int(plan.variables['HOROVOD_FUSION_THRESHOLD']):,} bytes")
+    lines.append(", ".join(methods))
+    if plan.multigrid:
+        lines.append("multigrid schedule (stage, cycle, frames x size, batch x, LR x, iterations):")
+        for p in plan.multigrid:
+            cyc = "final" if p["cycle"] < 0 else p["cycle"]
+            lines.append(f"  {p['stage']} {cyc}: {p['frames']} x {p['size']}, batch x{p['batch_mult']:g}, "
+                         f"LR x{p['lr_mult']:g}, {p['iterations']:,} iterations")
     return "\n".join(lines)

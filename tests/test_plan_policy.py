@@ -194,3 +194,39 @@ def test_accumulation_keeps_virtual_optimisation(summit):
 def test_other_bad_options(summit, kw, needle):
     with pytest.raises(UserError, match=needle):
         make_plan(summit, opts(**kw))
+
+
+def test_methods_reach_the_trainer_and_the_environment(summit):
+    plan = make_plan(summit, opts(nodes=16, schedule="multigrid", short_cycle=True, optimizer="lars",
+                                  compression="fp16", fusion_threshold=67108864))
+    argv = list(plan.trainer_argv)
+    assert argv[argv.index("--schedule") + 1] == "multigrid" and "--short-cycle" in argv
+    assert argv[argv.index("--optimizer") + 1] == "lars" and argv[argv.index("--compression") + 1] == "fp16"
+    assert plan.variables["HOROVOD_FUSION_THRESHOLD"] == "67108864"
+    assert [p["batch_mult"] for p in plan.multigrid[:4]] == [8, 4, 2, 1]
+    assert plan.multigrid[-1]["cycle"] == -1
+    assert plan.summary()["compression"] == "fp16"
+
+
+def test_aavg_options(summit):
+    plan = make_plan(summit, opts(nodes=2, optimizer="adam", optimizer_sync="aavg", avg_interval=20))
+    argv = list(plan.trainer_argv)
+    assert argv[argv.index("--avg-interval") + 1] == "20"
+    with pytest.raises(UserError, match="cannot be combined with exact accumulation"):
+        make_plan(summit, opts(nodes=2, optimizer_sync="aavg", accum_steps=2, virtual_nodes=4))
+    for bad in (0, -2):
+        with pytest.raises(UserError, match="--avg-interval"):
+            make_plan(summit, opts(nodes=2, optimizer_sync="aavg", avg_interval=bad))
+
+
+def test_compression_engine_rules(summit):
+    with pytest.raises(UserError, match="Horovod offers fp16 only"):
+        make_plan(summit, opts(nodes=2, compression="bf16"))
+    assert make_plan(summit, opts(nodes=2, compression="bf16", engine="ddp")).compression == "bf16"
+    with pytest.raises(UserError, match="--fusion-threshold"):
+        make_plan(summit, opts(nodes=2, fusion_threshold=-1))
+
+
+def test_multigrid_needs_epochs(summit):
+    with pytest.raises(UserError, match="at least 3 epochs"):
+        make_plan(summit, opts(nodes=2, schedule="multigrid", epochs=2))
