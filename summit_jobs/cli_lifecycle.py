@@ -1,2 +1,284 @@
-"""CLI commands of the job lifecycle: status, cancel, logs (submit lives in cli.py)."""
+"""CLI commands of the job lifecycle: status, cancel, logs (submit lives in cli.py).
+
+A job is named by its run (directory path or name, as printed by submit) or by
+its job id. Runs remember their host, so these commands reach the same login
+node (one SSH connection per invocation) without repeating options.
+
+Status asks bjobs for all jobs of a host in one batched ``-json`` call, then
+reads each job's ``exitcode.<id>`` file in the run directory: that file, not
+bjobs, says how a job ended. A job that has dropped out of bjobs without such a
+file is shown as UNKNOWN, never as done.
+"""
+from __future__ import annotations
+
+import json
+import os
+import posixpath
+import sys
+import time
+from typing import Dict, List, Optional, Tuple
+
+import click
+
 from summit_jobs.cli import State, cli  # noqa: F401
+from summit_jobs.errors import UserError
+
+FINAL = ("DONE", "EXIT", "UNKNOWN")
+RECENT_RUNS = 20
+
+
+def _targets(state: State, target: Optional[str]) -> List[Tuple[Optional[Dict], List[str]]]:
+    """(run record or None, job ids) pairs for TARGET, or for the most recent runs without one."""
+    from summit_jobs import runs
+    if not target:
+        records = runs.indexed()[-RECENT_RUNS:]
+        if not records:
+            raise UserError("no runs recorded yet on this machine; submit one with `summit-jobs submit`, or "
+                            "name a job id.")
+        return [(r, [str(j) for j in r.get("job_ids") or []]) for r in records]
+    found = runs.find(target)
+    if found:
+        if target.isdigit():
+            return [(r, [target]) for r in found[-1:]]
+        if len(found) > 1:
+            where = "; ".join(f"{r.get('host')}:{r.get('run_dir')}" for r in found)
+            raise UserError(f"{len(found)} runs are named {target!r} ({where}); give the run directory instead.")
+        return [(found[0], [str(j) for j in found[0].get("job_ids") or []])]
+    if target.isdigit():
+        return [(None, [target])]
+    known = ", ".join(sorted({str(r.get('name')) for r in runs.indexed()})[-10:]) or "none"
+    raise UserError(f"no run named {target!r} and no run directory there. Give a run directory, a run name "
+                    f"(recent: {known}) or a job id.")
+
+
+def _host_key(record: Optional[Dict]) -> str:
+    ssh = (record or {}).get("ssh")
+    if not ssh:
+        return "local"
+    return f"{ssh.get('user')}@{ssh['host']}:{ssh.get('port')}"
+
+
+class _Hosts:
+    """One host object (one SSH connection) per distinct host for this invocation."""
+
+    def __init__(self, state: State):
+        self.state = state
+        self.open: Dict[str, object] = {}
+
+    def get(self, record: Optional[Dict]):
+        from summit_jobs import hosts
+        key = _host_key(record)
+        if key not in self.open:
+            if record is None:
+                self.open[key] = hosts.for_profile(self.state.profile, self.state.ssh_options)
+            else:
+                self.open[key] = hosts.from_record(record, self.state.ssh_options)
+        return self.open[key]
+
+    def close(self) -> None:
+        for h in self.open.values():
+            h.close()
+
+
+def _join(host, *parts: str) -> str:
+    return (posixpath.join if host.is_remote else os.path.join)(*parts)
+
+
+def _bjobs(host, ids: List[str]):
+    from summit_jobs import lsf
+    found: Dict[str, object] = {}
+    missing: List[str] = []
+    for batch in lsf.batches(ids):
+        res = host.run(lsf.bjobs_argv(batch))
+        if not res.stdout.strip():
+            raise UserError(f"bjobs on {host.label} failed (exit {res.rc}):\n{res.text}")
+        f, m = lsf.parse_bjobs_json(res.stdout)
+        found.update(f)
+        missing += m
+    return found, missing
+
+
+def collect(state: State, pairs, hosts_: _Hosts) -> List[Dict[str, object]]:
+    """One row per job: bjobs' view corrected by the exit-code files."""
+    groups: Dict[str, List[Tuple[Optional[Dict], str]]] = {}
+    for record, ids in pairs:
+        for jid in ids:
+            groups.setdefault(_host_key(record), []).append((record, jid))
+    rows = []
+    for key, items in groups.items():
+        host = hosts_.get(items[0][0])
+        found, _missing = _bjobs(host, [jid for _, jid in items])
+        for record, jid in items:
+            st = found.get(jid)
+            code: Optional[int] = None
+            if record is not None:
+                text = host.read_text(_join(host, str(record["run_dir"]), f"exitcode.{jid}"))
+                if text is not None and text.strip().lstrip("-").isdigit():
+                    code = int(text.strip())
+            row = {"run": (record or {}).get("name", "-"), "job_id": jid, "host": host.label,
+                   "run_dir": (record or {}).get("run_dir"), "exit_code": code, "source": "exit-code file"}
+            if st is not None:
+                row["state"] = st.state
+                row["reason"] = st.reason
+                if st.finished:
+                    if code is None:
+                        row["exit_code"] = st.exit_code
+                        row["source"] = "bjobs"
+                    else:
+                        row["state"] = "DONE" if code == 0 else "EXIT"
+                elif code is None:
+                    row["source"] = "bjobs"
+            elif code is not None:
+                row["state"] = "DONE" if code == 0 else "EXIT"
+                row["reason"] = f"gone from bjobs; exit-code file says {code}"
+            else:
+                row["state"] = "UNKNOWN"
+                row["reason"] = ("gone from bjobs and no exit-code file: the job did not finish normally "
+                                 "(killed, or never started); check its output with `summit-jobs logs`")
+                row["source"] = "none"
+            rows.append(row)
+    return rows
+
+
+def _table(rows: List[Dict[str, object]]) -> str:
+    head = ["RUN", "JOBID", "STATE", "EXIT", "INFO"]
+    body = [[str(r["run"]), str(r["job_id"]), str(r["state"]),
+             "" if r.get("exit_code") is None else str(r["exit_code"]), str(r.get("reason") or "")] for r in rows]
+    widths = [max(len(h), *(len(b[i]) for b in body)) if body else len(h) for i, h in enumerate(head)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(head, widths)).rstrip()]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(b, widths)).rstrip() for b in body]
+    return "\n".join(lines)
+
+
+@cli.command("status")
+@click.argument("target", required=False, metavar="[RUN|JOBID]")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per job instead of the table.")
+@click.option("--watch", is_flag=True,
+              help="Repeat until every job has ended; print the table when it changes. Exit status 0 when "
+                   "all jobs are DONE, 1 otherwise.")
+@click.option("--interval", type=float, default=10.0, show_default=True, metavar="SECONDS",
+              help="Seconds between checks with --watch (keep it polite on a shared login node).")
+@click.pass_obj
+def status_cmd(state: State, target: Optional[str], as_json: bool, watch: bool, interval: float) -> None:
+    """Show the state of a run's jobs (or of the recent runs).
+
+    \b
+    States are LSF's (PEND, RUN, DONE, EXIT, ...). A finished job's exit code
+    comes from the exit-code file the job script writes in the run directory;
+    a job that LSF no longer lists and that left no such file is UNKNOWN.
+    """
+    pairs = _targets(state, target)
+    hosts_ = _Hosts(state)
+    last = None
+    try:
+        while True:
+            rows = collect(state, pairs, hosts_)
+            text = json.dumps(rows, indent=2) if as_json else _table(rows)
+            if text != last:
+                if watch and not as_json:
+                    click.echo(time.strftime("%H:%M:%S"))
+                click.echo(text)
+                last = text
+            if not watch or all(r["state"] in FINAL for r in rows):
+                break
+            time.sleep(max(0.2, interval))
+    except KeyboardInterrupt:
+        sys.exit(130)
+    finally:
+        hosts_.close()
+    if watch and not all(r["state"] == "DONE" for r in rows):
+        sys.exit(1)
+
+
+@cli.command("cancel")
+@click.argument("target", metavar="RUN|JOBID")
+@click.pass_obj
+def cancel_cmd(state: State, target: str) -> None:
+    """Kill a run's jobs (all links of a chain) or one job.
+
+    The last links of a chain are killed first, so that killing a running link
+    does not release the next one. Jobs that already finished are fine.
+    """
+    from summit_jobs import lsf
+    pairs = _targets(state, target)
+    hosts_ = _Hosts(state)
+    try:
+        for record, ids in pairs:
+            host = hosts_.get(record)
+            order = list(reversed(ids))
+            res = host.run(lsf.bkill_argv(order))
+            outcome = lsf.bkill_outcome(res.text)
+            unknown = [j for j in order if j not in outcome]
+            if unknown:
+                raise UserError(f"bkill on {host.label} gave an answer this tool cannot read for job(s) "
+                                f"{', '.join(unknown)} (exit {res.rc}):\n{res.text}")
+            for jid in ids:
+                word = {"terminating": "being killed", "finished": "had already finished",
+                        "not found": "is not known to LSF any more"}[outcome[jid]]
+                click.echo(f"job {jid}: {word}")
+    finally:
+        hosts_.close()
+
+
+def _outputs(host, record: Dict, job_id: str) -> List[str]:
+    from summit_jobs import runs
+    script = host.read_text(_join(host, str(record["run_dir"]), runs.SCRIPT)) or ""
+    return [_join(host, str(record["run_dir"]), f) for f in runs.output_files(script, job_id)]
+
+
+@cli.command("logs")
+@click.argument("target", metavar="RUN|JOBID")
+@click.option("--follow", "-f", is_flag=True,
+              help="Keep printing new output until the job (every link of a chain) has ended.")
+@click.option("--interval", type=float, default=2.0, show_default=True, metavar="SECONDS",
+              help="Seconds between reads with --follow.")
+@click.pass_obj
+def logs_cmd(state: State, target: str, follow: bool, interval: float) -> None:
+    """Print a run's job output (the -o and -e files), locally or over SSH.
+
+    Each file is introduced by a '==> FILE <==' line on stderr. With --follow
+    it works like `tail -f` and moves on to the next link of a chain.
+    """
+    pairs = [(r, ids) for r, ids in _targets(state, target)]
+    if any(r is None for r, _ in pairs):
+        raise UserError(f"job {target} belongs to no run recorded here, so its output files are unknown; "
+                        "give the run directory or name instead.")
+    hosts_ = _Hosts(state)
+    try:
+        for record, ids in pairs:
+            host = hosts_.get(record)
+            for jid in ids:
+                files = _outputs(host, record, jid)
+                if not follow:
+                    for path in files:
+                        data = host.read_from(path, 0)
+                        if data is None:
+                            continue
+                        click.echo(f"==> {path} <==", err=True)
+                        click.echo(data.decode("utf-8", "replace"), nl=False)
+                    continue
+                _follow(state, hosts_, record, jid, files, interval)
+    except KeyboardInterrupt:
+        sys.exit(130)
+    finally:
+        hosts_.close()
+
+
+def _follow(state: State, hosts_: _Hosts, record: Dict, jid: str, files: List[str], interval: float) -> None:
+    host = hosts_.get(record)
+    offsets = {p: 0 for p in files}
+    announced = set()
+    while True:
+        finished = collect(state, [(record, [jid])], hosts_)[0]["state"] in FINAL
+        for path in files:
+            data = host.read_from(path, offsets[path])
+            if data:
+                if path not in announced:
+                    click.echo(f"==> {path} <==", err=True)
+                    announced.add(path)
+                offsets[path] += len(data)
+                sys.stdout.write(data.decode("utf-8", "replace"))
+                sys.stdout.flush()
+        if finished:
+            return
+        time.sleep(max(0.1, interval))

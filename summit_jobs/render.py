@@ -29,6 +29,8 @@ def _environment(template_dir: Optional[str]) -> jinja2.Environment:
         bytecode_cache=_bytecode_cache(),
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
         autoescape=False,
     )
     env.filters["q"] = lambda value: shlex.quote(str(value))
@@ -60,13 +62,9 @@ def render(plan: Plan, template_dir: Optional[str] = None) -> str:
     except jinja2.TemplateError as exc:
         where = getattr(exc, "filename", None) or template_dir or "shipped templates"
         raise UserError(f"template error in {where}: {exc}") from None
-    # Collapse runs of blank lines left by optional partials.
-    lines = []
-    for line in text.splitlines():
-        if line.strip() == "" and lines and lines[-1].strip() == "":
-            continue
-        lines.append(line.rstrip())
-    return "\n".join(lines).rstrip() + "\n"
+    # No line-by-line clean-up here: a quoted trainer argument may hold newlines or
+    # trailing spaces, and it must reach the trainer byte for byte.
+    return text
 
 
 def directives(script: str) -> Iterable[str]:

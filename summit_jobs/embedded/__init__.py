@@ -1,1 +1,25 @@
-"""The embedded single-machine LSF: bsub, bjobs, bkill and jsrun for the ``local`` profile."""
+"""The embedded single-machine LSF: bsub, bjobs, bkill and jsrun for the ``local`` profile.
+
+This machine pretends to be a small LSF cluster: ``SUMMIT_JOBS_LSF_NODES``
+virtual nodes (``vnode01``...), each with ``SUMMIT_JOBS_LSF_CORES`` cores and
+an NVMe folder of its own, plus a launch node ``batch1`` listed first in
+LSB_HOSTS / LSB_MCPU_HOSTS as on Summit. Jobs run for real: each job gets a
+detached supervisor process (supervisor.py) that keeps it PEND until its
+``-w`` dependency holds and nodes are free, runs the script, delivers the
+``-wa`` warning signal and enforces ``-W``. jsrun starts real rank processes.
+
+The commands are small shims in ``bin/`` that run these modules with
+``$SUMMIT_JOBS_PYTHON``. They are put on PATH only for the embedded LSF's own
+jobs and for the host layer's subprocesses (summit_jobs.hosts), never on a
+user's PATH. To reach the embedded LSF over SSH (as the tests do), the remote
+session needs ``bin/`` on PATH and SUMMIT_JOBS_PYTHON set, e.g. through
+``environment="..."`` options of the authorized key with
+``PermitUserEnvironment yes``, just as a real login node has LSF on PATH.
+
+State lives in ``SUMMIT_JOBS_LSF_HOME`` under a file lock; all settings
+(time scale SUMMIT_JOBS_LSF_MINUTE for fast tests, kill grace, clean period)
+are described in state.py. Known differences from IBM LSF: ``bsub command``
+runs the command without a shell; no fair-share or backfill (first come,
+first served at the lock); virtual nodes have no GPUs (``jsrun -g`` > 0 is
+refused); the NVMe folders persist across jobs instead of being trimmed.
+"""

@@ -1,0 +1,78 @@
+"""Embedded ``bkill [-s SIGNAL] ID...``.
+
+Without ``-s`` the job is killed: a pending job ends at once (EXIT), a running
+one gets TERM on its whole process group and KILL after the grace period (the
+job's supervisor does it). ``-s SIG`` only delivers SIG to the job's script.
+Finished jobs get LSF's ``Job has already finished`` and exit status 255, so
+callers must tolerate it.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+from typing import List, Optional
+
+from summit_jobs.embedded import state
+from summit_jobs.embedded.bsub import BsubError, signal_number
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    sig: Optional[int] = None
+    ids: List[int] = []
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if a == "-s" and i + 1 < len(args):
+            try:
+                sig = signal_number(args[i + 1])
+            except BsubError as exc:
+                print(f"bkill: {exc}", file=sys.stderr)
+                return 255
+            i += 2
+            continue
+        if not a.isdigit():
+            print(f"bkill: illegal option or job id {a!r}", file=sys.stderr)
+            return 255
+        ids.append(int(a))
+        i += 1
+    if not ids:
+        print("bkill: give the job id(s) to kill", file=sys.stderr)
+        return 255
+    lsf_home = state.home()
+    rc = 0
+    for jid in ids:
+        with state.locked(lsf_home):
+            job = state.load_job(lsf_home, jid)
+            if job is None:
+                print(f"Job <{jid}>: No matching job found", file=sys.stderr)
+                rc = 255
+                continue
+            if job["state"] in state.FINISHED:
+                print(f"Job <{jid}>: Job has already finished", file=sys.stderr)
+                rc = 255
+                continue
+            if sig is not None:
+                if job["state"] != "RUN" or not job.get("pid"):
+                    print(f"Job <{jid}>: Job is not running; signal not sent", file=sys.stderr)
+                    rc = 255
+                    continue
+                try:
+                    os.kill(job["pid"], sig)
+                except ProcessLookupError:
+                    pass
+                print(f"Job <{jid}> is being signaled")
+                continue
+            if job["state"] == "PEND":
+                job.update(state="EXIT", exit_code=None, finish_time=time.time(), pend_reason=None,
+                           exit_reason="TERM_OWNER: job killed by owner", kill_requested=time.time())
+            else:
+                job["kill_requested"] = time.time()
+            state.save_job(lsf_home, job)
+            print(f"Job <{jid}> is being terminated")
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,237 @@
+"""Embedded ``bsub``: accept a job, print LSF's submit line, hand it to a detached supervisor.
+
+``bsub [options] script.lsf [args]`` reads ``#BSUB`` lines from the file (Summit's
+way); ``bsub [options] < script`` reads the script and its ``#BSUB`` lines from
+stdin (most LSF sites). Options on the command line win over ``#BSUB`` lines.
+``bsub [options] command args`` runs the command directly (without a shell,
+unlike LSF which passes it to ``/bin/sh``).
+
+The job is spooled (the script copied into the state folder, as LSF does) so
+that editing the file after submission changes nothing. The job runs in the
+submission folder (``LS_SUBCWD``) with the submission environment, like LSF.
+Jobs without ``-o`` write their output to ``<LSF home>/jobs/<id>/output``.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+from summit_jobs.embedded import state
+from summit_jobs.embedded.deps import DependencyError, parse_dependency
+
+#: Options that take a value, and flags that do not.
+VALUE_OPTS = {"-J", "-q", "-o", "-oo", "-e", "-eo", "-W", "-nnodes", "-P", "-G", "-w", "-wa", "-wt",
+              "-alloc_flags", "-U", "-cwd", "-n", "-R", "-M", "-ln_slots", "-csm"}
+FLAG_OPTS = {"-B", "-N", "-rn", "-r", "-x"}
+QUEUE_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
+DEFAULT_QUEUE = "batch"
+
+
+class BsubError(Exception):
+    pass
+
+
+def parse_options(args: List[str], where: str) -> Tuple[Dict[str, object], List[str]]:
+    """Options up to the first non-option; the rest is the command (or script) and its arguments."""
+    opts: Dict[str, object] = {}
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--":
+            return opts, args[i + 1:]
+        if not arg.startswith("-") or arg == "-":
+            return opts, args[i:]
+        if arg in FLAG_OPTS:
+            opts[arg] = True
+            i += 1
+            continue
+        if arg in VALUE_OPTS:
+            if i + 1 >= len(args):
+                raise BsubError(f"{where}: option {arg} needs a value")
+            opts[arg] = args[i + 1]
+            i += 2
+            continue
+        raise BsubError(f"{where}: illegal option {arg!r}; this embedded bsub knows "
+                        f"{' '.join(sorted(VALUE_OPTS | FLAG_OPTS))}")
+    return opts, []
+
+
+def directives(script: str) -> List[str]:
+    """Arguments of the ``#BSUB`` lines, up to the script's first command (as LSF reads them)."""
+    out: List[str] = []
+    for line in script.splitlines():
+        stripped = line.strip()
+        if not stripped:
+            continue
+        if stripped.startswith("#BSUB"):
+            body = stripped[len("#BSUB"):]
+            try:
+                out += shlex.split(body, comments=False)
+            except ValueError as exc:
+                raise BsubError(f"bad #BSUB line {line!r}: {exc}") from None
+            continue
+        if stripped.startswith("#"):
+            continue
+        break
+    return out
+
+
+def minutes(text: str, what: str) -> int:
+    parts = str(text).split(":")
+    if not (1 <= len(parts) <= 2 and all(p.isdigit() for p in parts)):
+        raise BsubError(f"{what} {text!r}: give [hours:]minutes")
+    value = int(parts[0]) * 60 + int(parts[1]) if len(parts) == 2 else int(parts[0])
+    if value <= 0:
+        raise BsubError(f"{what} {text!r} must be positive")
+    return value
+
+
+def signal_number(name: str) -> int:
+    import signal
+    text = name.upper()
+    if text.isdigit():
+        return int(text)
+    if not text.startswith("SIG"):
+        text = "SIG" + text
+    try:
+        return int(getattr(signal, text))
+    except AttributeError:
+        raise BsubError(f"-wa {name!r} is not a signal name (e.g. USR2)") from None
+
+
+def _user() -> str:
+    import pwd
+    try:
+        return pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:
+        return os.environ.get("USER") or str(os.getuid())
+
+
+def build_job(opts: Dict[str, object], command: List[str], script: Optional[str], lsf_home: Path,
+              job_id: int) -> Dict:
+    cwd = os.getcwd()
+    nodes_total = state.virtual_nodes()
+    nnodes = 1
+    if "-nnodes" in opts:
+        text = str(opts["-nnodes"])
+        if not text.isdigit() or int(text) < 1:
+            raise BsubError(f"-nnodes {text!r} is not a positive whole number")
+        nnodes = int(text)
+    if nnodes > nodes_total:
+        raise BsubError(f"-nnodes {nnodes} is larger than the {nodes_total} virtual nodes of this embedded LSF "
+                        "(SUMMIT_JOBS_LSF_NODES); the job could never start")
+    queue = str(opts.get("-q") or DEFAULT_QUEUE)
+    if not QUEUE_RE.match(queue):
+        raise BsubError(f"queue {queue!r} is not a valid queue name")
+    scale = state.seconds_per_minute()
+    limit_min = minutes(str(opts["-W"]), "-W") if "-W" in opts else None
+    warn_sig = signal_number(str(opts["-wa"])) if "-wa" in opts else None
+    warn_min = minutes(str(opts["-wt"]), "-wt") if "-wt" in opts else None
+    if (warn_sig is None) != (warn_min is None):
+        raise BsubError("-wa and -wt go together: the signal and the minutes before the run limit")
+    dependency = str(opts["-w"]).strip() if "-w" in opts else None
+    if dependency:
+        try:
+            terms = parse_dependency(dependency)
+        except DependencyError as exc:
+            raise BsubError(f"dependency condition syntax error: {exc}") from None
+        for _kind, dep_id in terms:
+            if state.load_job(lsf_home, dep_id) is None:
+                raise BsubError(f"dependency on job <{dep_id}>: no matching job found")
+
+    def out_path(key: str) -> Optional[str]:
+        value = opts.get(key)
+        if value is None:
+            return None
+        text = str(value).replace("%J", str(job_id)).replace("%I", "0")
+        return os.path.join(cwd, text)
+
+    out = out_path("-oo") or out_path("-o")
+    err = out_path("-eo") or out_path("-e")
+    return {
+        "id": job_id, "name": str(opts.get("-J") or (command[0] if command else "STDIN")),
+        "queue": queue, "queue_given": "-q" in opts, "project": opts.get("-P") or opts.get("-G"),
+        "nnodes": nnodes, "nodes_total": nodes_total, "cores": state.cores_per_node(),
+        "limit_minutes": limit_min, "limit_s": limit_min * scale if limit_min else None,
+        "warn_signal": warn_sig, "warn_s": warn_min * scale if warn_min else None,
+        "dependency": dependency, "subcwd": cwd, "out": out, "err": err,
+        "out_overwrite": "-oo" in opts, "err_overwrite": "-eo" in opts,
+        "command": command, "is_script": script is not None, "alloc_flags": opts.get("-alloc_flags"),
+        "state": "PEND", "pend_reason": "New job is waiting for scheduling",
+        "submit_time": time.time(), "start_time": None, "finish_time": None, "hosts": [],
+        "pid": None, "exit_code": None, "exit_reason": None, "kill_requested": None,
+        "warning_sent": None, "supervisor_pid": None,
+        "user": _user(),
+        "from_host": os.uname().nodename.split(".")[0],
+        "kill_grace": state.kill_grace(),
+    }
+
+
+def _text_file(path: str) -> bool:
+    """A job script (read for #BSUB lines and spooled) versus a program to run as the command."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(4096)
+        head.decode("utf-8")
+    except (OSError, UnicodeDecodeError):
+        return False
+    return b"\0" not in head
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        cmd_opts, rest = parse_options(args, "bsub")
+        script: Optional[str] = None
+        command: List[str] = []
+        if rest and os.path.isfile(rest[0]) and _text_file(rest[0]):
+            # Bytes, not text mode: universal newlines would turn a quoted "\r" into "\n".
+            script = Path(rest[0]).read_bytes().decode("utf-8", "surrogateescape")
+            command = rest[1:]
+        elif rest:
+            command = rest
+        else:
+            if sys.stdin is None or sys.stdin.isatty():
+                raise BsubError("no job: give a script file, a command, or the script on stdin")
+            script = sys.stdin.buffer.read().decode("utf-8", "surrogateescape")
+            if not script.strip():
+                raise BsubError("the script on stdin is empty")
+        opts: Dict[str, object] = {}
+        if script is not None:
+            opts, _ = parse_options(directives(script), "#BSUB")
+        opts.update(cmd_opts)
+        lsf_home = state.home()
+        with state.locked(lsf_home):
+            job_id = state.next_job_id(lsf_home)
+            job = build_job(opts, command, script, lsf_home, job_id)
+            jdir = state.job_dir(lsf_home, job_id)
+            jdir.mkdir(parents=True, exist_ok=True)
+            if script is not None:
+                (jdir / "script").write_bytes(script.encode("utf-8", "surrogateescape"))
+            state.write_json(jdir / "env.json", dict(os.environ))
+            state.save_job(lsf_home, job)
+            log = open(jdir / "supervisor.log", "ab")
+            try:
+                proc = subprocess.Popen(
+                    [sys.executable, "-m", "summit_jobs.embedded.supervisor", str(lsf_home), str(job_id)],
+                    stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, close_fds=True)
+            finally:
+                log.close()
+            job["supervisor_pid"] = proc.pid
+            state.save_job(lsf_home, job)
+    except BsubError as exc:
+        print(f"{exc}. Job not submitted.", file=sys.stderr)
+        return 255
+    where = f"queue <{job['queue']}>" if job["queue_given"] else f"default queue <{job['queue']}>"
+    print(f"Job <{job_id}> is submitted to {where}.")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,188 @@
+"""One detached supervisor process per embedded-LSF job: waits, starts, watches, ends it.
+
+bsub starts it in a session of its own (so an SSH disconnect or the caller's
+Ctrl-C does not touch it). It keeps the job PEND until its dependency holds and
+enough virtual nodes are free, then runs the script in a new process group
+with LSF's variables, delivers the ``-wa`` signal ``-wt`` minutes before the
+``-W`` limit (to the script's shell, which forwards it to the running jsrun),
+and at the limit, or on bkill, sends TERM to the whole group and KILL after a
+grace period. Polling is fine-grained (0.05-0.1 s) so scaled minutes
+(SUMMIT_JOBS_LSF_MINUTE) of a few seconds stay accurate.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Dict, List, Optional
+
+from summit_jobs.embedded import deps, state
+
+NEVER = "Dependency condition invalid or never satisfied"
+
+
+def _pending(lsf_home: Path, job_id: int) -> Optional[Dict]:
+    """Wait in PEND; return the job (now RUN, hosts allocated) or None if it was killed meanwhile."""
+    last_reason = None
+    while True:
+        with state.locked(lsf_home):
+            jobs = state.all_jobs(lsf_home)
+            job = next((j for j in jobs if j["id"] == job_id), None)
+            if job is None or job["state"] != "PEND":
+                return None
+            reason = None
+            if job.get("dependency"):
+                verdict = deps.evaluate(job["dependency"], deps.states_by_id(jobs))
+                if verdict is None:
+                    reason = f"{NEVER}: {job['dependency']}"
+                elif verdict is False:
+                    reason = f"Job dependency condition not satisfied: {job['dependency']}"
+            if reason is None:
+                busy = {h for j in jobs if j["state"] == "RUN" for h in j["hosts"]}
+                free = [n for n in state.node_names(job["nodes_total"]) if n not in busy]
+                if len(free) >= job["nnodes"]:
+                    job.update(state="RUN", hosts=free[:job["nnodes"]], start_time=time.time(), pend_reason=None)
+                    state.save_job(lsf_home, job)
+                    return job
+                reason = f"Not enough virtual nodes free: {job['nnodes']} needed, {len(free)} free"
+            if reason != last_reason:
+                job["pend_reason"] = reason
+                state.save_job(lsf_home, job)
+                last_reason = reason
+        time.sleep(0.1)
+
+
+def _environment(lsf_home: Path, job: Dict) -> Dict[str, str]:
+    env = json.loads((state.job_dir(lsf_home, job["id"]) / "env.json").read_text())
+    hosts: List[str] = job["hosts"]
+    cores = job["cores"]
+    hostfile = state.job_dir(lsf_home, job["id"]) / "hostfile"
+    slots = [state.LAUNCH_NODE] + [h for h in hosts for _ in range(cores)]
+    hostfile.write_text("\n".join(slots) + "\n")
+    env.update({
+        "LSB_JOBID": str(job["id"]),
+        "LSB_JOBNAME": job["name"],
+        "LSB_QUEUE": job["queue"],
+        "LSB_HOSTS": " ".join(slots),
+        "LSB_MCPU_HOSTS": " ".join([state.LAUNCH_NODE, "1"] + [f"{h} {cores}" for h in hosts]),
+        "LSB_DJOB_HOSTFILE": str(hostfile),
+        "LS_SUBCWD": job["subcwd"],
+        "CSM_ALLOCATION_ID": str(job["id"]),
+        "SUMMIT_JOBS_LSF_HOME": str(lsf_home),
+        "SUMMIT_JOBS_LSF_CORES": str(cores),
+    })
+    return env
+
+
+def _command(lsf_home: Path, job: Dict) -> List[str]:
+    if not job["is_script"]:
+        return list(job["command"])
+    script = state.job_dir(lsf_home, job["id"]) / "script"
+    first = script.read_text().split("\n", 1)[0]
+    if first.startswith("#!"):
+        interp = first[2:].strip().split(None, 1)
+        return interp + [str(script)] + list(job["command"])
+    return ["/bin/sh", str(script)] + list(job["command"])
+
+
+def _open(path: Optional[str], overwrite: bool, fallback: Path):
+    if path:
+        try:
+            return open(path, "wb" if overwrite else "ab")
+        except OSError as exc:
+            with open(fallback, "ab") as fh:
+                fh.write(f"embedded LSF: cannot open {path}: {exc}; output goes here\n".encode())
+    return open(fallback, "ab")
+
+
+def _killpg(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def run(lsf_home: Path, job_id: int) -> int:
+    job = _pending(lsf_home, job_id)
+    if job is None:
+        return 0
+    jdir = state.job_dir(lsf_home, job_id)
+    out = _open(job["out"], job["out_overwrite"], jdir / "output")
+    err = out if not job["err"] else _open(job["err"], job["err_overwrite"], jdir / "output")
+    try:
+        proc = subprocess.Popen(_command(lsf_home, job), cwd=job["subcwd"], env=_environment(lsf_home, job),
+                                stdin=subprocess.DEVNULL, stdout=out, stderr=err, start_new_session=True)
+    except OSError as exc:
+        out.write(f"embedded LSF: cannot start the job: {exc}\n".encode())
+        with state.locked(lsf_home):
+            job = state.load_job(lsf_home, job_id)
+            job.update(state="EXIT", exit_code=127, exit_reason=f"cannot start: {exc}", finish_time=time.time())
+            state.save_job(lsf_home, job)
+        return 0
+    finally:
+        out.close()
+        if err is not out:
+            err.close()
+    with state.locked(lsf_home):
+        job = state.load_job(lsf_home, job_id)
+        job["pid"] = proc.pid
+        state.save_job(lsf_home, job)
+
+    start = job["start_time"]
+    limit = job.get("limit_s")
+    warn_at = (start + max(0.0, limit - job["warn_s"])) if (limit and job.get("warn_signal")) else None
+    kill_reason: Optional[str] = None
+    term_sent_at: Optional[float] = None
+    warned = False
+    last_check = 0.0
+    while proc.poll() is None:
+        now = time.time()
+        if warn_at is not None and not warned and now >= warn_at:
+            try:
+                os.kill(proc.pid, job["warn_signal"])
+            except ProcessLookupError:
+                pass
+            warned = True
+            with state.locked(lsf_home):
+                rec = state.load_job(lsf_home, job_id)
+                rec["warning_sent"] = now
+                state.save_job(lsf_home, rec)
+        if kill_reason is None and limit and now >= start + limit:
+            kill_reason = "TERM_RUNLIMIT: job killed after reaching LSF run time limit"
+        if kill_reason is None and now - last_check >= 0.1:
+            last_check = now
+            rec = state.load_job(lsf_home, job_id)
+            if rec and rec.get("kill_requested"):
+                kill_reason = "TERM_OWNER: job killed by owner"
+        if kill_reason and term_sent_at is None:
+            _killpg(proc.pid, signal.SIGTERM)
+            term_sent_at = now
+        if term_sent_at is not None and now - term_sent_at >= job["kill_grace"]:
+            _killpg(proc.pid, signal.SIGKILL)
+        time.sleep(0.05)
+    rc = proc.returncode
+    code = 128 - rc if rc < 0 else rc
+    # Like LSF, nothing of a job outlives it.
+    _killpg(proc.pid, signal.SIGKILL)
+    with state.locked(lsf_home):
+        rec = state.load_job(lsf_home, job_id)
+        if kill_reason is None and rec.get("kill_requested"):
+            kill_reason = "TERM_OWNER: job killed by owner"
+        rec.update(exit_code=code, finish_time=time.time(),
+                   state="DONE" if code == 0 and kill_reason is None else "EXIT",
+                   exit_reason=kill_reason or (None if code == 0 else f"exited with exit code {code}"))
+        state.save_job(lsf_home, rec)
+    return 0
+
+
+def main() -> int:
+    lsf_home, job_id = Path(sys.argv[1]), int(sys.argv[2])
+    return run(lsf_home, job_id)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,167 @@
+"""Run records: what was submitted, where, with which code, and under which job ids.
+
+Every submission gets a run directory (on the machine that runs the jobs)
+holding ``job.lsf`` (the exact script), ``plan.json``, ``profile.yaml`` (the
+profile as used, overrides included), and ``run.json`` (machine, host, git
+revision of the training code, job ids). The trainer writes its checkpoints
+there too, which is what lets chained jobs resume. A copy of ``run.json`` goes
+into a local index (``$XDG_DATA_HOME/summit-jobs/runs``) so that ``status``,
+``cancel`` and ``logs`` find a run by name or job id from the laptop that
+submitted it. Nothing existing is overwritten without ``--force``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import posixpath
+import subprocess
+import time
+from pathlib import Path
+from typing import Dict, List, Optional
+
+import yaml
+
+from summit_jobs.errors import UserError
+from summit_jobs.hosts import Host
+
+RECORD = "run.json"
+SCRIPT = "job.lsf"
+
+
+def index_dir() -> Path:
+    base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
+    return Path(base) / "summit-jobs" / "runs"
+
+
+def training_code_revision() -> Optional[Dict[str, object]]:
+    """Git revision of the trainer package (found without importing it: no torch here)."""
+    import importlib.util
+    spec = importlib.util.find_spec("trainer")
+    if spec is None or not spec.origin:
+        return None
+    folder = os.path.dirname(spec.origin)
+    try:
+        rev = subprocess.run(["git", "-C", folder, "rev-parse", "HEAD"], capture_output=True, text=True,
+                             timeout=10)
+        if rev.returncode != 0:
+            return None
+        dirty = subprocess.run(["git", "-C", folder, "status", "--porcelain", "--", "."], capture_output=True,
+                               text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return {"commit": rev.stdout.strip(), "dirty": bool(dirty.stdout.strip()), "path": folder}
+
+
+def _index_path(record: Dict[str, object]) -> Path:
+    key = f"{(record.get('ssh') or {}).get('host', '')}:{record['run_dir']}"
+    digest = hashlib.sha1(key.encode()).hexdigest()[:10]
+    return index_dir() / f"{record['name']}-{digest}.json"
+
+
+def _save_index(record: Dict[str, object]) -> None:
+    path = _index_path(record)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp.write_text(json.dumps(record, indent=2))
+    os.replace(tmp, path)
+
+
+def create(host: Host, plan, profile, script: str, *, force: bool, ssh: Optional[Dict[str, object]]) -> Dict:
+    """Make the run directory and write the record files (before anything is submitted)."""
+    run_dir = plan.run_dir
+    join = posixpath.join if host.is_remote else os.path.join
+    previous: List[str] = []
+    if host.exists(join(run_dir, RECORD)) or host.exists(join(run_dir, SCRIPT)):
+        if not force:
+            raise UserError(f"{host.label}:{run_dir} already holds a run. Pick another --run-dir (or let the "
+                            "default name it), or pass --force to submit into it again (its checkpoints are "
+                            "kept and the new jobs resume from them).")
+        old = host.read_text(join(run_dir, RECORD))
+        if old:
+            try:
+                previous = list(json.loads(old).get("job_ids") or [])
+            except ValueError:
+                previous = []
+    try:
+        host.makedirs(run_dir)
+    except OSError as exc:
+        raise UserError(f"cannot create the run directory {host.label}:{run_dir}: {exc.strerror or exc}. "
+                        "Choose a writable --run-dir / --runs-dir.") from None
+    record: Dict[str, object] = {
+        "name": os.path.basename(run_dir.rstrip("/")), "run_dir": run_dir, "machine": profile.name,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "git": training_code_revision(),
+        "host": host.label, "ssh": ssh, "embedded": profile.scheduler.embedded,
+        "virtual_nodes": profile.scheduler.virtual_nodes, "cores": profile.node.cores,
+        "submit_mode": plan.submit_mode, "chain": plan.chain, "job_name": plan.job_name,
+        "job_ids": previous, "previous_job_ids": previous,
+    }
+    host.write_file(join(run_dir, SCRIPT), script, force=force)
+    host.write_file(join(run_dir, "plan.json"), json.dumps(plan.to_dict(), indent=2, default=str), force=force)
+    host.write_file(join(run_dir, "profile.yaml"),
+                    yaml.safe_dump(_plain(dataclasses.asdict(profile)), sort_keys=False), force=force)
+    save(host, record)
+    return record
+
+
+def _plain(value):
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def save(host: Host, record: Dict[str, object]) -> None:
+    """Write run.json on the run's host and refresh the local index."""
+    join = posixpath.join if host.is_remote else os.path.join
+    host.write_file(join(str(record["run_dir"]), RECORD), json.dumps(record, indent=2), force=True)
+    _save_index(record)
+
+
+def indexed() -> List[Dict[str, object]]:
+    out = []
+    d = index_dir()
+    if d.is_dir():
+        for p in sorted(d.glob("*.json")):
+            try:
+                out.append(json.loads(p.read_text()))
+            except ValueError:
+                continue
+    return sorted(out, key=lambda r: str(r.get("created", "")))
+
+
+def find(target: str) -> List[Dict[str, object]]:
+    """Run records matching a run directory, a run name, or a job id (empty list when none)."""
+    local = Path(target).expanduser()
+    if (local / RECORD).is_file():
+        try:
+            rec = json.loads((local / RECORD).read_text())
+        except ValueError:
+            raise UserError(f"{local / RECORD} is not valid JSON; the run record is damaged.") from None
+        if not rec.get("ssh"):
+            rec["run_dir"] = str(local.resolve())
+        return [rec]
+    records = indexed()
+    if target.isdigit():
+        return [r for r in records if target in [str(j) for j in r.get("job_ids") or []]]
+    stripped = target.rstrip("/")
+    return [r for r in records if r.get("name") == stripped or r.get("run_dir") == stripped]
+
+
+def output_files(script: str, job_id: str) -> List[str]:
+    """The -o / -e files (relative to the run directory) a job of ``script`` writes."""
+    from summit_jobs.embedded.bsub import directives, parse_options
+    try:
+        opts, _ = parse_options(directives(script), "#BSUB")
+    except Exception:  # noqa: BLE001 - a hand-edited script: fall back to nothing
+        return []
+    files = []
+    for key in ("-oo", "-o", "-eo", "-e"):
+        value = opts.get(key)
+        if value:
+            name = str(value).replace("%J", str(job_id)).replace("%I", "0")
+            if name not in files:
+                files.append(name)
+    return files

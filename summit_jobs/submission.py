@@ -1,0 +1,96 @@
+"""What ``summit-jobs submit`` does for real: record the run, then bsub the job (or a chain).
+
+A chain of K jobs is K submissions of the same script into the same run
+directory, each with ``-w "ended(<previous id>)"``: a link starts when the one
+before it ends, however it ended, and the trainer resumes from the run's latest
+checkpoint. The script asks for ``-wa USR2 -wt M`` so the trainer checkpoints
+and exits 0 before the run limit; once training is complete the trainer writes
+the COMPLETE marker and later links exit at once with success.
+
+The script is submitted from the run directory, since its ``-o``/``-e`` paths
+are relative to the submission folder.
+"""
+from __future__ import annotations
+
+import json
+import os
+import posixpath
+from typing import Dict, List
+
+import click
+
+from summit_jobs import hosts, lsf, runs
+from summit_jobs.errors import UserError
+
+
+def ssh_options(state) -> Dict[str, object]:
+    return dict(getattr(state, "ssh_options", None) or {})
+
+
+def prepare(state, kw: dict) -> None:
+    """Before planning: over SSH, run directories are paths on the login node, not here.
+
+    The planner makes run directories absolute on this machine, which is only
+    right when the jobs run here; over SSH the parent folder must come from
+    --remote-dir, the profile's ssh.remote_dir or the config's runs_dir, and
+    must be absolute (``~`` would be expanded on the wrong machine).
+    """
+    target = hosts.ssh_target_for(state.profile, ssh_options(state))
+    if target is None:
+        return
+    remote = ssh_options(state).get("remote_dir") or state.profile.ssh.remote_dir
+    if kw.get("run_dir"):
+        chosen, what = kw["run_dir"], "--run-dir"
+    elif kw.get("runs_dir"):
+        chosen, what = kw["runs_dir"], "--runs-dir"
+    elif remote:
+        chosen, what = remote, "--remote-dir (or the profile's ssh.remote_dir)"
+        kw["runs_dir"] = remote
+    elif state.config.runs_dir:
+        chosen, what = state.config.runs_dir, "the config's runs_dir"
+    elif kw.get("dry_run"):
+        return               # a dry run only shows the script; the paths are this machine's
+    else:
+        raise UserError(f"submitting over SSH to {target.label()} needs a folder on that machine for the run "
+                        "directories: pass --remote-dir /ABSOLUTE/PATH (e.g. your scratch folder), or set "
+                        "ssh.remote_dir in the profile or runs_dir in the config file.")
+    if not str(chosen).startswith("/"):
+        raise UserError(f"{what} {chosen!r} must be an absolute path on {target.label()} (no '~' or relative "
+                        "paths: they would be resolved on this machine).")
+
+
+def submit(state, profile, plan, script: str, kw: dict) -> List[str]:
+    """Submit ``plan.chain`` jobs; print the job ids and the run directory; return the ids."""
+    host = hosts.for_profile(profile, ssh_options(state))
+    with host:
+        ssh = host.target.record() if isinstance(host, hosts.SshHost) else None
+        record = runs.create(host, plan, profile, script, force=bool(kw.get("force")), ssh=ssh)
+        join = posixpath.join if host.is_remote else os.path.join
+        script_path = join(plan.run_dir, runs.SCRIPT)
+        ids: List[str] = []
+        queue = plan.queue
+        prev = None
+        for link in range(plan.chain):
+            argv, via_stdin = lsf.bsub_argv(runs.SCRIPT, plan.submit_mode, depends_on=prev)
+            result = host.run(argv, cwd=plan.run_dir, stdin=script if via_stdin else None)
+            if result.rc != 0:
+                done = f" Jobs already submitted for this run: {', '.join(ids)}." if ids else ""
+                raise UserError(f"bsub on {host.label} refused the job (exit {result.rc}):\n{result.text}\n"
+                                f"The script is {script_path}.{done}")
+            job_id, queue = lsf.parse_bsub_output(result.text)
+            ids.append(job_id)
+            record["job_ids"] = list(record.get("job_ids") or []) + [job_id]
+            runs.save(host, record)
+            after = f" after ended({prev})" if prev else ""
+            if plan.chain > 1:
+                click.echo(f"submitted job {job_id}{after} ({link + 1}/{plan.chain})", err=True)
+            prev = job_id
+    if kw.get("as_json"):
+        click.echo(json.dumps({"job_ids": ids, "queue": queue, "run_dir": plan.run_dir, "host": host.label,
+                               "plan": plan.summary()}, indent=2))
+    else:
+        chain = f" (chain of {len(ids)}, each after ended() of the previous)" if len(ids) > 1 else ""
+        click.echo(f"job {' '.join(ids)} submitted to queue {queue} on {host.label}{chain}")
+        click.echo(f"run directory: {plan.run_dir}")
+        click.echo(f"follow it with: summit-jobs status {record['name']} --watch")
+    return ids

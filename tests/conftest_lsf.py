@@ -1,0 +1,128 @@
+"""Shared pieces of the job-lifecycle tests: an isolated embedded LSF, a test program, a template.
+
+Import the fixtures into a test module with ``from conftest_lsf import ...``.
+Time in the embedded LSF is scaled (SUMMIT_JOBS_LSF_MINUTE) so minute-based
+limits take seconds.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable, Dict, List, Optional
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+BIN = REPO / "summit_jobs" / "embedded" / "bin"
+
+#: Prints the rank variables, records argv, optionally sleeps; on USR2 writes a checkpoint marker and exits 0.
+PROGRAM = r'''
+import json, os, signal, sys, time
+keys = ["JSM_NAMESPACE_RANK", "JSM_NAMESPACE_SIZE", "JSM_NAMESPACE_LOCAL_RANK", "OMPI_COMM_WORLD_RANK",
+        "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "PMIX_RANK", "SUMMIT_JOBS_VNODE"]
+rank = os.environ.get("JSM_NAMESPACE_RANK", "x")
+print("RANK " + " ".join(f"{k}={os.environ.get(k)}" for k in keys), flush=True)
+out = os.environ.get("PROG_OUT")
+if out:
+    with open(os.path.join(out, f"argv.{os.environ.get('LSB_JOBID')}.{rank}.json"), "w") as fh:
+        json.dump(sys.argv[1:], fh)
+def on_usr2(signum, frame):
+    with open(f"ckpt.{os.environ.get('LSB_JOBID')}.{rank}", "w") as fh:
+        fh.write("checkpoint\n")
+    print(f"rank {rank}: USR2, checkpoint written", flush=True)
+    sys.exit(0)
+signal.signal(signal.SIGUSR2, on_usr2)
+if os.environ.get("PROG_FAIL_RANK") == rank:
+    sys.exit(3)
+deadline = time.time() + float(os.environ.get("PROG_SLEEP", "0"))
+while time.time() < deadline:
+    time.sleep(0.05)
+'''
+
+
+def lsf_environment(tmp_path: Path, minute: float = 2.0) -> Dict[str, str]:
+    env = dict(os.environ)
+    for k in ("SUMMIT_JOBS_MACHINE", "SUMMIT_JOBS_PROJECT", "SUMMIT_JOBS_CONFIG", "SUMMIT_JOBS_MACHINES_PATH",
+              "SUMMIT_JOBS_HOST", "SSH_AUTH_SOCK", "SUMMIT_JOBS_LSF_NODES", "SUMMIT_JOBS_LSF_CORES"):
+        env.pop(k, None)
+    env.update({
+        "XDG_CONFIG_HOME": str(tmp_path / "xdg-config"),
+        "XDG_DATA_HOME": str(tmp_path / "xdg-data"),
+        "SUMMIT_JOBS_LSF_HOME": str(tmp_path / "lsf"),
+        "SUMMIT_JOBS_LSF_MINUTE": str(minute),
+        "SUMMIT_JOBS_LSF_KILL_GRACE": "1",
+        "SUMMIT_JOBS_PYTHON": sys.executable,
+        "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+    })
+    return env
+
+
+@pytest.fixture
+def lsf_env(tmp_path) -> Dict[str, str]:
+    """Environment for an isolated embedded LSF (own state folder, 1 LSF minute = 2 s)."""
+    return lsf_environment(tmp_path)
+
+
+@pytest.fixture
+def program(tmp_path) -> Path:
+    path = tmp_path / "prog.py"
+    path.write_text(PROGRAM)
+    return path
+
+
+def write_template(folder: Path, program: Path) -> Path:
+    """A template folder whose launch step runs ``program`` through jsrun with the trainer's argv."""
+    part = folder / "lsf" / "partials"
+    part.mkdir(parents=True, exist_ok=True)
+    (part / "launch.j2").write_text(
+        'echo "summit-jobs: job $JOB_ID starting {{ plan.ranks }} ranks"\n'
+        'run_step jsrun {{ plan.jsrun.flags() | qjoin }} -h "$RUN_DIR" {{ plan.python | q }} '
+        + str(program) + ' {{ plan.trainer_argv | qjoin }}\n'
+        'rc=$?\n'
+        'echo "summit-jobs: training step ended with exit code $rc"\n')
+    return folder
+
+
+@pytest.fixture
+def template_dir(tmp_path, program) -> Path:
+    return write_template(tmp_path / "templates", program)
+
+
+def run(argv: List[str], env: Dict[str, str], cwd=None, input: Optional[str] = None,
+        timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run(argv, env=env, cwd=cwd, input=input, capture_output=True, text=True, timeout=timeout)
+
+
+def cli(args: List[str], env: Dict[str, str], **kw) -> subprocess.CompletedProcess:
+    return run([sys.executable, "-m", "summit_jobs", *args], env, **kw)
+
+
+def bjobs_state(job_id: str, env: Dict[str, str]) -> Dict[str, str]:
+    res = run(["bjobs", "-a", "-o", "jobid stat exit_code exit_reason pend_reason", "-json", str(job_id)], env)
+    return json.loads(res.stdout)["RECORDS"][0]
+
+
+def wait_for(predicate: Callable[[], object], timeout: float = 30, what: str = "condition") -> object:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def wait_state(job_id: str, env: Dict[str, str], states=("DONE", "EXIT"), timeout: float = 40) -> Dict[str, str]:
+    return wait_for(lambda: (lambda r: r if r.get("STAT") in states else None)(bjobs_state(job_id, env)),
+                    timeout, f"job {job_id} to reach {states}")
+
+
+def submitted_id(stdout: str) -> str:
+    import re
+    m = re.search(r"Job <(\d+)> is submitted", stdout)
+    assert m, stdout
+    return m.group(1)

@@ -1,0 +1,172 @@
+"""The job lifecycle through the real CLI on the `local` profile (embedded LSF, real processes):
+submit, status, logs, cancel, run records, checkpoint-and-chain."""
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from conftest_lsf import (bjobs_state, cli, lsf_env, program, run, submitted_id, template_dir,  # noqa: F401
+                          wait_for, wait_state)
+
+
+def submit(env, template_dir, runs_dir, *extra, nodes="2", name="e2e", trainer_args=()):
+    args = ["submit", "--nodes", nodes, "--template-dir", str(template_dir), "--runs-dir", str(runs_dir),
+            "--job-name", name, *extra]
+    if trainer_args:
+        args += ["--", *trainer_args]
+    res = cli(args, env)
+    assert res.returncode == 0, res.stderr
+    m = re.search(r"^job ([\d ]+) submitted to queue (\S+)", res.stdout, re.M)
+    assert m, res.stdout
+    run_dir = re.search(r"^run directory: (.+)$", res.stdout, re.M).group(1)
+    return m.group(1).split(), Path(run_dir)
+
+
+def status_rows(env, target):
+    res = cli(["status", "--json", target], env)
+    assert res.returncode == 0, res.stderr
+    return json.loads(res.stdout)
+
+
+def test_end_to_end_pend_run_done_logs_and_exit_code(tmp_path, lsf_env, template_dir):
+    env = dict(lsf_env, PROG_SLEEP="2")
+    # Occupy every virtual node so the job must wait: PEND is observed for sure.
+    blocker = tmp_path / "blocker.sh"
+    blocker.write_text("#!/bin/bash\nwhile [ ! -e release ]; do sleep 0.1; done\n")
+    jb = submitted_id(run(["bsub", "-nnodes", "4", "-W", "10", "-o", "blocker.%J.out", str(blocker)], env, cwd=tmp_path).stdout)
+    wait_for(lambda: bjobs_state(jb, env)["STAT"] == "RUN", 20, "the blocker to run")
+
+    ids, run_dir = submit(env, template_dir, tmp_path / "runs", trainer_args=["--extra", "two words"])
+    assert len(ids) == 1
+    jid = ids[0]
+    follow = subprocess.Popen([sys.executable, "-m", "summit_jobs", "logs", "--follow", "--interval", "0.2",
+                               run_dir.name], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        seen = []
+        rows = status_rows(env, run_dir.name)
+        assert rows[0]["job_id"] == jid and rows[0]["state"] == "PEND"
+        assert "virtual nodes" in rows[0]["reason"]
+        seen.append("PEND")
+        (tmp_path / "release").write_text("")
+        deadline = time.time() + 40
+        while time.time() < deadline:
+            state = status_rows(env, str(run_dir))[0]["state"]
+            if state != seen[-1]:
+                seen.append(state)
+            if state in ("DONE", "EXIT", "UNKNOWN"):
+                break
+            time.sleep(0.2)
+        assert seen == ["PEND", "RUN", "DONE"], seen
+        out, err = follow.communicate(timeout=30)
+    finally:
+        follow.kill()
+    assert follow.returncode == 0, err
+    # Every rank's output with the right rank variables, in the job's -o file and in `logs`.
+    logs = cli(["logs", jid], env)
+    assert logs.returncode == 0, logs.stderr
+    for text in (logs.stdout, out, (run_dir / f"e2e.{jid}.out").read_text()):
+        lines = sorted(line for line in text.splitlines() if line.startswith("RANK "))
+        assert len(lines) == 4, text
+        for rank, line in enumerate(lines):
+            assert (f"JSM_NAMESPACE_RANK={rank} JSM_NAMESPACE_SIZE=4 JSM_NAMESPACE_LOCAL_RANK={rank % 2} "
+                    f"OMPI_COMM_WORLD_RANK={rank} OMPI_COMM_WORLD_SIZE=4 OMPI_COMM_WORLD_LOCAL_RANK={rank % 2} "
+                    f"PMIX_RANK={rank} SUMMIT_JOBS_VNODE=vnode0{1 + rank // 2}") in line
+    assert f"==> {run_dir}/e2e.{jid}.out <==" in logs.stderr
+    assert (run_dir / f"exitcode.{jid}").read_text() == "0\n"
+    # The run record.
+    record = json.loads((run_dir / "run.json").read_text())
+    assert record["job_ids"] == [jid] and record["machine"] == "local" and record["run_dir"] == str(run_dir)
+    assert (run_dir / "job.lsf").read_text().startswith("#!/bin/bash\n#BSUB")
+    plan = json.loads((run_dir / "plan.json").read_text())
+    assert plan["nodes"] == 2 and plan["trainer_argv"][-2:] == ["--extra", "two words"]
+    assert "virtual_nodes: 4" in (run_dir / "profile.yaml").read_text()
+    # Nothing existing is overwritten without --force.
+    again = cli(["submit", "--nodes", "1", "--template-dir", str(template_dir), "--run-dir", str(run_dir)], env)
+    assert again.returncode == 2 and "--force" in again.stderr and "Traceback" not in again.stderr
+    assert json.loads((run_dir / "run.json").read_text())["job_ids"] == [jid]
+    run(["bkill", jb], env)
+
+
+def test_checkpoint_and_chain(tmp_path, lsf_env, template_dir):
+    """Three links of 2 LSF minutes each: USR2 one minute before the limit makes link 1 checkpoint
+    and exit 0; link 2 resumes, finishes training and writes COMPLETE; link 3 exits at once."""
+    prog = Path(str(template_dir)).parent / "prog.py"
+    prog.write_text(prog.read_text().replace(
+        "deadline = time.time()",
+        "import glob\n"
+        "if glob.glob('ckpt.*') and rank == '0':\n"
+        "    open('COMPLETE', 'w').write('done\\n'); print('resumed and finished', flush=True); sys.exit(0)\n"
+        "elif glob.glob('ckpt.*'):\n"
+        "    sys.exit(0)\n"
+        "deadline = time.time()"))
+    env = dict(lsf_env, PROG_SLEEP="60", SUMMIT_JOBS_LSF_MINUTE="3")   # warning 3 s after the start
+    t0 = time.time()
+    ids, run_dir = submit(env, template_dir, tmp_path / "runs", "--walltime", "2", "--chain", "3", nodes="1",
+                          name="chain")
+    assert len(ids) == 3
+    for jid in ids:
+        assert wait_state(jid, env, timeout=40)["STAT"] == "DONE"
+    assert time.time() - t0 < 30
+    first, second, third = ids
+    assert sorted(p.name for p in run_dir.glob("ckpt.*")) == [f"ckpt.{first}.0", f"ckpt.{first}.1"]
+    assert "resumed and finished" in (run_dir / f"chain.{second}.out").read_text()
+    assert "already complete" in (run_dir / f"chain.{third}.out").read_text()
+    for jid in ids:
+        assert (run_dir / f"exitcode.{jid}").read_text() == "0\n"
+    rows = status_rows(env, run_dir.name)
+    assert [r["state"] for r in rows] == ["DONE"] * 3
+    watch = cli(["status", "--watch", "--interval", "0.2", run_dir.name], env)
+    assert watch.returncode == 0 and watch.stdout.count("DONE") == 3
+
+
+def test_status_never_reads_a_vanished_job_as_success(tmp_path, lsf_env, template_dir):
+    ids, run_dir = submit(lsf_env, template_dir, tmp_path / "runs", nodes="1", name="gone")
+    jid = ids[0]
+    assert wait_state(jid, lsf_env)["STAT"] == "DONE"
+    forgetful = dict(lsf_env, SUMMIT_JOBS_LSF_CLEAN_PERIOD="0.01")   # LSF's CLEAN_PERIOD has passed
+    time.sleep(0.1)
+    assert "is not found" in run(["bjobs", jid], forgetful).stderr
+    row = status_rows(forgetful, jid)[0]
+    assert row["state"] == "DONE" and row["exit_code"] == 0 and "exit-code file" in row["reason"]
+    (run_dir / f"exitcode.{jid}").write_text("1\n")
+    row = status_rows(forgetful, jid)[0]
+    assert row["state"] == "EXIT" and row["exit_code"] == 1
+    (run_dir / f"exitcode.{jid}").unlink()
+    row = status_rows(forgetful, jid)[0]
+    assert row["state"] == "UNKNOWN" and row["exit_code"] is None
+    watch = cli(["status", "--watch", "--interval", "0.2", jid], forgetful)
+    assert watch.returncode == 1 and "UNKNOWN" in watch.stdout
+
+
+def test_cancel_kills_a_chain_without_starting_later_links(tmp_path, lsf_env, template_dir):
+    env = dict(lsf_env, PROG_SLEEP="60")
+    ids, run_dir = submit(env, template_dir, tmp_path / "runs", "--walltime", "10", "--chain", "2", nodes="1",
+                          name="cx")
+    wait_for(lambda: bjobs_state(ids[0], env)["STAT"] == "RUN", 20, "link 1 to run")
+    wait_for(lambda: "RANK " in (run_dir / f"cx.{ids[0]}.out").read_text()
+             if (run_dir / f"cx.{ids[0]}.out").exists() else False, 20, "the ranks to start")
+    res = cli(["cancel", run_dir.name], env)
+    assert res.returncode == 0, res.stderr
+    assert f"job {ids[0]}: being killed" in res.stdout and f"job {ids[1]}: being killed" in res.stdout
+    for jid in ids:
+        assert wait_state(jid, env, timeout=20)["STAT"] == "EXIT"
+    assert not (run_dir / f"cx.{ids[1]}.out").exists()      # link 2 never started
+    # The script's TERM trap forwarded the signal; the exit code file records the failure.
+    assert (run_dir / f"exitcode.{ids[0]}").read_text().strip() != "0"
+    again = cli(["cancel", ids[0]], env)
+    assert again.returncode == 0 and "had already finished" in again.stdout
+    rows = status_rows(env, run_dir.name)
+    assert [r["state"] for r in rows] == ["EXIT", "EXIT"]
+
+
+def test_user_mistakes_are_one_paragraph(tmp_path, lsf_env):
+    res = cli(["status", "no-such-run"], lsf_env)
+    assert res.returncode == 2 and "no run named 'no-such-run'" in res.stderr and "Traceback" not in res.stderr
+    res = cli(["logs", "424242"], lsf_env)
+    assert res.returncode == 2 and "belongs to no run" in res.stderr
+    res = cli(["submit", "--nodes", "5", "--runs-dir", str(tmp_path)], lsf_env)
+    assert res.returncode == 2 and "Traceback" not in res.stderr
