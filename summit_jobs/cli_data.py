@@ -1,2 +1,228 @@
-"""CLI commands of the data path: synth, pack, stage-data."""
+"""CLI commands of the data path: synth, pack, stage-data.
+
+Heavy imports (numpy, PIL, PyAV) happen inside the commands, so that
+``summit-jobs --help`` and the job commands start fast.
+"""
+from __future__ import annotations
+
+import json
+from typing import Optional
+
+import click
+
 from summit_jobs.cli import State, cli  # noqa: F401
+from summit_jobs.errors import UserError
+
+
+@cli.command("synth")
+@click.argument("out", type=click.Path(file_okay=False))
+@click.option("--videos-per-class", default=20, show_default=True,
+              help="Videos per class (8 classes), train and val together.")
+@click.option("--val-fraction", default=0.25, show_default=True, help="Share of each class held out for val.")
+@click.option("--frames", default=16, show_default=True, help="Frames per video.")
+@click.option("--size", default=96, show_default=True, help="Frame side in pixels (square, even).")
+@click.option("--seed", default=0, show_default=True, help="Same seed, same dataset.")
+@click.option("--layout", "layouts", type=click.Choice(["rawframes", "videos", "both"]), default="both",
+              show_default=True, help="Write JPEG frame folders (rawframes), MP4 files (videos), or both.")
+@click.option("--force", is_flag=True, help="Write into OUT even if it is not empty.")
+@click.option("--quiet", is_flag=True, help="No progress line.")
+def synth_cmd(out: str, videos_per_class: int, val_fraction: float, frames: int, size: int, seed: int,
+              layouts: str, force: bool, quiet: bool) -> None:
+    """Write a small synthetic Kinetics-format dataset into OUT.
+
+    Eight classes in four pairs that differ only in the direction of time
+    (moving right/left, down/up, growing/shrinking, rotating clockwise/counter-
+    clockwise). Every single frame has the same distribution in all classes,
+    so a model that looks at frames one at a time stays at chance: only
+    temporal modelling (TSM) can learn it.
+
+    \b
+    Writes OUT/rawframes/{train,val}_list.txt + frame folders (TSM/mmaction2 layout)
+    and OUT/videos/{train,val}/<class>/<id>.mp4. Pack either with `summit-jobs pack`.
+    """
+    from summit_jobs import synth
+    lay = ("rawframes", "videos") if layouts == "both" else (layouts,)
+    summary = synth.synth(synth.SynthOptions(out=out, videos_per_class=videos_per_class,
+                                             val_fraction=val_fraction, frames=frames, size=size, seed=seed,
+                                             layouts=lay), force=force, progress=not quiet)
+    click.echo(f"synth: {summary['train_videos']} train + {summary['val_videos']} val videos, "
+               f"{summary['classes']} classes, {frames} frames of {size}x{size} -> {out} "
+               f"({', '.join(summary['layouts'])})")
+
+
+@cli.command("pack")
+@click.argument("src", type=click.Path(file_okay=False))
+@click.argument("out", type=click.Path(file_okay=False))
+@click.option("--layout", type=click.Choice(["auto", "rawframes", "videos"]), default="auto", show_default=True,
+              help="Input layout: rawframes (<split>_list.txt + img_00001.jpg folders) or videos "
+                   "(<split>/<class>/<id>.mp4). auto looks at SRC.")
+@click.option("--shard-size", default="2GB", show_default=True,
+              help="Target shard size; a shard is closed once it reaches it. HPSS wants >= 512MB.")
+@click.option("--short-side", default=256, show_default=True,
+              help="Downscale frames so the shorter side is this many pixels (never upscales; 0 keeps).")
+@click.option("--fps", type=float, help="Videos: keep about this many frames per second (default: all frames).")
+@click.option("--quality", default=90, show_default=True, help="JPEG quality of re-encoded frames.")
+@click.option("--workers", "-j", default=0, help="Worker processes. Default: one per CPU core.")
+@click.option("--classes", "classes_file", type=click.Path(dir_okay=False),
+              help="Class names, one per line in label order. Default: SRC/classes.txt, else the class "
+                   "folders (videos) or class_NNN (rawframes).")
+@click.option("--name", help="Dataset name in the manifest. Default: SRC's folder name.")
+@click.option("--hash", "algo", type=click.Choice(["sha256", "blake3", "blake2b"]), default="sha256",
+              show_default=True,
+              help="Shard hash recorded in the manifest. blake3 is about 5x faster to verify on x86 "
+                   "(staging is then limited by the disks, not the CPU) but needs the blake3 package "
+                   "wherever the data is staged; sha256 needs nothing.")
+@click.option("--force", is_flag=True, help="Pack again into an OUT that holds a finished or different pack.")
+@click.option("--quiet", is_flag=True, help="No progress line.")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+def pack_cmd(src: str, out: str, layout: str, shard_size: str, short_side: int, fps: Optional[float],
+             quality: int, workers: int, classes_file: Optional[str], name: Optional[str], algo: str,
+             force: bool, quiet: bool, as_json: bool) -> None:
+    """Pack the videos of SRC into tar shards + manifest.json in OUT.
+
+    Parallel over CPU cores, deterministic (the same input gives the same
+    bytes), resumable: run the same command again after an interruption and it
+    continues after the last finished shard. Videos or frames that cannot be
+    decoded are skipped, counted, and listed in OUT/pack-report.json.
+
+    \b
+    Examples:
+      summit-jobs pack data/synth/rawframes data/synth-shards --shard-size 50MB
+      summit-jobs pack /data/kinetics400/videos /gpfs/.../k400-shards --fps 25
+    """
+    from summit_jobs import pack as pack_mod
+    if workers < 0:
+        raise UserError(f"--workers {workers} must be 0 (one per core) or more.")
+    opts = pack_mod.PackOptions(src=src, out=out, layout=layout, shard_size=pack_mod.parse_size(shard_size),
+                                short_side=short_side, fps=fps, quality=quality, workers=workers, name=name,
+                                algo=algo)
+    summary = pack_mod.pack(opts, force=force, progress=not quiet, classes_file=classes_file)
+    if as_json:
+        click.echo(json.dumps(summary, indent=2))
+        return
+    rate = summary["samples"] / max(summary["seconds"], 1e-9)
+    click.echo(f"pack: {summary['samples']} videos in {summary['shards']} shards "
+               f"({pack_mod.human_bytes(summary['bytes'])}) -> {summary['manifest']}; "
+               f"{rate:.1f} videos/s on {summary['workers']} workers"
+               + (f"; resumed after {summary['resumed_shards']} finished shards" if summary["resumed_shards"] else ""))
+    if summary["skipped"]:
+        click.echo(f"pack: skipped {summary['skipped']} unreadable videos (listed in "
+                   f"{out}/pack-report.json), for example: {summary['skipped_samples'][0]['error']}", err=True)
+
+
+@cli.command("stage-data")
+@click.option("--manifest", "-M", required=True, metavar="MANIFEST",
+              help="The dataset's manifest.json (from `summit-jobs pack`), readable here.")
+@click.option("--nodes", "-n", required=True, type=int, help="Nodes of the training job (placement of hop 2).")
+@click.option("--policy", type=click.Choice(["partition", "replicate"]), default="partition", show_default=True,
+              help="partition: each node gets 1/N of the training shards; replicate: every node gets all. "
+                   "Validation shards go to every node in both.")
+@click.option("--transport", type=click.Choice(["posix", "hpss"]), default="posix", show_default=True,
+              help="Hop 1 source: a folder (posix) or the HPSS tape archive (hsi/htar; login or transfer node).")
+@click.option("--source", metavar="PATH",
+              help="Folder (posix) or HPSS folder (hpss) holding the shards. Default: the manifest's folder.")
+@click.option("--htar", metavar="ARCHIVE", help="hpss: the shards are members of this htar archive (in HPSS).")
+@click.option("--dest", metavar="DIR",
+              help="Folder on the parallel file system for hop 1. Default: none when the source is a posix "
+                   "folder (the shards are already on a file system), else required.")
+@click.option("--jobs", "-j", default=4, show_default=True, help="Parallel transfers in hop 1.")
+@click.option("--retries", default=3, show_default=True, help="Retries per transfer (exponential backoff).")
+@click.option("--retry-delay", default=2.0, show_default=True, help="Seconds before the first retry; doubles.")
+@click.option("--to-nvme", is_flag=True,
+              help="Embedded machine only: also run hop 2 here, one process per virtual node, into each "
+                   "virtual node's NVMe folder (what the job's staging step does).")
+@click.option("--dry-run", is_flag=True, help="Print the plan (per node shards, bytes, estimated time); copy nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Print the plan or summary as JSON.")
+@click.option("--force", is_flag=True, help="Replace a manifest in --dest that describes another dataset.")
+@click.option("--quiet", is_flag=True, help="No progress line.")
+@click.pass_obj
+def stage_data_cmd(state: State, manifest: str, nodes: int, policy: str, transport: str, source: Optional[str],
+                   htar: Optional[str], dest: Optional[str], jobs: int, retries: int, retry_delay: float,
+                   to_nvme: bool, dry_run: bool, as_json: bool, force: bool, quiet: bool) -> None:
+    """Stage a packed dataset: archive -> parallel file system -> node-local NVMe.
+
+    Hop 1 runs here (on a login or data transfer node: HPSS is not reachable
+    from compute nodes): every shard is fetched under a temporary name,
+    verified against the manifest's hash and renamed; shards already present
+    and verified are skipped, so an interrupted run is resumed by running it
+    again. Hop 2 runs inside the job (`submit --data DEST/manifest.json` adds
+    the step): one rank per node copies and verifies that node's share.
+
+    \b
+    Examples:
+      summit-jobs --machine summit stage-data -M k400/manifest.json --nodes 256 --dry-run
+      summit-jobs stage-data -M k400/manifest.json --transport hpss \\
+          --htar /home/me/k400.tar --dest $MEMBERWORK/abc123/k400 --nodes 256
+      summit-jobs stage-data -M shards/manifest.json --nodes 2 --to-nvme     (local demo)
+    """
+    import os
+    from pathlib import Path
+
+    from summit_jobs import staging
+    from trainer import shards as shards_mod
+
+    manifest_path, data = staging.load_manifest(manifest)
+    profile = state.profile
+    if jobs < 1:
+        raise UserError(f"--jobs {jobs} must be at least 1.")
+    if htar and transport != "hpss":
+        raise UserError("--htar names an archive in HPSS: use it with --transport hpss.")
+    if transport == "hpss" and not (source or htar):
+        raise UserError("--transport hpss needs --source HPSS_FOLDER (hsi get per shard) or --htar ARCHIVE "
+                        "(htar -xvf with the shard names).")
+    src = source or (str(Path(htar).parent) if htar else str(manifest_path.parent))
+    if transport == "posix":
+        src = os.path.abspath(os.path.expanduser(src))
+    hop1_needed = transport == "hpss" or (dest is not None and
+                                          os.path.abspath(os.path.expanduser(dest)) != src)
+    if transport == "hpss" and not dest:
+        raise UserError("--transport hpss needs --dest: the folder on the parallel file system the shards go to.")
+    pfs = Path(os.path.abspath(os.path.expanduser(dest))) if hop1_needed else Path(src)
+    pfs_manifest = pfs / shards_mod.MANIFEST_NAME
+    plan = staging.plan_placement(profile, data, nodes, policy)
+    hop1 = staging.Hop1(data, transport, src, pfs, htar=htar, jobs=jobs, retries=retries, retry_delay=retry_delay,
+                        progress=not quiet and not as_json)
+    names = [str(s["name"]) for s in data["shards"]]
+    if hop1_needed:
+        hop1_lines = [f"hop 1 ({transport} -> parallel file system, here on the login/transfer node): "
+                      f"{htar or src} -> {pfs}"] + [f"  {c}" for c in hop1.commands(names)]
+    else:
+        hop1_lines = [f"hop 1: none, the shards are already in {src}"]
+    hop2_cmd = (f"jsrun -n {nodes} -r 1 -a 1 -c {profile.node.cores} python -m trainer.stage --manifest "
+                f"{pfs_manifest} --dest {staging.nvme_data_dir(profile.node.nvme_path or '<no nvme>')} "
+                f"--policy {policy} --nodes {nodes}")
+    if dry_run:
+        if as_json:
+            click.echo(json.dumps({"plan": plan.to_dict(), "hop1": hop1_lines, "hop2": hop2_cmd}, indent=2))
+        else:
+            click.echo(staging.describe(plan, hop1_lines, hop2_cmd))
+        return
+    if plan.warnings and (to_nvme or any("larger than a node's NVMe" in w for w in plan.warnings)):
+        raise UserError(plan.warnings[0] + ".")
+    for w in plan.warnings:
+        click.echo(f"stage-data: warning: {w}", err=True)
+    result: dict = {"plan": plan.to_dict()}
+    if hop1_needed:
+        summary = hop1.run(force=force)
+        result["hop1"] = summary
+        if not as_json:
+            click.echo(f"stage-data: hop 1: {summary['shards']} shards in {summary['dest']}: {summary['fetched']} "
+                       f"fetched ({human(summary['fetched_bytes'])} at {human(summary['rate_bytes_per_s'])}/s), "
+                       f"{summary['present']} already present; all verified")
+    if to_nvme:
+        nodes_out = staging.run_local_hop2(profile, pfs_manifest, nodes, policy, quiet=quiet or as_json)
+        result["hop2"] = nodes_out
+        if not as_json:
+            for r in nodes_out:
+                click.echo(f"stage-data: hop 2: {r['host']}: {r['shards']} shards ({human(r['bytes'])}) in "
+                           f"{r['dest']}: {r['copied']} copied, {r['present']} already present; verified")
+    elif not as_json:
+        click.echo(f"stage-data: hop 2 runs inside the job: summit-jobs submit --nodes {nodes} --data {pfs_manifest} "
+                   f"--stage-policy {policy}")
+    if as_json:
+        click.echo(json.dumps(result, indent=2))
+
+
+def human(n: float) -> str:
+    from summit_jobs.pack import human_bytes
+    return human_bytes(n)

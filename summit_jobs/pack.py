@@ -1,0 +1,439 @@
+"""Pack a video dataset into tar shards + manifest (the format of trainer.shards).
+
+Inputs, the two layouts Kinetics is usually kept in:
+- rawframes (TSM / mmaction2): ``<split>_list.txt`` with ``<folder> <num_frames> <label>``
+  lines and folders of ``img_00001.jpg``;
+- videos: ``<split>/<class>/<id>.<ext>`` (as the Kinetics download scripts leave them),
+  decoded with PyAV.
+
+Why it is built this way:
+- Workers (multiprocessing) decode and re-encode samples; the parent alone writes
+  shards, in input order. Shard boundaries depend only on the samples' encoded
+  sizes, so the output is byte-for-byte the same however many workers ran.
+- Resumable: after every closed shard a state file records the shards done and
+  how many input samples they consumed. A rerun checks those shards (size and
+  hash) and continues after them, producing the same bytes as an uninterrupted
+  run. The manifest is written last, so a shard that is not complete is never
+  listed (ShardWriter also writes to ``*.partial`` and renames).
+- A video or JPEG that cannot be decoded is skipped, counted and listed in
+  ``pack-report.json``: one broken file in 240k must not stop a pack.
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import multiprocessing
+import os
+import re
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple
+
+from summit_jobs.errors import UserError
+from trainer import shards
+
+STATE_NAME = ".pack-state.json"
+REPORT_NAME = "pack-report.json"
+VIDEO_EXTS = (".mp4", ".avi", ".mkv", ".webm", ".mov")
+SPLIT_ORDER = ("train", "val", "test")
+
+
+def human_bytes(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if abs(n) < 1000 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000.0
+    return f"{n:.1f} TB"
+
+
+def parse_size(text: str) -> int:
+    """'2GB', '512MB', '1.5G', '1000000' -> bytes (decimal units, like disk vendors and HPSS)."""
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([kKmMgGtT]?)[bB]?\s*", str(text))
+    if not m:
+        raise UserError(f"size {text!r} is not a number with an optional unit (for example 2GB, 512MB).")
+    mult = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}[m.group(2).lower()]
+    value = int(float(m.group(1)) * mult)
+    if value < 1:
+        raise UserError(f"size {text!r} must be at least one byte.")
+    return value
+
+
+class Progress:
+    """One self-overwriting line on stderr: done/total, rate, and a free-form tail.
+
+    Kept dependency-free on purpose; redraws at most 10 times a second.
+    """
+
+    def __init__(self, what: str, total: int, unit: str = "", enabled: bool = True, stream=None):
+        self.what, self.total, self.unit, self.enabled = what, total, unit, enabled
+        self.stream = stream or sys.stderr
+        self.start = time.monotonic()
+        self._last = 0.0
+
+    def update(self, done: float, tail: str = "", force: bool = False) -> None:
+        if not self.enabled:
+            return
+        now = time.monotonic()
+        if not force and now - self._last < 0.1:
+            return
+        self._last = now
+        rate = done / max(now - self.start, 1e-9)
+        if self.unit == "B":
+            line = f"{self.what}: {human_bytes(done)}/{human_bytes(self.total)} ({human_bytes(rate)}/s)"
+        else:
+            line = f"{self.what}: {int(done)}/{self.total}{self.unit} ({rate:.1f}{self.unit}/s)"
+        if self.total:
+            line += f" {100.0 * done / self.total:5.1f}%"
+        if tail:
+            line += f" {tail}"
+        self.stream.write("\r" + line[:150].ljust(80))
+        self.stream.flush()
+
+    def close(self) -> None:
+        if self.enabled:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+@dataclass(frozen=True)
+class PackOptions:
+    src: str
+    out: str
+    layout: str = "auto"                 # auto | rawframes | videos
+    shard_size: int = 2 * 10**9
+    short_side: int = 256                # 0 keeps the frames' size
+    fps: Optional[float] = None          # videos: keep about this many frames per second
+    quality: int = 90
+    workers: int = 0                     # 0: all CPU cores
+    filename_tmpl: str = "img_{:05d}.jpg"
+    name: Optional[str] = None
+    algo: str = shards.HASH_ALGO
+
+
+@dataclass(frozen=True)
+class Sample:
+    split: str
+    key: str
+    label: int
+    kind: str                            # rawframes | video
+    path: str
+    num_frames: int = 0                  # rawframes only
+
+
+def _key(rel: str) -> str:
+    """A shard key from a relative path: readable, unique, within the 80-character rule."""
+    stem = re.sub(r"\.[A-Za-z0-9]+$", "", rel) if not rel.endswith("/") else rel
+    key = re.sub(r"[^A-Za-z0-9_.-]", "_", stem.replace("/", "__")).lstrip(".")
+    if not key or len(key) > 80 or not shards.KEY_RE.match(key):
+        digest = hashlib.sha1(rel.encode()).hexdigest()[:16]
+        key = (key[:63].strip("._") or "sample") + "-" + digest
+    return key
+
+
+def read_classes(src: Path, classes_file: Optional[str]) -> Optional[List[str]]:
+    p = Path(classes_file) if classes_file else src / "classes.txt"
+    if not p.is_file():
+        if classes_file:
+            raise UserError(f"class list {p} does not exist.")
+        return None
+    names = [line.strip() for line in p.read_text().splitlines() if line.strip()]
+    if len(set(names)) != len(names):
+        raise UserError(f"class list {p} names a class twice.")
+    return names
+
+
+def detect_layout(src: Path) -> str:
+    if any((src / f"{s}_list.txt").is_file() for s in SPLIT_ORDER):
+        return "rawframes"
+    if any((src / s).is_dir() for s in SPLIT_ORDER):
+        return "videos"
+    raise UserError(f"{src} holds neither a rawframes dataset (train_list.txt / val_list.txt next to the frame "
+                    "folders) nor a videos dataset (train/<class>/*.mp4, val/<class>/*.mp4). Point pack at the "
+                    "folder that holds them, or pass --layout.")
+
+
+def list_rawframes(src: Path, classes: Optional[List[str]]) -> Tuple[List[Sample], List[str]]:
+    samples: List[Sample] = []
+    max_label = -1
+    found = False
+    for split in SPLIT_ORDER:
+        lst = src / f"{split}_list.txt"
+        if not lst.is_file():
+            continue
+        found = True
+        for n, line in enumerate(lst.read_text().splitlines(), 1):
+            if not line.strip() or line.lstrip().startswith("#"):
+                continue
+            parts = line.split()
+            if len(parts) < 3 or not parts[-1].lstrip("-").isdigit() or not parts[-2].isdigit():
+                raise UserError(f"{lst}:{n}: expected '<folder> <num_frames> <label>', got {line!r}.")
+            folder, nf, label = " ".join(parts[:-2]), int(parts[-2]), int(parts[-1])
+            if label < 0 or (classes is not None and label >= len(classes)):
+                raise UserError(f"{lst}:{n}: label {label} is outside the {len(classes or [])} classes of the "
+                                "class list.")
+            max_label = max(max_label, label)
+            samples.append(Sample(split, _key(folder), label, "rawframes", str(src / folder), nf))
+    if not found:
+        raise UserError(f"{src} has no train_list.txt or val_list.txt (lines '<folder> <num_frames> <label>').")
+    if classes is None:
+        classes = [f"class_{i:03d}" for i in range(max_label + 1)]
+    return samples, classes
+
+
+def list_videos(src: Path, classes: Optional[List[str]]) -> Tuple[List[Sample], List[str]]:
+    splits = [s for s in SPLIT_ORDER if (src / s).is_dir()]
+    if not splits:
+        raise UserError(f"{src} has no train/ or val/ folder of <class>/<video> files.")
+    if classes is None:
+        classes = sorted({d.name for s in splits for d in (src / s).iterdir() if d.is_dir()})
+    index = {c: i for i, c in enumerate(classes)}
+    samples = []
+    for split in splits:
+        for cdir in sorted(d for d in (src / split).iterdir() if d.is_dir()):
+            if cdir.name not in index:
+                raise UserError(f"class folder {cdir} is not in the class list ({len(classes)} classes).")
+            for f in sorted(cdir.iterdir()):
+                if f.suffix.lower() in VIDEO_EXTS:
+                    rel = f"{split}/{cdir.name}/{f.name}"
+                    samples.append(Sample(split, _key(rel), index[cdir.name], "video", str(f)))
+    return samples, classes
+
+
+# ---- worker side -------------------------------------------------------------------------------
+
+def _fit(img, short_side: int):
+    """Downscale so the shorter side is ``short_side``; never upscale (it only adds bytes)."""
+    from PIL import Image
+    w, h = img.size
+    s = min(w, h)
+    if short_side and s > short_side:
+        k = short_side / s
+        img = img.resize((max(1, round(w * k)), max(1, round(h * k))), Image.BILINEAR)
+    return img
+
+
+def _encode(img, quality: int) -> bytes:
+    buf = io.BytesIO()
+    img.save(buf, "JPEG", quality=quality)
+    return buf.getvalue()
+
+
+def _rawframes(s: Sample, o: PackOptions) -> Tuple[List[bytes], Dict[str, object]]:
+    from PIL import Image
+    out = []
+    for i in range(1, s.num_frames + 1):
+        p = Path(s.path) / o.filename_tmpl.format(i)
+        data = p.read_bytes()
+        try:
+            img = Image.open(io.BytesIO(data))
+            fmt = img.format
+            img.load()                       # a truncated or corrupt JPEG fails here
+        except Exception as exc:
+            raise ValueError(f"{p}: {exc}") from None
+        if fmt == "JPEG" and (not o.short_side or min(img.size) <= o.short_side):
+            out.append(data)                 # already small enough: keep the original bytes
+        else:
+            out.append(_encode(_fit(img.convert("RGB"), o.short_side), o.quality))
+    return out, {}
+
+
+def _video(s: Sample, o: PackOptions) -> Tuple[List[bytes], Dict[str, object]]:
+    import av
+    out = []
+    with av.open(s.path) as container:
+        stream = container.streams.video[0]
+        stream.thread_count = 1          # parallelism comes from the worker processes: one core each
+        rate = float(stream.average_rate or stream.guessed_rate or 0) or None
+        next_t = 0.0
+        for frame in container.decode(stream):
+            if o.fps and rate and o.fps < rate:
+                t = float(frame.time) if frame.time is not None else len(out) / rate
+                if t + 1e-6 < next_t:
+                    continue
+                next_t += 1.0 / o.fps
+            out.append(_encode(_fit(frame.to_image(), o.short_side), o.quality))
+    if not out:
+        raise ValueError(f"{s.path}: no video frames could be decoded")
+    meta: Dict[str, object] = {}
+    if rate:
+        meta["fps"] = round(min(rate, o.fps) if o.fps else rate, 3)
+    return out, meta
+
+
+def _work(job: Tuple[int, Sample, PackOptions]):
+    """Runs in a worker: returns (index, frames, meta, error); never raises for bad input."""
+    i, s, o = job
+    try:
+        frames, meta = _rawframes(s, o) if s.kind == "rawframes" else _video(s, o)
+        if not frames:
+            raise ValueError(f"{s.path}: no frames")
+        return i, frames, meta, None
+    except Exception as exc:  # noqa: BLE001 - any decoder failure means: skip this sample
+        msg = str(exc) or type(exc).__name__
+        return i, None, None, msg if s.path in msg else f"{s.path}: {msg}"
+
+
+# ---- parent side -------------------------------------------------------------------------------
+
+def _fingerprint(o: PackOptions, samples: Sequence[Sample], classes: Sequence[str]) -> str:
+    h = hashlib.sha256()
+    opts = asdict(o)
+    opts.pop("workers")
+    opts.pop("out")
+    h.update(json.dumps([opts, list(classes), [asdict(s) for s in samples]], sort_keys=True).encode())
+    return h.hexdigest()
+
+
+def _write_json(path: Path, data: object) -> None:
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+    os.replace(tmp, path)
+
+
+def _load_state(out: Path, fingerprint: str, force: bool) -> Dict[str, object]:
+    fresh = {"fingerprint": fingerprint, "done": 0, "shards": [], "skipped": []}
+    p = out / STATE_NAME
+    if not p.is_file():
+        return fresh
+    try:
+        state = json.loads(p.read_text())
+        state["shards"], state["consumed"], state["skipped_by_shard"]  # noqa: B018 - shape check
+    except (ValueError, KeyError, TypeError):
+        return fresh                       # unreadable or from another version: start over
+    if state.get("fingerprint") != fingerprint:
+        if not force:
+            raise UserError(f"{out} holds an unfinished pack of other input or options; pass --force to start "
+                            "over, or choose another output folder.")
+        return fresh
+    # Trust a finished shard only if it is there with the recorded size and hash.
+    algo = state.get("algo", shards.HASH_ALGO)
+    kept, done, skipped = [], 0, []
+    for entry, consumed, skipped_here in zip(state["shards"], state["consumed"], state["skipped_by_shard"]):
+        f = out / entry["name"]
+        if not f.is_file() or f.stat().st_size != entry["bytes"] or shards.file_hash(f, algo) != entry[algo]:
+            break
+        kept.append((entry, consumed, skipped_here))
+        done = consumed
+    return {"fingerprint": fingerprint, "done": done, "kept": kept}
+
+
+def pack(o: PackOptions, *, force: bool = False, progress: bool = True,
+         classes_file: Optional[str] = None) -> Dict[str, object]:
+    src, out = Path(o.src), Path(o.out)
+    if not src.is_dir():
+        raise UserError(f"input folder {src} does not exist.")
+    if o.quality < 1 or o.quality > 100:
+        raise UserError(f"--quality {o.quality} must be between 1 and 100.")
+    if o.short_side < 0:
+        raise UserError(f"--short-side {o.short_side} must be 0 (keep) or a positive number of pixels.")
+    if o.fps is not None and o.fps <= 0:
+        raise UserError(f"--fps {o.fps} must be positive.")
+    try:
+        shards.new_hash(o.algo)
+    except shards.ShardError as exc:
+        raise UserError(str(exc).replace("the manifest's hash is", "--hash is") + ".") from None
+    layout = detect_layout(src) if o.layout == "auto" else o.layout
+    classes = read_classes(src, classes_file)
+    samples, classes = (list_rawframes if layout == "rawframes" else list_videos)(src, classes)
+    if not samples:
+        raise UserError(f"{src} lists no samples to pack.")
+    keys = {}
+    for s in samples:
+        if (s.split, s.key) in keys:
+            raise UserError(f"{s.path} and {keys[(s.split, s.key)]} map to the same sample key {s.key!r}; "
+                            "rename one of them.")
+        keys[(s.split, s.key)] = s.path
+    fp = _fingerprint(o, samples, classes)
+    manifest_path = out / shards.MANIFEST_NAME
+    if manifest_path.exists():
+        if not force:
+            raise UserError(f"{manifest_path} already exists: {out} holds a finished pack. Pass --force to pack "
+                            "again into it, or choose another output folder.")
+        state = {"fingerprint": fp, "done": 0, "kept": []}
+        (out / STATE_NAME).unlink(missing_ok=True)
+    else:
+        out.mkdir(parents=True, exist_ok=True)
+        state = _load_state(out, fp, force)
+    kept = state.get("kept", [])
+    entries = [k[0] for k in kept]
+    consumed_marks = [k[1] for k in kept]
+    skipped_by_shard = [k[2] for k in kept]
+    start = state["done"]
+    name = o.name or src.resolve().name
+
+    def save_state() -> None:
+        _write_json(out / STATE_NAME, {
+            "fingerprint": fp, "algo": o.algo, "shards": entries, "consumed": consumed_marks,
+            "skipped_by_shard": skipped_by_shard})
+
+    counters: Dict[str, int] = {}
+    for e in entries:
+        counters[e["split"]] = counters.get(e["split"], 0) + 1
+    bar = Progress("pack", len(samples), " videos", progress)
+    skipped_pending: List[Dict[str, str]] = []
+    writer: Optional[shards.ShardWriter] = None
+    workers = o.workers or os.cpu_count() or 1
+    t0 = time.monotonic()
+
+    def close_writer(consumed: int) -> None:
+        nonlocal writer, skipped_pending
+        if writer is None:
+            return
+        entries.append(writer.close())
+        consumed_marks.append(consumed)
+        skipped_by_shard.append(skipped_pending)
+        skipped_pending = []
+        writer = None
+        save_state()
+
+    jobs = ((i, samples[i], o) for i in range(start, len(samples)))
+    pool = multiprocessing.get_context("spawn").Pool(workers) if workers > 1 else None
+    try:
+        results: Iterator = pool.imap(_work, jobs, chunksize=1) if pool else map(_work, jobs)
+        packed = 0
+        for i, frames, meta, error in results:
+            s = samples[i]
+            if writer is not None and writer.split != s.split:
+                close_writer(i)
+            if error is not None:
+                skipped_pending.append({"key": s.key, "source": s.path, "error": error})
+            else:
+                if writer is None:
+                    n = counters.get(s.split, 0)
+                    counters[s.split] = n + 1
+                    writer = shards.ShardWriter(out / f"{s.split}-{n:05d}.tar", s.split, o.algo)
+                writer.add(s.key, s.label, frames, meta)
+                packed += 1
+                if writer.bytes_written >= o.shard_size:
+                    close_writer(i + 1)
+            bar.update(i + 1, f"{sum(len(x) for x in skipped_by_shard) + len(skipped_pending)} skipped")
+        if writer is not None:
+            close_writer(len(samples))
+    finally:
+        if pool:
+            pool.terminate()
+            pool.join()
+        if writer is not None:
+            writer.abort()
+        bar.update(len(samples), force=True)
+        bar.close()
+    # Samples skipped after the last shard were not recorded in the state: a rerun retries them.
+    skipped = [x for group in skipped_by_shard for x in group] + skipped_pending
+    if not entries:
+        raise UserError(f"none of the {len(samples)} samples of {src} could be decoded; nothing was packed "
+                        f"(first error: {skipped[0]['error'] if skipped else 'none'}).")
+    manifest = {"format": shards.FORMAT, "name": name, "classes": list(classes), "hash": o.algo,
+                "shards": entries, "frame_short_side": o.short_side}
+    _write_json(out / REPORT_NAME, {"samples": len(samples), "packed": len(samples) - len(skipped),
+                                    "skipped": skipped})
+    shards.write_manifest(manifest_path, manifest)
+    (out / STATE_NAME).unlink(missing_ok=True)
+    for stray in out.glob("*.tar.partial"):   # left by a killed run; never listed anywhere
+        stray.unlink(missing_ok=True)
+    elapsed = time.monotonic() - t0
+    return {"manifest": str(manifest_path), "shards": len(entries), "samples": len(samples) - len(skipped),
+            "skipped": len(skipped), "skipped_samples": skipped, "bytes": sum(e["bytes"] for e in entries),
+            "resumed_shards": len(kept), "seconds": round(elapsed, 2), "workers": workers, "layout": layout}

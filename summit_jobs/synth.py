@@ -1,0 +1,205 @@
+"""A tiny synthetic Kinetics: eight classes that only temporal order tells apart.
+
+Why: packing, staging and training must be testable on a laptop in minutes,
+and the point of TSM (temporal shift beats a 2D model that averages frames)
+must be demonstrable. So the classes come in pairs that differ only in the
+direction of time: moving right/left, down/up, growing/shrinking, rotating
+clockwise/counter-clockwise.
+
+Every per-frame property (position, size, angle, colours, shape) is drawn from
+the same distribution in all eight classes: positions wrap around the frame
+(a torus), sizes follow a sawtooth with a uniform random phase and angles start
+uniformly at random. So the distribution of any single frame is the same for
+every class, and a model that looks at frames one at a time (or averages them)
+stays at chance; only the order of frames carries the label.
+
+Both input layouts of the real data are written: the TSM/mmaction2 rawframes
+layout (``<split>_list.txt`` with ``<folder> <num_frames> <label>`` lines and
+folders of ``img_00001.jpg``) and Kinetics-style MP4 videos
+(``videos/<split>/<class>/<id>.mp4``, encoded with PyAV). Deterministic: the
+same seed gives the same pixels (and, for rawframes, the same bytes).
+"""
+from __future__ import annotations
+
+import io
+import math
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Sequence, Tuple
+
+import numpy as np
+from PIL import Image, ImageDraw
+
+from summit_jobs.errors import UserError
+
+CLASSES: Tuple[str, ...] = (
+    "moving_right", "moving_left", "moving_down", "moving_up",
+    "growing", "shrinking", "rotating_clockwise", "rotating_counterclockwise",
+)
+#: Asymmetric outlines (unit square coordinates around 0), so that rotation is visible.
+SHAPES: Tuple[Tuple[Tuple[float, float], ...], ...] = (
+    ((-0.5, -0.5), (0.5, -0.1), (0.1, 0.0), (0.5, 0.1), (-0.5, 0.5)),       # notched arrow
+    ((-0.5, -0.5), (0.5, -0.5), (0.5, -0.2), (-0.2, -0.2), (-0.2, 0.5), (-0.5, 0.5)),  # L
+    ((-0.5, -0.4), (0.5, 0.0), (-0.5, 0.4), (-0.2, 0.0)),                    # dart
+)
+FPS = 25
+
+
+@dataclass(frozen=True)
+class SynthOptions:
+    out: str
+    videos_per_class: int = 20
+    val_fraction: float = 0.25
+    frames: int = 16
+    size: int = 96
+    seed: int = 0
+    layouts: Tuple[str, ...] = ("rawframes", "videos")
+    quality: int = 90
+
+
+def check_options(o: SynthOptions) -> None:
+    if o.videos_per_class < 2:
+        raise UserError(f"--videos-per-class {o.videos_per_class} must be at least 2 (one train, one val).")
+    if not 0.0 < o.val_fraction < 1.0:
+        raise UserError(f"--val-fraction {o.val_fraction} must be between 0 and 1 (exclusive).")
+    if not 4 <= o.frames <= 300:
+        raise UserError(f"--frames {o.frames} must be between 4 and 300 (the motion needs a few frames).")
+    if not 32 <= o.size <= 512 or o.size % 2:
+        raise UserError(f"--size {o.size} must be an even number of pixels between 32 and 512 "
+                        "(H.264 needs even sides).")
+    bad = set(o.layouts) - {"rawframes", "videos"}
+    if bad or not o.layouts:
+        raise UserError(f"--layout must be rawframes, videos or both (got {', '.join(sorted(bad)) or 'none'}).")
+
+
+def _render_clip(label: int, frames: int, size: int, rng: np.random.Generator) -> List[np.ndarray]:
+    """One clip of class ``label`` as uint8 (size, size, 3) frames."""
+    shape = np.array(SHAPES[int(rng.integers(len(SHAPES)))], dtype=np.float64)
+    bg = rng.integers(0, 256, 3)
+    fg = (bg + rng.integers(80, 176, 3)) % 256          # always far from the background
+    x0, y0 = rng.uniform(0, size, 2)
+    smin, smax = 0.22 * size, 0.45 * size
+    s_phase = rng.uniform(0, 1)
+    angle0 = rng.uniform(0, 2 * math.pi)
+    speed = rng.uniform(0.05, 0.09) * size * 16 / frames   # about 1.2 frame widths per clip
+    omega = rng.uniform(0.6, 0.9) * 2 * math.pi / frames  # most of a turn per clip
+    period = frames * rng.uniform(0.9, 1.3)                # one sawtooth per clip
+    fixed_s = smin + (smax - smin) * s_phase
+    out = []
+    for t in range(frames):
+        x, y, s, a = x0, y0, fixed_s, angle0
+        if label == 0:
+            x = x0 + speed * t
+        elif label == 1:
+            x = x0 - speed * t
+        elif label == 2:
+            y = y0 + speed * t
+        elif label == 3:
+            y = y0 - speed * t
+        elif label == 4:
+            s = smin + (smax - smin) * ((s_phase + t / period) % 1.0)
+        elif label == 5:
+            s = smin + (smax - smin) * ((s_phase - t / period) % 1.0)
+        elif label == 6:
+            a = angle0 + omega * t        # image y points down: increasing angle turns clockwise on screen
+        elif label == 7:
+            a = angle0 - omega * t
+        x, y = x % size, y % size
+        rot = np.array([[math.cos(a), -math.sin(a)], [math.sin(a), math.cos(a)]])
+        pts = (shape @ rot.T) * s
+        img = Image.new("RGB", (size, size), tuple(int(c) for c in bg))
+        draw = ImageDraw.Draw(img)
+        for dx in (-size, 0, size):           # wrap around the edges: the frame is a torus
+            for dy in (-size, 0, size):
+                poly = [(float(px + x + dx), float(py + y + dy)) for px, py in pts]
+                draw.polygon(poly, fill=tuple(int(c) for c in fg))
+        arr = np.asarray(img).astype(np.int16)
+        arr += rng.normal(0, 6, arr.shape).astype(np.int16)  # sensor noise: realistic JPEG sizes
+        out.append(np.clip(arr, 0, 255).astype(np.uint8))
+    return out
+
+
+def _jpeg(frame: np.ndarray, quality: int) -> bytes:
+    buf = io.BytesIO()
+    Image.fromarray(frame).save(buf, "JPEG", quality=quality)
+    return buf.getvalue()
+
+
+def _write_mp4(path: Path, frames: Sequence[np.ndarray]) -> None:
+    import av  # optional dependency (extra "video"): only needed for the videos layout
+
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    with av.open(str(tmp), mode="w", format="mp4") as container:
+        stream = container.add_stream("libx264", rate=FPS)
+        stream.width, stream.height = frames[0].shape[1], frames[0].shape[0]
+        stream.pix_fmt = "yuv420p"
+        stream.options = {"crf": "18", "preset": "veryfast"}
+        stream.thread_count = 1   # single-threaded x264 is deterministic
+        for f in frames:
+            for packet in stream.encode(av.VideoFrame.from_ndarray(f, format="rgb24")):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+    os.replace(tmp, path)
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+def plan_videos(o: SynthOptions) -> List[Tuple[str, int, str]]:
+    """(split, label, video id) for every video, in a fixed order."""
+    n_val = max(1, round(o.videos_per_class * o.val_fraction))
+    out = []
+    for label, name in enumerate(CLASSES):
+        for i in range(o.videos_per_class):
+            split = "val" if i >= o.videos_per_class - n_val else "train"
+            out.append((split, label, f"{name}_{i:04d}"))
+    return out
+
+
+def synth(o: SynthOptions, force: bool = False, progress: bool = True) -> Dict[str, object]:
+    """Write the dataset under ``o.out``; returns a summary (counts and paths)."""
+    check_options(o)
+    root = Path(o.out)
+    if root.exists() and any(root.iterdir()) and not force:
+        raise UserError(f"{root} already exists and is not empty; pass --force to write into it, "
+                        "or choose another output folder.")
+    root.mkdir(parents=True, exist_ok=True)
+    _atomic_write(root / "classes.txt", ("\n".join(CLASSES) + "\n").encode())
+    videos = plan_videos(o)
+    lists: Dict[str, List[str]] = {"train": [], "val": []}
+    for n, (split, label, vid) in enumerate(videos):
+        # One generator per video: the same video whatever the other options or the order of work.
+        rng = np.random.default_rng([o.seed, label, int(vid.rsplit("_", 1)[1])])
+        frames = _render_clip(label, o.frames, o.size, rng)
+        cls = CLASSES[label]
+        if "rawframes" in o.layouts:
+            folder = root / "rawframes" / split / cls / vid
+            folder.mkdir(parents=True, exist_ok=True)
+            for t, f in enumerate(frames):
+                _atomic_write(folder / f"img_{t + 1:05d}.jpg", _jpeg(f, o.quality))
+            lists[split].append(f"{split}/{cls}/{vid} {len(frames)} {label}")
+        if "videos" in o.layouts:
+            folder = root / "videos" / split / cls
+            folder.mkdir(parents=True, exist_ok=True)
+            _write_mp4(folder / f"{vid}.mp4", frames)
+        if progress:
+            sys.stderr.write(f"\rsynth: {n + 1}/{len(videos)} videos")
+            sys.stderr.flush()
+    if progress:
+        sys.stderr.write("\n")
+    if "rawframes" in o.layouts:
+        for split, lines in lists.items():
+            _atomic_write(root / "rawframes" / f"{split}_list.txt", ("\n".join(lines) + "\n").encode())
+        _atomic_write(root / "rawframes" / "classes.txt", ("\n".join(CLASSES) + "\n").encode())
+    if "videos" in o.layouts:
+        _atomic_write(root / "videos" / "classes.txt", ("\n".join(CLASSES) + "\n").encode())
+    n_train = sum(1 for v in videos if v[0] == "train")
+    return {"out": str(root), "classes": len(CLASSES), "train_videos": n_train,
+            "val_videos": len(videos) - n_train, "frames": o.frames, "size": o.size,
+            "layouts": list(o.layouts)}
