@@ -163,6 +163,11 @@ class Plan:
         return asdict(self)
 
 
+def nvme_data_dir(nvme_path: str) -> str:
+    """Where the job's staging step puts a node's shards (the trainer's --data)."""
+    return f"{nvme_path}/summit-jobs/data"
+
+
 def linear_lr(global_batch: int, lr_per_8_clips: float) -> float:
     """The paper's rule: 0.00125 per 8 clips, scaled linearly with the batch."""
     return round(lr_per_8_clips * global_batch / 8, 10)
@@ -313,7 +318,7 @@ def make_plan(profile: Profile, opts: JobOptions) -> Plan:
         if opts.stage_policy not in ("partition", "replicate"):
             raise UserError(f"stage policy {opts.stage_policy!r} is not known: use 'partition' or 'replicate'.")
         staging = Staging(manifest=opts.data, policy=opts.stage_policy,
-                          nvme_data_dir=f"{node.nvme_path}/summit-jobs/data")
+                          nvme_data_dir=nvme_data_dir(node.nvme_path))
         if "nvme" not in alloc:
             alloc.append("nvme")
 

@@ -36,17 +36,13 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from summit_jobs.errors import UserError
 from summit_jobs.pack import Progress, human_bytes
+from summit_jobs.plan import nvme_data_dir  # noqa: F401  (one rule for the NVMe data path)
 from trainer import shards
 from trainer import stage as node_stage
 
 PARTIAL = node_stage.PARTIAL_TAG
 #: Messages of hsi/htar that mean "it is not there": retrying cannot help.
 NOT_FOUND = ("no such file", "enoent", "not found", "does not exist")
-
-
-def nvme_data_dir(nvme_path: str) -> str:
-    """Where the job script's staging step puts the data (kept equal to plan.make_plan's)."""
-    return f"{nvme_path}/summit-jobs/data"
 
 
 def load_manifest(path: str) -> Tuple[Path, Dict[str, object]]:
