@@ -1,0 +1,78 @@
+"""Temporal shift against a straightforward reference written from the official description."""
+import pytest
+import torch
+
+from trainer.tsm import TemporalShift, temporal_shift
+
+
+def reference_shift(x: torch.Tensor, t: int, fold_div: int = 8) -> torch.Tensor:
+    """Loop version of the official semantics: (N*T, C, H, W), clip-major; channels
+    [0, fold) of frame i take frame i+1 (last frame: zeros), channels [fold, 2 fold)
+    take frame i-1 (first frame: zeros), the rest stay."""
+    nt, c = x.shape[:2]
+    fold = c // fold_div
+    out = torch.zeros_like(x)
+    for clip in range(nt // t):
+        for i in range(t):
+            row = clip * t + i
+            for ch in range(c):
+                if ch < fold:
+                    if i + 1 < t:
+                        out[row, ch] = x[row + 1, ch]
+                elif ch < 2 * fold:
+                    if i - 1 >= 0:
+                        out[row, ch] = x[row - 1, ch]
+                else:
+                    out[row, ch] = x[row, ch]
+    return out
+
+
+SHAPES = [(1, 8, 8, 3, 3), (2, 8, 16, 4, 5), (3, 4, 24, 2, 2), (2, 3, 64, 1, 1), (1, 1, 8, 2, 2)]
+
+
+@pytest.mark.parametrize("n,t,c,h,w", SHAPES)
+def test_matches_reference(n, t, c, h, w):
+    torch.manual_seed(n * 100 + t * 10 + c)
+    x = torch.randn(n * t, c, h, w)
+    got = temporal_shift(x, t)
+    assert torch.equal(got, reference_shift(x, t))
+    # channels_last input gives the same values
+    assert torch.equal(temporal_shift(x.contiguous(memory_format=torch.channels_last), t), got)
+
+
+def test_zero_padding_and_clip_boundaries():
+    """The shift never leaks frames across clips: the last frame of clip 0 gets zeros, not clip 1's frame 0."""
+    t, c = 4, 8
+    x = torch.arange(2 * t, dtype=torch.float32).view(2 * t, 1, 1, 1).repeat(1, c, 1, 1) + 1
+    y = temporal_shift(x, t)
+    assert y[t - 1, 0].item() == 0 and y[t, 1].item() == 0  # ends of clip 0 and start of clip 1
+    assert y[0, 0].item() == 2 and y[1, 1].item() == 1  # fold 0 from t+1, fold 1 from t-1
+    assert torch.equal(y[:, 2:], x[:, 2:])
+
+
+def test_no_parameters_and_off_is_identity():
+    m = TemporalShift(8)
+    assert list(m.parameters()) == [] and list(m.buffers()) == []
+    x = torch.randn(16, 8, 2, 2)
+    m.enabled = False
+    assert m(x) is x
+
+
+@pytest.mark.parametrize("n,t,c,h,w", SHAPES)
+def test_gradient_is_the_reverse_shift(n, t, c, h, w):
+    torch.manual_seed(1)
+    x = torch.randn(n * t, c, h, w, requires_grad=True)
+    g = torch.randn(n * t, c, h, w)
+    temporal_shift(x, t).backward(g)
+    # The adjoint of a shift: reverse the time axis, shift, reverse back.
+    rev = lambda a: a.view(n, t, *a.shape[1:]).flip(1).reshape(n * t, *a.shape[1:])  # noqa: E731
+    assert torch.equal(x.grad, rev(reference_shift(rev(g), t)))
+    # and it agrees with autograd through the reference implementation
+    x2 = x.detach().clone().requires_grad_(True)
+    reference_shift(x2, t).backward(g)
+    assert torch.equal(x.grad, x2.grad)
+
+
+def test_rejects_partial_clips():
+    with pytest.raises(ValueError):
+        temporal_shift(torch.randn(7, 8, 1, 1), 4)

@@ -1,0 +1,90 @@
+"""Checkpoints in the run directory: atomic, last N kept, plus best and the
+last epochs' ends (the paper's mean/std over the last 5 epochs' checkpoints).
+
+Why atomic (temp name in the same folder + os.replace): a rank killed in the
+middle of ``torch.save`` (walltime, SIGKILL, node failure) must never leave a
+file under a final name, because the next chain link resumes from the newest
+``ckpt-*.pt`` it finds. The run directory is on the parallel file system, never
+only on node-local NVMe, which is erased when the job ends.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import Dict, List, Optional
+
+import torch
+
+CKPT_RE = re.compile(r"^ckpt-(\d{9})\.pt$")
+EPOCH_RE = re.compile(r"^epoch-(\d{4})\.pt$")
+BEST = "best.pt"
+
+
+def ckpt_dir(run_dir: os.PathLike) -> Path:
+    return Path(run_dir) / "checkpoints"
+
+
+def _atomic_save(obj: Dict, path: Path) -> None:
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    try:
+        with open(tmp, "wb") as f:
+            torch.save(obj, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _atomic_alias(src: Path, dst: Path) -> None:
+    """dst becomes the same content as src (hard link when possible: no extra space)."""
+    tmp = dst.with_name(f".{dst.name}.tmp{os.getpid()}")
+    tmp.unlink(missing_ok=True)
+    try:
+        os.link(src, tmp)
+    except OSError:
+        shutil.copyfile(src, tmp)
+    os.replace(tmp, dst)
+
+
+def list_checkpoints(run_dir: os.PathLike) -> List[Path]:
+    d = ckpt_dir(run_dir)
+    if not d.is_dir():
+        return []
+    return sorted((p for p in d.iterdir() if CKPT_RE.match(p.name)), key=lambda p: p.name)
+
+
+def list_epoch_checkpoints(run_dir: os.PathLike) -> List[Path]:
+    d = ckpt_dir(run_dir)
+    if not d.is_dir():
+        return []
+    return sorted(p for p in d.iterdir() if EPOCH_RE.match(p.name))
+
+
+def latest(run_dir: os.PathLike) -> Optional[Path]:
+    ckpts = list_checkpoints(run_dir)
+    return ckpts[-1] if ckpts else None
+
+
+def save(run_dir: os.PathLike, state: Dict, step: int, keep: int, epoch_end: Optional[int] = None,
+         keep_epochs: int = 5, best: bool = False) -> Path:
+    """Write ckpt-<step>.pt; alias it as epoch-<e>.pt / best.pt; prune old ones."""
+    d = ckpt_dir(run_dir)
+    d.mkdir(parents=True, exist_ok=True)
+    path = d / f"ckpt-{step:09d}.pt"
+    _atomic_save(state, path)
+    if epoch_end is not None:
+        _atomic_alias(path, d / f"epoch-{epoch_end:04d}.pt")
+        for old in list_epoch_checkpoints(run_dir)[:-max(1, keep_epochs)]:
+            old.unlink(missing_ok=True)
+    if best:
+        _atomic_alias(path, d / BEST)
+    for old in list_checkpoints(run_dir)[:-max(1, keep)]:
+        old.unlink(missing_ok=True)
+    return path
+
+
+def load(path: os.PathLike) -> Dict:
+    return torch.load(path, map_location="cpu", weights_only=False)

@@ -1,0 +1,89 @@
+"""From a sample in the shards to a uint8 clip: which frames, then the pixel
+work (decode, multi-scale crop, flip, test crops) of ``trainer.transforms``.
+
+Why uint8 out of the workers: the host->device copy is 4x smaller than float,
+and normalisation is one fused op on the device (``normalize`` below).
+
+Randomness is a function of (seed, epoch, sample index) only (``sample_rng``),
+never of the rank or the worker id, so a physical rank standing in for a
+virtual rank (gradient accumulation) draws exactly the same frames and crops.
+
+Frame sampling follows the TSM code: "dense" = T frames from a T*stride window
+(random start in training, evenly spaced windows for the multi-clip test;
+indices past the end of a short video are clamped to its last frame);
+"uniform" = TSN segments, one random frame per segment in training, the
+segment's centre (shifted per clip) in testing.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import List, Sequence
+
+import numpy as np
+
+from . import transforms
+
+MEAN = (0.485, 0.456, 0.406)
+STD = (0.229, 0.224, 0.225)
+
+
+def sample_rng(seed: int, epoch: int, index: int) -> np.random.Generator:
+    return np.random.default_rng([seed, epoch, index, 0xC11])
+
+
+def train_frame_indices(num_frames: int, t: int, mode: str, stride: int, rng: np.random.Generator) -> List[int]:
+    if mode == "dense":
+        window = t * stride
+        start = int(rng.integers(0, max(num_frames - window, 0) + 1))
+        return [min(start + i * stride, num_frames - 1) for i in range(t)]
+    if mode == "uniform":
+        edges = np.linspace(0.0, num_frames, t + 1)
+        u = rng.random(t)
+        return [min(int(edges[i] + u[i] * (edges[i + 1] - edges[i])), num_frames - 1) for i in range(t)]
+    raise ValueError(f"unknown sampling mode {mode!r}: use 'dense' or 'uniform'")
+
+
+def eval_frame_indices(num_frames: int, t: int, mode: str, stride: int, clip: int, clips: int) -> List[int]:
+    """Frames of test clip ``clip`` out of ``clips`` (deterministic)."""
+    if mode == "dense":
+        window = t * stride
+        starts = np.linspace(0, max(num_frames - window, 0), num=clips) if clips > 1 \
+            else [max(num_frames - window, 0) // 2]
+        start = int(round(float(starts[clip])))
+        return [min(start + i * stride, num_frames - 1) for i in range(t)]
+    if mode == "uniform":
+        seg = num_frames / t
+        frac = (clip + 0.5) / clips
+        return [min(int(seg * i + seg * frac), num_frames - 1) for i in range(t)]
+    raise ValueError(f"unknown sampling mode {mode!r}: use 'dense' or 'uniform'")
+
+
+@dataclass(frozen=True)
+class ClipSpec:
+    num_segments: int = 8
+    mode: str = "dense"
+    stride: int = 8
+    size: int = 224
+    scale_size: int = 256  # test: shorter side resized to this
+    flip: bool = True
+    test_crops: int = 1
+
+
+def train_clip(jpeg_frames: Sequence[bytes], spec: ClipSpec, rng: np.random.Generator) -> np.ndarray:
+    """Multi-scale crop (one box for every frame) + resize + optional flip: (T, S, S, 3) uint8."""
+    return transforms.train_clip(jpeg_frames, rng, size=spec.size, flip=spec.flip)
+
+
+def eval_clip(jpeg_frames: Sequence[bytes], spec: ClipSpec, crop: int = 0) -> np.ndarray:
+    """Shorter side to ``scale_size``, then crop number ``crop`` of ``spec.test_crops``
+    (1 = centre; 3 = start, centre, end along the longer side)."""
+    return transforms.test_crops(jpeg_frames, spec.size, spec.scale_size, spec.test_crops)[crop]
+
+
+def normalize(batch, mean=MEAN, std=STD):
+    """uint8 (N, T, H, W, 3) -> float (N, T, 3, H, W), ImageNet mean/std; runs on the device."""
+    import torch
+    x = batch.permute(0, 1, 4, 2, 3).float().div_(255.0)
+    m = torch.tensor(mean, device=x.device).view(1, 1, 3, 1, 1)
+    s = torch.tensor(std, device=x.device).view(1, 1, 3, 1, 1)
+    return x.sub_(m).div_(s)

@@ -1,0 +1,106 @@
+"""torch side of the input pipeline: Dataset over the shards and the DataLoader.
+
+Why forkserver/spawn: DataLoader workers deadlocked with fork on Summit (the
+CUDA/MPI state of the parent is not fork-safe), so workers are never forked
+from the training process. Why a fresh loader per epoch: the batch sampler
+carries the epoch (its shuffle) and the resume position; worker start-up is a
+few seconds against an epoch of minutes.
+"""
+from __future__ import annotations
+
+import multiprocessing
+import os
+from typing import List, Optional, Tuple
+
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from .clips import ClipSpec, sample_rng, eval_clip, eval_frame_indices, train_clip, train_frame_indices
+from .sampler import MicroBatchSampler
+from .shards import ShardDataset
+
+
+class TrainClips(Dataset):
+    """Items are (epoch, index): the augmentation draw depends on nothing else."""
+
+    def __init__(self, root: str, spec: ClipSpec, seed: int, split: str = "train"):
+        self.shards = ShardDataset(root, split)
+        self.spec, self.seed = spec, seed
+
+    def __len__(self) -> int:
+        return len(self.shards)
+
+    def __getitem__(self, item: Tuple[int, int]):
+        epoch, i = item
+        rng = sample_rng(self.seed, epoch, i)
+        idx = train_frame_indices(self.shards.num_frames(i), self.spec.num_segments, self.spec.mode,
+                                  self.spec.stride, rng)
+        clip = train_clip(self.shards.frames(i, idx), self.spec, rng)
+        return torch.from_numpy(clip), self.shards.label(i)
+
+
+class EvalClips(Dataset):
+    """Items are (index, view): view = clip * test_crops + crop, all deterministic."""
+
+    def __init__(self, root: str, spec: ClipSpec, clips: int, split: str = "val"):
+        self.shards = ShardDataset(root, split)
+        self.spec, self.clips = spec, clips
+
+    def __len__(self) -> int:
+        return len(self.shards)
+
+    def __getitem__(self, item: Tuple[int, int]):
+        i, view = item
+        clip, crop = divmod(view, self.spec.test_crops)
+        idx = eval_frame_indices(self.shards.num_frames(i), self.spec.num_segments, self.spec.mode,
+                                 self.spec.stride, clip, self.clips)
+        return torch.from_numpy(eval_clip(self.shards.frames(i, idx), self.spec, crop)), self.shards.label(i)
+
+
+def _context(workers: int) -> Optional[multiprocessing.context.BaseContext]:
+    if workers <= 0:
+        return None
+    method = os.environ.get("SUMMIT_JOBS_WORKER_START", "forkserver")
+    if method not in multiprocessing.get_all_start_methods():
+        method = "spawn"
+    return multiprocessing.get_context(method)
+
+
+def _loader(dataset: Dataset, batch_sampler, workers: int, pin: bool, prefetch: int) -> DataLoader:
+    kw = {}
+    if workers > 0:
+        kw = dict(multiprocessing_context=_context(workers), prefetch_factor=prefetch)
+    return DataLoader(dataset, batch_sampler=batch_sampler, num_workers=workers, pin_memory=pin, **kw)
+
+
+def train_loader(dataset: TrainClips, rank: int, size: int, accum: int, batch: int, seed: int, epoch: int,
+                 start_step: int, workers: int, pin: bool, prefetch: int = 2) -> DataLoader:
+    sampler = MicroBatchSampler(len(dataset), rank, size, accum, batch, seed, epoch, start_step)
+    return _loader(dataset, sampler, workers, pin, prefetch)
+
+
+class _ListBatches:
+    def __init__(self, batches: List[List[Tuple[int, int]]]):
+        self.batches = batches
+
+    def __iter__(self):
+        return iter(self.batches)
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+
+def eval_loader(dataset: EvalClips, indices: List[int], views: int, batch: int, workers: int, pin: bool,
+                prefetch: int = 2) -> DataLoader:
+    """Batches of (sample, view) in sample-major order so per-video averaging is a reshape."""
+    items = [(i, v) for i in indices for v in range(views)]
+    per = max(1, batch // views) * views  # whole videos per batch
+    batches = [items[j:j + per] for j in range(0, len(items), per)]
+    return _loader(dataset, _ListBatches(batches), workers, pin, prefetch)
+
+
+def class_count(root: str) -> int:
+    return len(ShardDataset(root, "train").classes)
+
+
+__all__ = ["TrainClips", "EvalClips", "train_loader", "eval_loader"]

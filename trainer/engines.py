@@ -1,0 +1,344 @@
+"""Distributed engines behind one small interface: Horovod (the paper's) and
+torch.distributed DDP.
+
+Why one interface: the training loop, exact gradient accumulation and the
+checkpoint/stop protocol must be identical for both engines, so the loop only
+calls ``micro_context`` / ``finish_grads`` / ``step`` / ``allreduce_sum``.
+
+Where ranks come from: jsrun sets JSM_NAMESPACE_*, Spectrum MPI OMPI_COMM_WORLD_*,
+torchrun RANK/WORLD_SIZE/LOCAL_RANK; looked up in that order. The rendezvous
+host is SUMMIT_JOBS_RENDEZVOUS_ADDR if set (the embedded jsrun sets 127.0.0.1)
+else the first compute host of LSB_MCPU_HOSTS / LSB_HOSTS (the launch node,
+listed first, is skipped). Ports derive from LSB_JOBID so concurrent jobs that
+share a node do not collide: DDP uses ``port``, Horovod's gloo rendezvous ``port + 1``.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime
+import os
+import sys
+import threading
+import warnings
+from dataclasses import dataclass
+from typing import Dict, List, Mapping, Optional, Tuple
+
+import torch
+from torch import nn
+
+DEFAULT_PORT = 29500
+PORT_BASE, PORT_SPAN = 20000, 20000
+
+
+@dataclass(frozen=True)
+class Launch:
+    rank: int
+    size: int
+    local_rank: int
+    local_size: int
+    addr: str
+    port: int
+    source: str
+
+
+def _compute_hosts(env: Mapping[str, str]) -> List[str]:
+    """Compute hosts in order, the launch node (listed first) removed."""
+    mcpu = env.get("LSB_MCPU_HOSTS", "").split()
+    if len(mcpu) >= 2:
+        hosts = mcpu[0::2]
+    else:
+        hosts = []
+        for h in env.get("LSB_HOSTS", "").split():
+            if h not in hosts:
+                hosts.append(h)
+    if len(hosts) > 1 or (hosts and hosts[0].startswith(("batch", "login"))):
+        hosts = hosts[1:]
+    return hosts
+
+
+def rendezvous_addr(env: Mapping[str, str]) -> str:
+    if env.get("SUMMIT_JOBS_RENDEZVOUS_ADDR"):
+        return env["SUMMIT_JOBS_RENDEZVOUS_ADDR"]
+    if env.get("MASTER_ADDR"):
+        return env["MASTER_ADDR"]
+    hosts = _compute_hosts(env)
+    return hosts[0] if hosts else "127.0.0.1"
+
+
+def rendezvous_port(env: Mapping[str, str]) -> int:
+    """The job's port: from LSB_JOBID, else SUMMIT_JOBS_RENDEZVOUS_PORT / MASTER_PORT, else 29500."""
+    job = env.get("LSB_JOBID", "")
+    if job.isdigit():
+        return PORT_BASE + (int(job) * 2) % PORT_SPAN
+    for var in ("SUMMIT_JOBS_RENDEZVOUS_PORT", "MASTER_PORT"):
+        if env.get(var, "").isdigit():
+            return int(env[var])
+    return DEFAULT_PORT
+
+
+def launch_from_env(env: Optional[Mapping[str, str]] = None) -> Launch:
+    env = os.environ if env is None else env
+    for prefix, rank, size, local, local_size, source in (
+            ("JSM_NAMESPACE_", "RANK", "SIZE", "LOCAL_RANK", "LOCAL_SIZE", "jsrun"),
+            ("OMPI_COMM_WORLD_", "RANK", "SIZE", "LOCAL_RANK", "LOCAL_SIZE", "mpi"),
+            ("", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "torchrun")):
+        if prefix + rank in env and prefix + size in env:
+            r, s = int(env[prefix + rank]), int(env[prefix + size])
+            lr = int(env.get(prefix + local, r))
+            if prefix + local_size in env:
+                ls = int(env[prefix + local_size])
+            else:
+                hosts = len(_compute_hosts(env)) or 1
+                ls = s // hosts if s % hosts == 0 else s
+            break
+    else:
+        r, s, lr, ls, source = 0, 1, 0, 1, "single"
+    if not 0 <= r < s:
+        raise ValueError(f"rank {r} is outside a world of size {s} (from {source} variables)")
+    return Launch(r, s, lr, max(1, ls), rendezvous_addr(env), rendezvous_port(env), source)
+
+
+def pick_device(launch: Launch) -> torch.device:
+    """One GPU per resource set -> device 0; all GPUs visible -> the local rank's."""
+    if not torch.cuda.is_available():
+        return torch.device("cpu")
+    n = torch.cuda.device_count()
+    idx = 0 if n == 1 else launch.local_rank % n
+    torch.cuda.set_device(idx)
+    return torch.device("cuda", idx)
+
+
+class Engine:
+    """What the training loop needs from a distributed backend."""
+
+    name = "base"
+
+    def __init__(self, launch: Launch, device: torch.device):
+        self.launch, self.device = launch, device
+        self.rank, self.size, self.local_rank = launch.rank, launch.size, launch.local_rank
+
+    def prepare(self, model: nn.Module, optimizer: torch.optim.Optimizer, accum_steps: int,
+                compression: str) -> Tuple[nn.Module, torch.optim.Optimizer]:
+        raise NotImplementedError
+
+    def micro_context(self, model: nn.Module, micro: int, accum_steps: int):
+        """Context for the backward pass of micro-batch ``micro`` of ``accum_steps``."""
+        return contextlib.nullcontext()
+
+    def finish_grads(self, optimizer: torch.optim.Optimizer) -> None:
+        """After the last backward: gradients are globally averaged on return (clip after this)."""
+
+    def step_context(self, optimizer: torch.optim.Optimizer):
+        """Context around ``optimizer.step()`` (or a GradScaler's step)."""
+        return contextlib.nullcontext()
+
+    def allreduce_sum(self, t: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def broadcast_model(self, model: nn.Module) -> None:
+        raise NotImplementedError
+
+    def barrier(self) -> None:
+        self.allreduce_sum(torch.zeros(1, device=self.device))
+
+    def shutdown(self) -> None:
+        pass
+
+
+class DDPEngine(Engine):
+    name = "ddp"
+
+    def __init__(self, launch: Launch, device: torch.device):
+        super().__init__(launch, device)
+        import torch.distributed as dist
+        self.dist = dist
+        backend = "nccl" if device.type == "cuda" else "gloo"
+        if launch.addr in ("127.0.0.1", "localhost"):
+            os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+        dist.init_process_group(backend, init_method=f"tcp://{launch.addr}:{launch.port}", rank=launch.rank,
+                                world_size=launch.size, timeout=datetime.timedelta(minutes=30))
+
+    def prepare(self, model, optimizer, accum_steps, compression):
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        # broadcast_buffers=False is the point (per-GPU BatchNorm statistics, as with
+        # Horovod); its replacement option still syncs at init, so keep it and its warning quiet.
+        warnings.filterwarnings("ignore", message=".*broadcast_buffers.*deprecated")
+        # 1x1 conv weight gradients come with equivalent but differently written strides: harmless.
+        warnings.filterwarnings("ignore", message="Grad strides do not match bucket view strides")
+        ddp = DDP(model, device_ids=[self.device.index] if self.device.type == "cuda" else None,
+                  broadcast_buffers=False)
+        if compression in ("fp16", "bf16"):
+            from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+            hook = default_hooks.fp16_compress_hook if compression == "fp16" else default_hooks.bf16_compress_hook
+            ddp.register_comm_hook(None, hook)
+        return ddp, optimizer
+
+    def micro_context(self, model, micro, accum_steps):
+        return model.no_sync() if micro < accum_steps - 1 else contextlib.nullcontext()
+
+    def allreduce_sum(self, t):
+        self.dist.all_reduce(t)
+        return t
+
+    def broadcast_model(self, model):
+        for v in model.state_dict().values():
+            self.dist.broadcast(v, 0)
+
+    def barrier(self):
+        self.dist.barrier()
+
+    def shutdown(self):
+        if self.dist.is_initialized():
+            self.dist.destroy_process_group()
+
+
+def _horovod_gloo_env(launch: Launch) -> Dict[str, str]:
+    """What horovodrun's gloo launcher would export for this rank (uniform packed layout)."""
+    ls = launch.local_size if launch.size % launch.local_size == 0 else launch.size
+    cross_rank, local_rank = divmod(launch.rank, ls)
+    env = {
+        "HOROVOD_GLOO_RENDEZVOUS_ADDR": launch.addr,
+        "HOROVOD_GLOO_RENDEZVOUS_PORT": str(launch.port + 1),
+        "HOROVOD_CONTROLLER": "gloo",
+        "HOROVOD_CPU_OPERATIONS": "gloo",
+        "HOROVOD_HOSTNAME": f"node{cross_rank}",
+        "HOROVOD_RANK": str(launch.rank),
+        "HOROVOD_SIZE": str(launch.size),
+        "HOROVOD_LOCAL_RANK": str(local_rank),
+        "HOROVOD_LOCAL_SIZE": str(ls),
+        "HOROVOD_CROSS_RANK": str(cross_rank),
+        "HOROVOD_CROSS_SIZE": str(launch.size // ls),
+    }
+    if launch.addr in ("127.0.0.1", "localhost") and "HOROVOD_GLOO_IFACE" not in os.environ:
+        env["HOROVOD_GLOO_IFACE"] = "lo"
+    return env
+
+
+def _start_horovod_rendezvous(launch: Launch) -> object:
+    """Rank 0 hosts Horovod's HTTP rendezvous, as horovodrun does, on a fixed port."""
+    from horovod.runner.common.util.hosts import SlotInfo
+    from horovod.runner.http.http_server import RendezvousHandler, RendezvousHTTPServer
+    ls = launch.local_size if launch.size % launch.local_size == 0 else launch.size
+    plan = []
+    for r in range(launch.size):
+        cross, local = divmod(r, ls)
+        plan.append(SlotInfo(hostname=f"node{cross}", rank=r, local_rank=local, cross_rank=cross,
+                             size=launch.size, local_size=ls, cross_size=launch.size // ls))
+    httpd = RendezvousHTTPServer(("0.0.0.0", launch.port + 1), RendezvousHandler, 0)
+    httpd.init(plan)
+    threading.Thread(target=httpd.serve_forever, daemon=True, name="hvd-rendezvous").start()
+    return httpd
+
+
+class HorovodEngine(Engine):
+    name = "horovod"
+
+    def __init__(self, launch: Launch, device: torch.device):
+        super().__init__(launch, device)
+        import horovod.torch as hvd
+        self.hvd = hvd
+        self._server = None
+        self._synced = False
+        use_mpi = any(k.startswith("OMPI_COMM_WORLD_") for k in os.environ) and hvd.mpi_built() \
+            and launch.source in ("jsrun", "mpi") and os.environ.get("HOROVOD_CONTROLLER", "").lower() != "gloo"
+        if not use_mpi:
+            if not hvd.gloo_built():
+                raise RuntimeError("this Horovod build has neither MPI nor gloo: rebuild it (make horovod)")
+            if launch.rank == 0:
+                self._server = _start_horovod_rendezvous(launch)
+            os.environ.update(_horovod_gloo_env(launch))
+        hvd.init()
+        if hvd.rank() != launch.rank or hvd.size() != launch.size:
+            raise RuntimeError(f"Horovod sees rank {hvd.rank()}/{hvd.size()} but the launcher says "
+                               f"{launch.rank}/{launch.size}")
+
+    def prepare(self, model, optimizer, accum_steps, compression):
+        hvd = self.hvd
+        comp = hvd.Compression.fp16 if compression == "fp16" else hvd.Compression.none
+        opt = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(), compression=comp,
+                                       backward_passes_per_step=accum_steps, op=hvd.Average)
+        return model, opt
+
+    def finish_grads(self, optimizer):
+        optimizer.synchronize()
+        self._synced = True
+
+    @contextlib.contextmanager
+    def step_context(self, optimizer):
+        # Gradients were already averaged in finish_grads (and maybe clipped):
+        # the step must not allreduce them a second time.
+        if self._synced:
+            with optimizer.skip_synchronize():
+                yield
+            self._synced = False
+        else:
+            yield
+
+    def allreduce_sum(self, t):
+        return self.hvd.allreduce(t, op=self.hvd.Sum, name="metric")
+
+    def broadcast_model(self, model):
+        self.hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+
+    def shutdown(self):
+        self.hvd.shutdown()
+        if self._server is not None:
+            self._server.shutdown()
+
+
+_warned = False
+
+
+def _free_port_pair(host: str = "127.0.0.1") -> int:
+    """A port p with p and p+1 free now: a single rank needs no agreed port, and
+    must not collide with another single-rank run on the same machine."""
+    import socket
+    for _ in range(100):
+        with socket.socket() as s:
+            s.bind((host, 0))
+            p = s.getsockname()[1]
+        if p >= 65535:
+            continue
+        with socket.socket() as s2:
+            try:
+                s2.bind((host, p + 1))
+            except OSError:
+                continue
+        return p
+    raise RuntimeError("no free port pair for a single-rank run")
+
+
+def horovod_available() -> bool:
+    try:
+        import horovod.torch  # noqa: F401
+        return True
+    except Exception:
+        return False
+
+
+def make_engine(name: str, launch: Optional[Launch] = None) -> Engine:
+    """``name`` is 'horovod' or 'ddp'; Horovod falls back to DDP (said once) when it is not importable."""
+    global _warned
+    launch = launch or launch_from_env()
+    if launch.size == 1:
+        launch = dataclasses.replace(launch, addr="127.0.0.1", port=_free_port_pair())
+    device = pick_device(launch)
+    if name == "horovod" and not horovod_available():
+        if not _warned and launch.rank == 0:
+            print("trainer: horovod is not importable here; falling back to torch.distributed (ddp). "
+                  "Build it with `make horovod`.", file=sys.stderr, flush=True)
+        _warned = True
+        name = "ddp"
+    if name == "horovod":
+        return HorovodEngine(launch, device)
+    if name == "ddp":
+        return DDPEngine(launch, device)
+    raise ValueError(f"unknown engine {name!r}: use 'horovod' or 'ddp'")
+
+
+def unwrap(model: nn.Module) -> nn.Module:
+    return model.module if hasattr(model, "module") and isinstance(model.module, nn.Module) else model
+
+
+__all__ = ["Launch", "launch_from_env", "make_engine", "Engine", "DDPEngine", "HorovodEngine", "unwrap"]

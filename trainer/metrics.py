@@ -1,0 +1,81 @@
+"""Metrics: JSONL records (read by reports and simulated runs) and a log line.
+
+Why JSONL appended line by line: a reader (the CLI's status/report commands,
+possibly while the run is going) sees whole records; a record cut by a kill
+is only ever the last line, and readers skip lines that do not parse. After a
+resume, steps between the last checkpoint and the kill appear twice; readers
+keep the last record for a (kind, step).
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Dict, List, Optional
+
+import torch
+
+METRICS = "metrics.jsonl"
+
+
+def topk_correct(logits: torch.Tensor, target: torch.Tensor, ks=(1, 5)) -> List[int]:
+    k = min(max(ks), logits.shape[1])
+    pred = logits.topk(k, dim=1).indices
+    hit = pred.eq(target.view(-1, 1))
+    return [int(hit[:, :min(kk, k)].any(dim=1).sum()) for kk in ks]
+
+
+class MetricsWriter:
+    """Rank 0 only; every other rank gets a writer that does nothing."""
+
+    def __init__(self, run_dir: os.PathLike, enabled: bool):
+        self.enabled = enabled
+        self.path = Path(run_dir) / METRICS
+        self._f = open(self.path, "a", buffering=1) if enabled else None
+
+    def write(self, kind: str, **fields) -> Dict:
+        rec = {"kind": kind, "time": time.time(), **fields}
+        if self._f is not None:
+            self._f.write(json.dumps(rec, sort_keys=True) + "\n")
+            self._f.flush()
+        return rec
+
+    def close(self) -> None:
+        if self._f is not None:
+            self._f.close()
+            self._f = None
+
+
+def read_metrics(run_dir: os.PathLike) -> List[Dict]:
+    """All whole records, in file order (a torn last line is skipped)."""
+    path = Path(run_dir) / METRICS
+    out = []
+    if not path.exists():
+        return out
+    for line in path.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            continue
+    return out
+
+
+def fmt_duration(seconds: float) -> str:
+    seconds = int(max(seconds, 0))
+    h, rem = divmod(seconds, 3600)
+    return f"{h}:{rem // 60:02d}:{rem % 60:02d}"
+
+
+def log(msg: str, enabled: bool = True) -> None:
+    if enabled:
+        print(f"[trainer {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def progress_line(rec: Dict, epochs: int, steps_per_epoch: int, total_steps: int, eta: Optional[float]) -> str:
+    pct = 100.0 * rec["step"] / max(total_steps, 1)
+    return (f"epoch {rec['epoch'] + 1}/{epochs} step {rec['step']}/{total_steps} ({pct:.1f}%) | "
+            f"loss {rec['loss']:.4f} top1 {100 * rec['top1']:.1f}% top5 {100 * rec['top5']:.1f}% | "
+            f"lr {rec['lr']:.5g} | {rec['clips_per_s']:.1f} clips/s | data wait {100 * rec['data_wait_frac']:.0f}%"
+            + (f" | eta {fmt_duration(eta)}" if eta is not None else ""))

@@ -1,0 +1,393 @@
+"""The training loop: what every rank runs.
+
+Chain contract (the job script relies on it): resume from the newest
+checkpoint in the run directory; on SIGUSR2 (LSF's warning before the
+walltime) or SIGTERM, finish the current optimiser step, save, exit 0; write
+``<run-dir>/COMPLETE`` when all epochs and the final test are done.
+
+Why a stop flag travels in the per-step metrics allreduce: the signal reaches
+ranks at slightly different moments; summing a 0/1 flag in the allreduce every
+rank already does after each step makes all ranks stop after the same step,
+so the checkpoint is consistent and no rank waits in a collective forever.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import random
+import signal
+import time
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from . import checkpoint as ckpt
+from .clips import ClipSpec, normalize
+from .config import LR_PER_8_CLIPS
+from .data import EvalClips, TrainClips, eval_loader, train_loader
+from .engines import Engine, make_engine, unwrap
+from .metrics import MetricsWriter, log, progress_line, topk_correct
+from .model import build_model, param_groups
+from .sampler import eval_indices, steps_per_epoch
+from .shards import ShardDataset
+
+COMPLETE = "COMPLETE"
+
+
+def lr_at(step: int, base_lr: float, warmup_steps: int, total_steps: int) -> float:
+    """Per-iteration linear warm-up to ``base_lr``, then cosine decay to 0."""
+    if step < warmup_steps:
+        return base_lr * (step + 1) / warmup_steps
+    span = max(total_steps - warmup_steps, 1)
+    return 0.5 * base_lr * (1.0 + math.cos(math.pi * min(step - warmup_steps, span) / span))
+
+
+class StopFlag:
+    """Set by SIGUSR2/SIGTERM; read once per optimiser step."""
+
+    def __init__(self):
+        self.signum: Optional[int] = None
+
+    def install(self) -> None:
+        for sig in (signal.SIGUSR2, signal.SIGTERM):
+            signal.signal(sig, self._handler)
+
+    def _handler(self, signum, frame) -> None:
+        self.signum = signum
+
+    def __bool__(self) -> bool:
+        return self.signum is not None
+
+
+def write_marker(run_dir: Path, name: str, text: str) -> None:
+    tmp = run_dir / f".{name}.tmp{os.getpid()}"
+    tmp.write_text(text)
+    os.replace(tmp, run_dir / name)
+
+
+class Trainer:
+    def __init__(self, args: argparse.Namespace, engine: Optional[Engine] = None):
+        self.args = args
+        self.run_dir = Path(args.run_dir)
+        self.stop = StopFlag()
+        self.stop.install()
+        if args.threads:
+            torch.set_num_threads(args.threads)
+        if not args.data:
+            raise SystemExit("trainer: --data DIR is required (a folder of shards with manifest.json)")
+        self.engine = engine or make_engine(args.engine)
+        e = self.engine
+        self.is_main = e.rank == 0
+        self.device = e.device
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.metrics = MetricsWriter(self.run_dir, self.is_main)
+        cuda = self.device.type == "cuda"
+        self.amp_dtype = None
+        if cuda and args.amp != "off":
+            if args.amp == "bf16" or (args.amp == "auto" and torch.cuda.is_bf16_supported()):
+                self.amp_dtype = torch.bfloat16
+            else:
+                self.amp_dtype = torch.float16
+        self.channels_last = args.channels_last == "on" or (args.channels_last == "auto" and cuda)
+        self.spec = ClipSpec(num_segments=args.num_segments, mode=args.sampling, stride=args.frame_stride,
+                             size=args.input_size, scale_size=args.scale_size, flip=args.flip,
+                             test_crops=args.test_crops)
+
+        # Data.
+        self.train_set = TrainClips(args.data, self.spec, args.seed, "train")
+        n_classes = len(self.train_set.shards.classes)
+        self.num_classes = args.num_classes or n_classes
+        labels = self.train_set.shards.labels()
+        if labels and max(labels) >= self.num_classes:
+            raise SystemExit(f"trainer: the data has label {max(labels)} but the model has {self.num_classes} "
+                             "classes: pass --num-classes 0 to take the count from the manifest")
+        val = ShardDataset(args.data, "val")
+        self.val_set = EvalClips(args.data, self.spec, 1, "val") if len(val) else None
+        self.k = args.accum_steps
+        self.virtual = e.size * self.k
+        self.global_batch = self.virtual * args.batch_per_gpu
+        self.steps_per_epoch = steps_per_epoch(len(self.train_set), self.virtual, args.batch_per_gpu)
+        if self.steps_per_epoch == 0:
+            raise SystemExit(f"trainer: {len(self.train_set)} training clips are fewer than one global batch "
+                             f"of {self.global_batch} ({e.size} ranks x {self.k} accumulation x "
+                             f"{args.batch_per_gpu} clips)")
+        self.total_steps = self.steps_per_epoch * args.epochs
+        self.warmup_steps = int(round(args.warmup_epochs * self.steps_per_epoch))
+        self.base_lr = args.lr if args.lr is not None else LR_PER_8_CLIPS * self.global_batch / 8
+
+        # Model and optimiser: the same init on every rank (and broadcast from rank 0 anyway).
+        torch.manual_seed(args.seed)
+        model = build_model(args.arch, self.num_classes, args.num_segments, args.shift, args.shift_placement,
+                            args.width, args.fold_div, args.dropout).to(self.device)
+        if self.channels_last:
+            model = model.to(memory_format=torch.channels_last)
+        self.core = model
+        opt = torch.optim.SGD(param_groups(model, args.weight_decay), lr=self.base_lr, momentum=args.momentum)
+        self.scaler = torch.amp.GradScaler("cuda") if self.amp_dtype == torch.float16 else None
+
+        self.global_step, self.epoch, self.step_in_epoch = 0, 0, 0
+        self.best_top1 = -1.0
+        latest = ckpt.latest(self.run_dir)
+        state = None
+        if latest is not None:
+            state = ckpt.load(latest)
+            model.load_state_dict(state["model"])
+        elif e.size > 1:
+            e.broadcast_model(model)
+        self.model, self.opt = e.prepare(model, opt, self.k, args.compression)
+        if state is not None:
+            self._restore(state, latest)
+        log(f"{e.name} engine, {e.size} ranks x {self.k} accumulation = {self.virtual} virtual ranks, "
+            f"global batch {self.global_batch}, lr {self.base_lr:.5g}, {self.steps_per_epoch} steps/epoch, "
+            f"{args.epochs} epochs, device {self.device}", self.is_main)
+
+    def _restore(self, state: Dict, path: Path) -> None:
+        self.opt.load_state_dict(state["optimizer"])
+        if self.scaler is not None and state.get("scaler"):
+            self.scaler.load_state_dict(state["scaler"])
+        self.global_step, self.epoch, self.step_in_epoch = state["step"], state["epoch"], state["step_in_epoch"]
+        self.best_top1 = state.get("best_top1", -1.0)
+        rng = state.get("rng", {})
+        if "torch" in rng:
+            torch.set_rng_state(rng["torch"])
+            np.random.set_state(rng["numpy"])
+            random.setstate(rng["python"])
+        if state.get("steps_per_epoch") != self.steps_per_epoch:
+            log(f"warning: {path.name} was written with {state.get('steps_per_epoch')} steps/epoch, now "
+                f"{self.steps_per_epoch} (different ranks/batch): the epoch restarts at step 0", self.is_main)
+            self.step_in_epoch = 0
+        if self.step_in_epoch >= self.steps_per_epoch:
+            self.epoch, self.step_in_epoch = self.epoch + 1, 0
+        log(f"resumed from {path} at step {self.global_step} (epoch {self.epoch}, step {self.step_in_epoch})",
+            self.is_main)
+
+    def _state(self) -> Dict:
+        return {
+            "model": unwrap(self.model).state_dict(), "optimizer": self.opt.state_dict(),
+            "scaler": self.scaler.state_dict() if self.scaler is not None else None,
+            "step": self.global_step, "epoch": self.epoch, "step_in_epoch": self.step_in_epoch,
+            "steps_per_epoch": self.steps_per_epoch, "best_top1": self.best_top1,
+            "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()},
+            "args": vars(self.args),
+        }
+
+    def save(self, epoch_end: Optional[int] = None, best: bool = False) -> None:
+        if self.is_main:
+            ckpt.save(self.run_dir, self._state(), self.global_step, self.args.keep, epoch_end,
+                      max(self.args.test_last, 1), best)
+
+    # -- one optimiser step ------------------------------------------------------------------
+    def _prep(self, x: torch.Tensor) -> torch.Tensor:
+        x = normalize(x.to(self.device, non_blocking=True))
+        x = x.reshape(-1, *x.shape[2:])
+        return x.contiguous(memory_format=torch.channels_last) if self.channels_last else x
+
+    def _autocast(self):
+        if self.amp_dtype is None:
+            return nullcontext()
+        return torch.autocast("cuda", dtype=self.amp_dtype)
+
+    def train_step(self, batches) -> Tuple[List[float], float]:
+        """k micro-batches, one allreduce, optional clipping, one update; returns sums and data wait."""
+        e, k = self.engine, self.k
+        lr = lr_at(self.global_step, self.base_lr, self.warmup_steps, self.total_steps)
+        for g in self.opt.param_groups:
+            g["lr"] = lr
+        self.opt.zero_grad()  # set_to_none (torch >= 2 default; Horovod takes no argument)
+        wait = 0.0
+        loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
+        c1 = c5 = n = 0
+        for micro in range(k):
+            t0 = time.perf_counter()
+            x, y = next(batches)
+            wait += time.perf_counter() - t0
+            x, y = self._prep(x), y.to(self.device, non_blocking=True)
+            with e.micro_context(self.model, micro, k):
+                with self._autocast():
+                    out = self.model(x)
+                    loss = F.cross_entropy(out.float(), y)
+                scaled = loss / k
+                (self.scaler.scale(scaled) if self.scaler is not None else scaled).backward()
+            loss_sum += loss.detach().double() * y.shape[0]
+            a, b = topk_correct(out.detach(), y)
+            c1, c5, n = c1 + a, c5 + b, n + y.shape[0]
+        e.finish_grads(self.opt)
+        if self.scaler is not None:
+            self.scaler.unscale_(self.opt)
+        if self.args.clip_grad > 0:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.args.clip_grad)
+        with e.step_context(self.opt):
+            if self.scaler is not None:
+                self.scaler.step(self.opt)
+                self.scaler.update()
+            else:
+                self.opt.step()
+        return [float(loss_sum), c1, c5, n, lr], wait
+
+    # -- evaluation ---------------------------------------------------------------------------
+    @torch.no_grad()
+    def evaluate(self, dataset: EvalClips, views: int) -> Dict[str, float]:
+        """Average softmax over ``views`` clips per video; counts summed over ranks."""
+        e = self.engine
+        self.model.eval()
+        idx = eval_indices(len(dataset), e.rank, e.size)
+        loader = eval_loader(dataset, idx, views, max(self.args.batch_per_gpu, views), self.args.workers,
+                             self.device.type == "cuda", self.args.prefetch)
+        sums = torch.zeros(5, dtype=torch.float64, device=self.device)  # loss, c1, c5, n, wait
+        t0 = time.perf_counter()
+        it = iter(loader)
+        while True:
+            tw = time.perf_counter()
+            try:
+                x, y = next(it)
+            except StopIteration:
+                break
+            sums[4] += time.perf_counter() - tw
+            x, y = self._prep(x), y.to(self.device)
+            with self._autocast():
+                out = unwrap(self.model)(x).float()
+            prob = out.softmax(1).view(-1, views, out.shape[1]).mean(1)
+            y = y.view(-1, views)[:, 0]
+            sums[0] += F.nll_loss(prob.clamp_min(1e-12).log(), y, reduction="sum").double()
+            a, b = topk_correct(prob, y)
+            sums[1] += a
+            sums[2] += b
+            sums[3] += y.shape[0]
+        elapsed = time.perf_counter() - t0
+        times = torch.tensor([elapsed], dtype=torch.float64, device=self.device)
+        sums = e.allreduce_sum(sums)
+        times = e.allreduce_sum(times)
+        self.model.train()
+        loss, c1, c5, n, wait = sums.tolist()
+        n = max(n, 1)
+        return {"loss": loss / n, "top1": c1 / n, "top5": c5 / n, "videos": int(n),
+                "clips_per_s": n * views / max(times.item() / e.size, 1e-9),
+                "data_wait_frac": wait / max(times.item(), 1e-9), "step_time": elapsed, "views": views}
+
+    # -- the loop -------------------------------------------------------------------------
+    def run(self) -> int:
+        a, e = self.args, self.engine
+        if (self.run_dir / COMPLETE).exists():
+            log("COMPLETE exists: nothing to do", self.is_main)
+            return 0
+        acc = np.zeros(7)  # loss_sum, c1, c5, n, wait, step_time, clips/s (sum of per-rank)
+        acc_steps = 0
+        last_save = time.time()
+        t_start, steps_start = time.time(), self.global_step
+        while self.epoch < a.epochs:
+            loader = train_loader(self.train_set, e.rank, e.size, self.k, a.batch_per_gpu, a.seed, self.epoch,
+                                  self.step_in_epoch, a.workers, self.device.type == "cuda", a.prefetch)
+            batches = iter(loader)
+            stopping = False
+            while self.step_in_epoch < self.steps_per_epoch:
+                t0 = time.perf_counter()
+                (loss_sum, c1, c5, n, lr), wait = self.train_step(batches)
+                self.global_step += 1
+                self.step_in_epoch += 1
+                dt = time.perf_counter() - t0
+                stop_local = 1.0 if (self.stop or (a.max_steps and self.global_step >= a.max_steps)) else 0.0
+                red = e.allreduce_sum(torch.tensor([stop_local, loss_sum, c1, c5, n, wait, dt,
+                                                    n / max(dt, 1e-9)], dtype=torch.float64, device=self.device))
+                red = red.tolist()
+                stopping = red[0] > 0
+                acc += red[1:]
+                acc_steps += 1
+                if self.is_main and (acc_steps >= a.log_every or stopping
+                                     or self.step_in_epoch == self.steps_per_epoch):
+                    rec = self.metrics.write(
+                        "train", step=self.global_step, epoch=self.epoch, loss=acc[0] / max(acc[3], 1),
+                        top1=acc[1] / max(acc[3], 1), top5=acc[2] / max(acc[3], 1), lr=lr,
+                        clips_per_s=acc[6] / acc_steps, data_wait_frac=acc[4] / max(acc[5], 1e-9),
+                        step_time=acc[5] / e.size / acc_steps, ranks=e.size, accum_steps=self.k,
+                        global_batch=self.global_batch)
+                    done = self.global_step - steps_start
+                    eta = (time.time() - t_start) / done * (self.total_steps - self.global_step) if done else None
+                    log(progress_line(rec, a.epochs, self.steps_per_epoch, self.total_steps, eta))
+                    acc[:] = 0
+                    acc_steps = 0
+                if stopping:
+                    break
+                if self.is_main and ((a.ckpt_every_steps and self.global_step % a.ckpt_every_steps == 0) or
+                                     (a.ckpt_every_minutes and time.time() - last_save > 60 * a.ckpt_every_minutes)):
+                    self.save()
+                    last_save = time.time()
+            del batches, loader
+            if self.step_in_epoch >= self.steps_per_epoch:
+                best = False
+                ev = (a.eval_every > 0 and ((self.epoch + 1) % a.eval_every == 0 or self.epoch + 1 == a.epochs))
+                if ev and self.val_set is not None:
+                    r = self.evaluate(self.val_set, 1)
+                    best = r["top1"] > self.best_top1
+                    self.best_top1 = max(self.best_top1, r["top1"])
+                    rec = self.metrics.write("eval", step=self.global_step, epoch=self.epoch, lr=lr, **r)
+                    log(f"eval epoch {self.epoch + 1}: top1 {100 * r['top1']:.2f}% top5 {100 * r['top5']:.2f}% "
+                        f"({r['videos']} videos, 1 clip)", self.is_main)
+                finished_epoch = self.epoch
+                self.epoch, self.step_in_epoch = self.epoch + 1, 0
+                self.save(epoch_end=finished_epoch, best=best)
+                last_save = time.time()
+            elif stopping:
+                self.save()
+            if stopping:
+                why = f"signal {signal.Signals(int(self.stop.signum)).name}" if self.stop else "--max-steps"
+                log(f"stopping at step {self.global_step} ({why}): checkpoint saved", self.is_main)
+                e.barrier()
+                return 0
+        if a.test and self.val_set is not None:
+            if not self.final_test():
+                e.barrier()
+                return 0
+        e.barrier()
+        if self.is_main:
+            write_marker(self.run_dir, COMPLETE, f"step {self.global_step}\n")
+            log(f"all {a.epochs} epochs done: wrote {self.run_dir / COMPLETE}")
+        return 0
+
+    def final_test(self) -> bool:
+        """Multi-clip test of the last epochs' checkpoints; mean and std as the paper reports."""
+        a = self.args
+        views = a.test_clips * a.test_crops
+        test_set = EvalClips(a.data, self.spec, a.test_clips, "val")
+        paths = ckpt.list_epoch_checkpoints(self.run_dir)[-max(a.test_last, 1):]
+        results = []
+        for p in paths:
+            if self.stop:
+                log("signal during the final test: exiting; the next run repeats the test", self.is_main)
+                return False
+            state = ckpt.load(p)
+            unwrap(self.model).load_state_dict(state["model"])
+            r = self.evaluate(test_set, views)
+            results.append(r)
+            self.metrics.write("test", step=state["step"], epoch=state["epoch"] - 1, checkpoint=p.name, lr=0.0, **r)
+            log(f"test {p.name}: top1 {100 * r['top1']:.2f}% top5 {100 * r['top5']:.2f}% "
+                f"({a.test_clips} clips x {a.test_crops} crops)", self.is_main)
+        if results:
+            t1 = np.array([r["top1"] for r in results])
+            t5 = np.array([r["top5"] for r in results])
+            self.metrics.write("test", summary=True, step=self.global_step, epoch=a.epochs - 1,
+                               loss=float(np.mean([r["loss"] for r in results])), top1=float(t1.mean()),
+                               top5=float(t5.mean()), top1_std=float(t1.std()), top5_std=float(t5.std()),
+                               checkpoints=[p.name for p in paths], lr=0.0,
+                               clips_per_s=float(np.mean([r["clips_per_s"] for r in results])),
+                               data_wait_frac=float(np.mean([r["data_wait_frac"] for r in results])),
+                               step_time=float(sum(r["step_time"] for r in results)), views=views)
+            log(f"final test over {len(results)} checkpoints: top1 {100 * t1.mean():.2f} +- {100 * t1.std():.2f}%",
+                self.is_main)
+        return True
+
+    def close(self) -> None:
+        self.metrics.close()
+        self.engine.shutdown()
+
+
+def main(args: argparse.Namespace) -> int:
+    trainer = Trainer(args)
+    try:
+        return trainer.run()
+    finally:
+        trainer.close()
