@@ -111,7 +111,12 @@ class Trainer:
         self.k = args.accum_steps
         self.virtual = e.size * self.k
         self.global_batch = self.virtual * args.batch_per_gpu
+        # Who shares the sample space: all ranks, or (partitioned NVMe copies) the ranks of one node.
+        self.sample_rank, self.sample_size = e.rank, e.size
         self.steps_per_epoch = steps_per_epoch(len(self.train_set), self.virtual, args.batch_per_gpu)
+        placement = self.train_set.shards.manifest.get("placement") or {}
+        if placement.get("policy") == "partition" and int(placement.get("nodes", 1)) > 1:
+            self.steps_per_epoch = self._partitioned(int(placement["nodes"]), int(placement["node"]))
         if self.steps_per_epoch == 0:
             raise SystemExit(f"trainer: {len(self.train_set)} training clips are fewer than one global batch "
                              f"of {self.global_batch} ({e.size} ranks x {self.k} accumulation x "
@@ -269,6 +274,32 @@ class Trainer:
                 "clips_per_s": n * views / max(times.item() / e.size, 1e-9),
                 "data_wait_frac": wait / max(times.item(), 1e-9), "step_time": elapsed, "views": views}
 
+    def _partitioned(self, nodes: int, node: int) -> int:
+        """Steps per epoch when each node holds only its share of the training shards.
+
+        A node's ranks split that node's samples (the same sampler, over the node's
+        ranks); every node must run the same number of steps or the allreduce
+        hangs, so all take the smallest share's count. Exact accumulation still
+        holds within the node: its physical ranks stand in for the node's virtual ranks.
+        """
+        e, a = self.engine, self.args
+        if e.size % nodes:
+            raise SystemExit(f"trainer: {e.size} ranks cannot be spread evenly over the {nodes} nodes the data was "
+                             "staged for; stage with --nodes equal to the job's node count")
+        per_node = e.size // nodes
+        if e.rank // per_node != node:
+            raise SystemExit(f"trainer: rank {e.rank} runs on node {e.rank // per_node} but this NVMe copy holds "
+                             f"node {node}'s shards; the staging step and the training step disagree on placement")
+        self.sample_rank, self.sample_size = e.rank % per_node, per_node
+        counts = torch.zeros(nodes, dtype=torch.float64, device=self.device)
+        if e.rank % per_node == 0:
+            counts[node] = len(self.train_set)
+        counts = e.allreduce_sum(counts).tolist()
+        steps = min(steps_per_epoch(int(c), per_node * self.k, a.batch_per_gpu) for c in counts)
+        log(f"partitioned data: node shares {[int(c) for c in counts]} clips, {steps} steps per epoch",
+            self.is_main)
+        return steps
+
     # -- the loop -------------------------------------------------------------------------
     def run(self) -> int:
         a, e = self.args, self.engine
@@ -280,7 +311,8 @@ class Trainer:
         last_save = time.time()
         t_start, steps_start = time.time(), self.global_step
         while self.epoch < a.epochs:
-            loader = train_loader(self.train_set, e.rank, e.size, self.k, a.batch_per_gpu, a.seed, self.epoch,
+            loader = train_loader(self.train_set, self.sample_rank, self.sample_size, self.k, a.batch_per_gpu,
+                                  a.seed, self.epoch,
                                   self.step_in_epoch, a.workers, self.device.type == "cuda", a.prefetch)
             batches = iter(loader)
             stopping = False
