@@ -301,7 +301,7 @@ def submit_cmd(state: State, **kw) -> None:
 
 
 # Command groups kept in modules of their own; imported last so they can use `cli` and `State`.
-from summit_jobs import cli_data, cli_lifecycle, cli_simulate  # noqa: E402,F401
+from summit_jobs import cli_data, cli_lifecycle, cli_report, cli_simulate  # noqa: E402,F401
 
 
 def main() -> None:

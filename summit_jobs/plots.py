@@ -50,3 +50,30 @@ def scaling_plot(rows: List[Dict[str, float]], path: str) -> None:
     fig.suptitle("Projected scaling")
     save(fig, path)
     plt.close(fig)
+
+
+def panels_plot(panels: List[Dict], path: str, title: str) -> None:
+    """Side-by-side panels of line series, drawn exactly from the data given.
+
+    The report keeps the same panel data in its report.json, so what a PNG
+    shows can be checked against the metrics without reading pixels. A panel is
+    ``{"xlabel", "ylabel", "series": [{"label", "x", "y"}], "logy"?, "ylim"?}``.
+    """
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 4), squeeze=False)
+    for ax, panel in zip(axes[0], panels):
+        for s in panel["series"]:
+            marker = "o-" if len(s["x"]) <= 30 else "-"
+            ax.plot(s["x"], s["y"], marker, label=s["label"], markersize=3, linewidth=1.2)
+        if panel.get("logy") and any(y > 0 for s in panel["series"] for y in s["y"]):
+            ax.set_yscale("log")
+        if panel.get("ylim"):
+            ax.set_ylim(*panel["ylim"])
+        ax.set_xlabel(panel["xlabel"])
+        ax.set_ylabel(panel["ylabel"])
+        ax.grid(True, alpha=0.3)
+        if len(panel["series"]) > 1:
+            ax.legend(fontsize=8)
+    fig.suptitle(title)
+    save(fig, path)
+    plt.close(fig)
