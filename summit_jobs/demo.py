@@ -1,42 +1,145 @@
-"""`make demo`: the whole workflow on the embedded LSF of this machine.
+"""`make demo`: the whole workflow, for real, on the embedded LSF of this machine.
 
-Each step prints what it does; the steps grow with the product: render and
-check job scripts for the reference machine and the local one, then (where
-available) synth -> pack -> stage-data -> submit -> simulate -> report.
+synth -> pack -> stage-data (archive -> parallel file system folder -> each of
+2 virtual nodes' NVMe) -> submit --nodes 2 of a small TSM as a chain whose
+first job is stopped by its walltime warning signal and whose next job resumes
+-> the same network without the shift, for comparison -> simulate
+--virtual-nodes 4 on 2 nodes -> report. Every step is a real `summit-jobs`
+command (printed before it runs); the embedded LSF's state lives in the demo
+folder, and one LSF minute lasts a few seconds so walltimes and warnings play
+out quickly.
+
+    python -m summit_jobs.demo [--out DIR] [--quick]
+
+``--quick`` (used by CI) runs a smaller set for fewer epochs.
 """
 from __future__ import annotations
 
+import argparse
+import json
 import os
+import shlex
+import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
+from typing import List
+
+from summit_jobs.resources import embedded_bin_dir
 
 
 def step(title: str) -> None:
     print(f"\n== {title}", flush=True)
 
 
-def run(args, **kw) -> subprocess.CompletedProcess:
-    print("$ summit-jobs " + " ".join(args), flush=True)
-    proc = subprocess.run([sys.executable, "-m", "summit_jobs", *args], text=True, **kw)
-    if proc.returncode != 0:
-        sys.exit(f"demo: step failed (exit {proc.returncode})")
-    return proc
+class Demo:
+    def __init__(self, out: Path, quick: bool):
+        self.out, self.quick = out, quick
+        self.env = dict(os.environ)
+        for k in ("SUMMIT_JOBS_MACHINE", "SUMMIT_JOBS_PROJECT", "SUMMIT_JOBS_CONFIG"):
+            self.env.pop(k, None)
+        self.env.update({
+            "SUMMIT_JOBS_LSF_HOME": str(out / "lsf"),
+            # One LSF minute lasts this many seconds in the demo: walltimes and warnings come quickly.
+            "SUMMIT_JOBS_LSF_MINUTE": "10" if quick else "6",
+            "SUMMIT_JOBS_LSF_KILL_GRACE": "5",
+            "PYTHONUNBUFFERED": "1",
+        })
+
+    def sj(self, *args: str, capture: bool = False, check: bool = True) -> subprocess.CompletedProcess:
+        print("$ summit-jobs " + " ".join(shlex.quote(a) for a in args), flush=True)
+        proc = subprocess.run([sys.executable, "-m", "summit_jobs", *args], env=self.env, text=True,
+                              stdout=subprocess.PIPE if capture else None)
+        if check and proc.returncode != 0:
+            sys.exit(f"demo: that step failed (exit {proc.returncode}); see the messages above")
+        return proc
+
+    def wait(self, run_dir: Path) -> bool:
+        return self.sj("status", str(run_dir), "--watch", "--interval", "3", check=False).returncode == 0
+
+    def trainer_args(self) -> List[str]:
+        # A small TSM that trains in minutes on 2 CPU cores; --no-flip because left/right are classes.
+        return ["--width", "0.25", "--num-segments", "8", "--frame-stride", "2", "--input-size", "48",
+                "--workers", "0", "--num-classes", "0", "--no-flip", "--threads", "1", "--test-clips", "2",
+                "--test-last", "1", "--log-every", "5", "--ckpt-every-minutes", "0.5"]
+
+    def run(self) -> None:
+        out, quick = self.out, self.quick
+        runs = out / "runs"
+        epochs = "4" if quick else "10"
+        common = ["--machine", "local"]
+        job = ["--epochs", epochs, "--clips-per-gpu", "8", "--lr", "0.1", "--engine", "ddp", "--arch", "resnet18",
+               "--data", str(out / "pfs" / "manifest.json")]
+
+        step("1/7 A synthetic Kinetics: 8 classes that only the order of frames tells apart")
+        self.sj("synth", str(out / "synth"), "--videos-per-class", "16" if quick else "48", "--frames", "16",
+                "--size", "64", "--layout", "rawframes" if quick else "both", "--force", "--quiet")
+
+        step("2/7 Pack it into tar shards with an index (the form HPSS and GPFS want)")
+        self.sj("pack", str(out / "synth" / "rawframes"), str(out / "archive"), "--short-side", "64",
+                "--shard-size", "2MB")
+
+        step("3/7 Stage: archive -> parallel file system folder -> each virtual node's NVMe")
+        self.sj(*common, "stage-data", "--manifest", str(out / "archive" / "manifest.json"), "--nodes", "2",
+                "--dest", str(out / "pfs"), "--to-nvme")
+
+        step("4/7 Train a small TSM on 2 nodes as a chain: the first job is stopped by its walltime warning "
+             "(USR2), saves a checkpoint and exits 0; the next job resumes")
+        tsm = runs / "tsm"
+        self.sj(*common, "submit", "--nodes", "2", *job, "--chain", "4", "--walltime", "0:08",
+                "--warning-minutes", "2", "--job-name", "tsm", "--run-dir", str(tsm), "--force", "--",
+                *self.trainer_args())
+        self.wait(tsm)
+
+        step("5/7 The same network without the temporal shift (the TSN 2D baseline), for comparison")
+        tsn = runs / "no-shift"
+        self.sj(*common, "submit", "--nodes", "2", *job, "--job-name", "noshift", "--run-dir", str(tsn),
+                "--force", "--", *self.trainer_args(), "--no-shift")
+        self.wait(tsn)
+
+        step("6/7 simulate: the 4-node optimisation on 2 nodes by exact gradient accumulation (k = 2)")
+        sim = runs / "simulated"
+        self.sj(*common, "simulate", "--virtual-nodes", "4", "--quota-nodes", "2", *job, "--job-name", "sim",
+                "--run-dir", str(sim), "--force", "--", *self.trainer_args())
+        self.wait(sim)
+
+        step("7/7 Reports")
+        self.sj("report", str(tsm), "--compare", str(tsn), "--force")
+        self.sj("report", str(sim), "--force")
+        self.summary(tsm, tsn, sim)
+
+    def summary(self, tsm: Path, tsn: Path, sim: Path) -> None:
+        def load(run: Path) -> dict:
+            try:
+                return json.loads((run / "report" / "report.json").read_text())
+            except (OSError, ValueError):
+                return {}
+        print("\n== Done", flush=True)
+        tsm_report = load(tsm)
+        for name, run in (("TSM", tsm), ("same network, no shift", tsn), ("simulated 4 nodes on 2", sim)):
+            summ = (tsm_report.get("compare") if run == tsn else load(run).get("summary")) or {}
+            if not summ:
+                continue
+            pct = lambda v: "-" if v is None else f"{100 * v:.1f}%"  # noqa: E731
+            print(f"{name:>24}: best val top-1 {pct(summ.get('best_eval_top1'))}, test top-1 "
+                  f"{pct(summ.get('test_top1_mean'))}, {summ.get('clips_per_s_median') or 0:.1f} clips/s, "
+                  f"{len(summ.get('jobs') or [])} job(s), run directory {summ.get('location', run)}")
+        if tsm_report.get("verdict"):
+            print(tsm_report["verdict"])
+        print(f"plots: {tsm / 'report'}/*.png and {sim / 'report'}/*.png (summaries in report.md)")
 
 
 def main() -> None:
-    out = Path(os.environ.get("SUMMIT_JOBS_DEMO_DIR", "demo-out")).resolve()
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default=os.environ.get("SUMMIT_JOBS_DEMO_DIR", "demo-out"))
+    ap.add_argument("--quick", action="store_true", help="smaller data, fewer epochs (CI)")
+    args = ap.parse_args()
+    out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
-    step("Machines this installation knows")
-    run(["machines"])
-    step("The paper's 256-node Summit job, checked against Summit's policy (dry run)")
-    run(["--machine", "summit", "submit", "--nodes", "256", "--project", "ABC123", "--dry-run",
-         "--output", str(out / "summit-256.lsf"), "--force"], stdout=subprocess.DEVNULL)
-    print(f"script written to {out / 'summit-256.lsf'}")
-    step("A 2-node job on the embedded LSF of this machine (dry run)")
-    run(["--machine", "local", "submit", "--nodes", "2", "--epochs", "2", "--dry-run",
-         "--output", str(out / "local-2.lsf"), "--force"], stdout=subprocess.DEVNULL)
-    print(f"script written to {out / 'local-2.lsf'}")
+    t0 = time.time()
+    Demo(out, args.quick).run()
+    print(f"demo finished in {(time.time() - t0) / 60:.1f} minutes", flush=True)
 
 
 if __name__ == "__main__":
