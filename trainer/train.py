@@ -54,8 +54,11 @@ class StopFlag:
         self.signum: Optional[int] = None
 
     def install(self) -> None:
+        from .signals import EARLY
         for sig in (signal.SIGUSR2, signal.SIGTERM):
             signal.signal(sig, self._handler)
+        if EARLY:  # a stop request that came while the rank was starting
+            self.signum = EARLY[0]
 
     def _handler(self, signum, frame) -> None:
         self.signum = signum
@@ -422,4 +425,9 @@ def main(args: argparse.Namespace) -> int:
     try:
         return trainer.run()
     finally:
+        # The work is saved (checkpoint or COMPLETE): a late warning signal must not turn a clean exit
+        # into a kill. Python resets handlers to the default action while the interpreter shuts down,
+        # which would let USR2 end the process with status 140; an ignored signal stays ignored.
+        for sig in (signal.SIGUSR2, signal.SIGTERM):
+            signal.signal(sig, signal.SIG_IGN)
         trainer.close()
