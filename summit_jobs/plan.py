@@ -364,6 +364,10 @@ def make_plan(profile: Profile, opts: JobOptions) -> Plan:
             raise UserError("AAVG model averaging (--optimizer-sync aavg) cannot be combined with exact "
                             "accumulation (simulate): averaging learners is not the synchronous V-node run. "
                             "Use --optimizer-sync sync with simulate.")
+        if opts.compression != "none":
+            raise UserError("--compression applies to the gradient allreduce, which AAVG does not do (learners "
+                            "average parameters every K steps instead). Drop --compression, or use "
+                            "--optimizer-sync sync.")
         if opts.avg_interval == 0 or opts.avg_interval < -1:
             raise UserError(f"--avg-interval {opts.avg_interval} must be a number of local steps >= 1, or -1 "
                             "(average once per epoch).")

@@ -214,6 +214,8 @@ def test_aavg_options(summit):
     assert argv[argv.index("--avg-interval") + 1] == "20"
     with pytest.raises(UserError, match="cannot be combined with exact accumulation"):
         make_plan(summit, opts(nodes=2, optimizer_sync="aavg", accum_steps=2, virtual_nodes=4))
+    with pytest.raises(UserError, match="AAVG does not do"):
+        make_plan(summit, opts(nodes=2, optimizer_sync="aavg", compression="fp16"))
     for bad in (0, -2):
         with pytest.raises(UserError, match="--avg-interval"):
             make_plan(summit, opts(nodes=2, optimizer_sync="aavg", avg_interval=bad))

@@ -59,8 +59,9 @@ def moving_square_clip(direction: str, frames: int, size: int, rng: np.random.Ge
 
 def make_dataset(root: Path, train: int = 32, val: int = 16, frames: int = 8, size: int = 32,
                  classes: Sequence[str] = ("right", "left", "down", "up"), seed: int = 0,
-                 shards: int = 2) -> Path:
-    """A shard folder with 'train' and 'val' splits of moving-square clips."""
+                 shards: int = 2, speed: int = 0) -> Path:
+    """A shard folder with 'train' and 'val' splits of moving-square clips
+    (``speed``: pixels per frame, 0 = size // 8)."""
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
@@ -74,7 +75,7 @@ def make_dataset(root: Path, train: int = 32, val: int = 16, frames: int = 8, si
             w = ShardWriter(root / f"{split}-{s:03d}.tar", split)
             for i in idx:
                 label = i % len(classes)
-                w.add(f"{split}{i:05d}", label, moving_square_clip(classes[label], frames, size, rng))
+                w.add(f"{split}{i:05d}", label, moving_square_clip(classes[label], frames, size, rng, speed=speed))
             entries.append(w.close())
     write_manifest(root / "manifest.json", {"format": "summit-jobs-shards/1", "name": "moving-squares",
                                             "classes": list(classes), "shards": entries})

@@ -54,9 +54,32 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--clip-grad", type=float, default=0.0, help="max gradient norm after the allreduce (0 = off)")
     g.add_argument("--compression", choices=("none", "fp16", "bf16"), default="none",
                    help="gradient compression for the allreduce (horovod: fp16 only)")
+    g.add_argument("--optimizer", choices=("sgd", "lars", "adam"), default="sgd",
+                   help="sgd (the paper's, momentum); lars (layer-wise trust ratio for very large batches, BN "
+                        "parameters and biases excluded); adam (as the AAVG paper)")
+    g.add_argument("--trust-coefficient", type=float, default=0.001, help="LARS trust coefficient")
     g.add_argument("--amp", choices=("auto", "off", "fp16", "bf16"), default="auto",
                    help="autocast on GPU (auto: bf16 where supported, else fp16); never on CPU")
     g.add_argument("--channels-last", choices=("auto", "on", "off"), default="auto", help="auto: on GPU only")
+    g = p.add_argument_group("multigrid (Wu et al.): a schedule of clip shapes")
+    g.add_argument("--schedule", choices=("standard", "multigrid"), default="standard",
+                   help="multigrid: long cycle of (frames, size) shapes with proportionally larger batches and "
+                        "LR, LR stages at 40%% and 80%% of the epochs, final phase at full shape")
+    g.add_argument("--short-cycle", action="store_true",
+                   help="multigrid: also cycle the crop size 1/2, 1/sqrt2, 1 of the current shape per iteration")
+    g.add_argument("--bn-clips", type=int, default=8,
+                   help="multigrid: clips per BatchNorm statistics group whatever the batch (sub-batch BN)")
+    g = p.add_argument_group("AAVG model averaging (learners step locally, then average)")
+    g.add_argument("--optimizer-sync", choices=("sync", "aavg"), default="sync",
+                   help="sync: gradient allreduce every step; aavg: no gradient allreduce, average parameters, "
+                        "optimiser moments and BN statistics every --avg-interval steps")
+    g.add_argument("--avg-interval", type=int, default=-1,
+                   help="aavg: local steps between averaging rounds (-1 = once per epoch)")
+    g.add_argument("--aavg-eval-every", type=int, default=0,
+                   help="aavg: steps between validations that drive the batch rule (0 = off)")
+    g.add_argument("--aavg-b1", type=float, default=1.0, help="aavg: grow the batch when accuracy < best x b1")
+    g.add_argument("--aavg-b2", type=float, default=2.0, help="aavg: batch growth factor")
+    g.add_argument("--aavg-max-batch", type=int, default=576, help="aavg: largest per-learner batch")
     g = p.add_argument_group("data")
     g.add_argument("--sampling", choices=("dense", "uniform"), default="dense",
                    help="dense: T frames from a T*stride window; uniform: TSN segments")
@@ -89,6 +112,18 @@ def parse(argv: Optional[List[str]] = None) -> argparse.Namespace:
     for name in ("batch_per_gpu", "accum_steps", "epochs", "num_segments", "input_size"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be at least 1")
+    if args.optimizer_sync == "aavg":
+        if args.avg_interval == 0 or args.avg_interval < -1:
+            p.error(f"--avg-interval {args.avg_interval}: use a number of local steps >= 1, or -1 (once per epoch)")
+        if args.accum_steps != 1:
+            p.error("--optimizer-sync aavg has no gradient allreduce to accumulate for: use --accum-steps 1")
+        if args.aavg_b2 < 1 or args.aavg_max_batch < args.batch_per_gpu:
+            p.error("--aavg-b2 must be >= 1 and --aavg-max-batch at least --batch-per-gpu")
+    if args.bn_clips < 1:
+        p.error("--bn-clips must be at least 1")
+    if args.schedule == "multigrid" and args.epochs < 3:
+        p.error(f"--schedule multigrid needs at least 3 epochs (LR stages at 40% and 80% and a final phase); "
+                f"got {args.epochs}")
     if args.warmup_epochs < 0:
         p.error("--warmup-epochs must not be negative")
     if args.scale_size <= 0:

@@ -8,6 +8,7 @@ few seconds against an epoch of minutes.
 """
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing
 import os
 from typing import List, Optional, Tuple
@@ -16,7 +17,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from .clips import ClipSpec, sample_rng, eval_clip, eval_frame_indices, train_clip, train_frame_indices
-from .sampler import MicroBatchSampler
+from .sampler import MicroBatchSampler, ShapeBatchSampler
 from .shards import ShardDataset
 
 
@@ -30,13 +31,20 @@ class TrainClips(Dataset):
     def __len__(self) -> int:
         return len(self.shards)
 
-    def __getitem__(self, item: Tuple[int, int]):
-        epoch, i = item
+    def __getitem__(self, item: Tuple[int, ...]):
+        """``(epoch, index)``, or ``(epoch, index, frames, size)`` for a multigrid shape."""
+        epoch, i = item[0], item[1]
+        spec = self.spec if len(item) == 2 else self.shaped(item[2], item[3])
         rng = sample_rng(self.seed, epoch, i)
-        idx = train_frame_indices(self.shards.num_frames(i), self.spec.num_segments, self.spec.mode,
-                                  self.spec.stride, rng)
-        clip = train_clip(self.shards.frames(i, idx), self.spec, rng)
+        idx = train_frame_indices(self.shards.num_frames(i), spec.num_segments, spec.mode, spec.stride, rng)
+        clip = train_clip(self.shards.frames(i, idx), spec, rng)
         return torch.from_numpy(clip), self.shards.label(i)
+
+    def shaped(self, frames: int, size: int) -> ClipSpec:
+        """The spec for a multigrid shape: fewer frames keep the temporal span (the dense
+        stride grows), as in the multigrid paper's coarse grids."""
+        stride = max(1, int(round(self.spec.stride * self.spec.num_segments / frames)))
+        return dataclasses.replace(self.spec, num_segments=frames, size=size, stride=stride)
 
 
 class EvalClips(Dataset):
@@ -79,6 +87,13 @@ def train_loader(dataset: TrainClips, rank: int, size: int, accum: int, batch: i
     return _loader(dataset, sampler, workers, pin, prefetch)
 
 
+def shape_loader(dataset: TrainClips, rank: int, size: int, accum: int, seed: int, epoch: int,
+                 steps, start_step: int, workers: int, pin: bool, prefetch: int = 2) -> DataLoader:
+    """One loader (one set of workers) for an epoch of variable-shape iterations."""
+    sampler = ShapeBatchSampler(len(dataset), rank, size, accum, seed, epoch, steps, start_step)
+    return _loader(dataset, sampler, workers, pin, prefetch)
+
+
 class _ListBatches:
     def __init__(self, batches: List[List[Tuple[int, int]]]):
         self.batches = batches
@@ -103,4 +118,4 @@ def class_count(root: str) -> int:
     return len(ShardDataset(root, "train").classes)
 
 
-__all__ = ["TrainClips", "EvalClips", "train_loader", "eval_loader"]
+__all__ = ["TrainClips", "EvalClips", "train_loader", "shape_loader", "eval_loader"]

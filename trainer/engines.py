@@ -170,7 +170,12 @@ class DDPEngine(Engine):
                   broadcast_buffers=False)
         if compression in ("fp16", "bf16"):
             from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
-            hook = default_hooks.fp16_compress_hook if compression == "fp16" else default_hooks.bf16_compress_hook
+            if compression == "fp16":
+                hook = default_hooks.fp16_compress_hook
+            elif self.device.type == "cuda":
+                hook = default_hooks.bf16_compress_hook
+            else:
+                hook = _gloo_bf16_compress_hook
             ddp.register_comm_hook(None, hook)
         return ddp, optimizer
 
@@ -191,6 +196,18 @@ class DDPEngine(Engine):
     def shutdown(self):
         if self.dist.is_initialized():
             self.dist.destroy_process_group()
+
+
+def _gloo_bf16_compress_hook(process_group, bucket):
+    """torch's bf16_compress_hook, for gloo (CPU).
+
+    Why: torch refuses its bf16 hook unless NCCL >= 2.10 or XCCL is present (a
+    check on the hook's name), though gloo reduces bfloat16 tensors; the same
+    compress / allreduce / decompress under another name keeps ``--compression
+    bf16`` usable (and testable) on CPU.
+    """
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    return default_hooks._compress_hook(torch.bfloat16, process_group, bucket)
 
 
 def _horovod_gloo_env(launch: Launch) -> Dict[str, str]:

@@ -144,6 +144,16 @@ class TSMResNet(nn.Module):
             if isinstance(m, TemporalShift):
                 m.enabled = enabled
 
+    def set_num_segments(self, t: int) -> None:
+        """Frames per clip from now on (multigrid changes T per iteration): the shifts
+        and sub-batch BatchNorm fold clips by it. No parameter depends on T."""
+        from .subbn import set_frames
+        self.num_segments = t
+        for m in self.modules():
+            if isinstance(m, TemporalShift):
+                m.n_segment = t
+        set_frames(self, t)
+
     def features(self, x: torch.Tensor) -> torch.Tensor:
         x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
         x = self.layer4(self.layer3(self.layer2(self.layer1(x))))

@@ -72,3 +72,46 @@ class MicroBatchSampler:
 def eval_indices(n: int, rank: int, size: int) -> List[int]:
     """Evaluation split across ranks (every sample exactly once, counts summed by allreduce)."""
     return list(range(rank, n, size))
+
+
+def sample_stream(n: int, seed: int, epoch: int, start: int, stop: int) -> List[int]:
+    """Positions [start, stop) of an epoch's index stream: the epoch's permutation,
+    then (when variable batches run past it) further permutations of the same epoch."""
+    out: List[int] = []
+    pos = start
+    while pos < stop:
+        cycle, off = divmod(pos, n)
+        perm = epoch_permutation(n, seed, epoch) if cycle == 0 else \
+            np.random.default_rng([seed, epoch, 0x5A3, cycle]).permutation(n)
+        take = min(stop - pos, n - off)
+        out += [int(i) for i in perm[off:off + take]]
+        pos += take
+    return out
+
+
+class ShapeBatchSampler:
+    """Batch sampler for variable-shape iterations (multigrid): yields micro-batches of
+    ``(epoch, index, frames, size)``, so the shape travels with every sample and one
+    set of DataLoader workers serves every shape of the epoch.
+
+    ``steps`` are the epoch's iterations as (frames, size, clips per virtual rank).
+    Iteration s consumes ``virtual_ranks x batch_s`` positions of the epoch's stream;
+    virtual rank v takes its contiguous slice, as in the fixed-batch mapping.
+    """
+
+    def __init__(self, n: int, rank: int, size: int, accum_steps: int, seed: int, epoch: int,
+                 steps: Sequence[Tuple[int, int, int]], start_step: int = 0):
+        self.n, self.rank, self.k, self.seed, self.epoch = n, rank, accum_steps, seed, epoch
+        self.virtual = size * accum_steps
+        self.steps, self.start_step = list(steps), start_step
+
+    def __len__(self) -> int:
+        return (len(self.steps) - self.start_step) * self.k
+
+    def __iter__(self) -> Iterator[List[Tuple[int, int, int, int]]]:
+        offset = sum(self.virtual * b for _, _, b in self.steps[:self.start_step])
+        for frames, size, b in self.steps[self.start_step:]:
+            for v in virtual_ranks_of(self.rank, self.k):
+                idx = sample_stream(self.n, self.seed, self.epoch, offset + v * b, offset + (v + 1) * b)
+                yield [(self.epoch, i, frames, size) for i in idx]
+            offset += self.virtual * b

@@ -13,6 +13,8 @@ so the checkpoint is consistent and no rank waits in a collective forever.
 from __future__ import annotations
 
 import argparse
+import copy
+import json
 import math
 import os
 import random
@@ -27,16 +29,25 @@ import torch
 import torch.nn.functional as F
 
 from . import checkpoint as ckpt
+from .aavg import BatchSizeController, average_learners, should_average
 from .clips import ClipSpec, normalize
 from .config import LR_PER_8_CLIPS
-from .data import EvalClips, TrainClips, eval_loader, train_loader
+from .data import EvalClips, TrainClips, eval_loader, shape_loader, train_loader
 from .engines import Engine, make_engine, unwrap
 from .metrics import MetricsWriter, log, progress_line, topk_correct
-from .model import build_model, param_groups
+from .mgsteps import MultigridSteps
+from .model import build_model
+from .optim import build_optimizer
 from .sampler import eval_indices, steps_per_epoch
 from .shards import ShardDataset
+from .subbn import convert_to_sub_bn
 
 COMPLETE = "COMPLETE"
+RUN_CONFIG = "run_config.json"
+#: Horovod's tensor-fusion buffer when HOROVOD_FUSION_THRESHOLD is not set (bytes).
+HOROVOD_DEFAULT_FUSION = 128 * 1024 * 1024
+#: torch DDP's default gradient bucket (bucket_cap_mb=25).
+DDP_DEFAULT_BUCKET = 25 * 1024 * 1024
 
 
 def lr_at(step: int, base_lr: float, warmup_steps: int, total_steps: int) -> float:
@@ -116,6 +127,7 @@ class Trainer:
         self.global_batch = self.virtual * args.batch_per_gpu
         # Who shares the sample space: all ranks, or (partitioned NVMe copies) the ranks of one node.
         self.sample_rank, self.sample_size = e.rank, e.size
+        self._node_counts: Optional[List[int]] = None
         self.steps_per_epoch = steps_per_epoch(len(self.train_set), self.virtual, args.batch_per_gpu)
         placement = self.train_set.shards.manifest.get("placement") or {}
         if placement.get("policy") == "partition" and int(placement.get("nodes", 1)) > 1:
@@ -127,15 +139,33 @@ class Trainer:
         self.total_steps = self.steps_per_epoch * args.epochs
         self.warmup_steps = int(round(args.warmup_epochs * self.steps_per_epoch))
         self.base_lr = args.lr if args.lr is not None else LR_PER_8_CLIPS * self.global_batch / 8
+        # Methods: a multigrid schedule of shapes, or AAVG learners with an adaptive batch.
+        self.mg: Optional[MultigridSteps] = None
+        if args.schedule == "multigrid":
+            self.mg = MultigridSteps(epochs=args.epochs, frames=args.num_segments, size=args.input_size,
+                                     base_batch=args.batch_per_gpu,
+                                     clips_per_epoch=self.steps_per_epoch * args.batch_per_gpu,
+                                     short_cycle=args.short_cycle)
+        self.run_total_steps = self.mg.total_steps if self.mg else self.total_steps
+        self.aavg = args.optimizer_sync == "aavg"
+        self.controller: Optional[BatchSizeController] = None
+        self.epoch_batch = args.batch_per_gpu  # AAVG: per-learner batch of the current epoch
+        self.avg_rounds = 0
+        if self.aavg and args.aavg_eval_every > 0:
+            self.controller = BatchSizeController(batch=args.batch_per_gpu, every=args.aavg_eval_every,
+                                                  b1=args.aavg_b1, b2=args.aavg_b2, max_batch=args.aavg_max_batch)
 
         # Model and optimiser: the same init on every rank (and broadcast from rank 0 anyway).
         torch.manual_seed(args.seed)
         model = build_model(args.arch, self.num_classes, args.num_segments, args.shift, args.shift_placement,
                             args.width, args.fold_div, args.dropout).to(self.device)
+        if self.mg is not None:
+            convert_to_sub_bn(model, args.bn_clips, args.num_segments)
         if self.channels_last:
             model = model.to(memory_format=torch.channels_last)
         self.core = model
-        opt = torch.optim.SGD(param_groups(model, args.weight_decay), lr=self.base_lr, momentum=args.momentum)
+        opt = build_optimizer(args.optimizer, model, self.base_lr, args.momentum, args.weight_decay,
+                              args.trust_coefficient)
         self.scaler = torch.amp.GradScaler("cuda") if self.amp_dtype == torch.float16 else None
 
         self.global_step, self.epoch, self.step_in_epoch = 0, 0, 0
@@ -147,14 +177,106 @@ class Trainer:
             model.load_state_dict(state["model"])
         elif e.size > 1:
             e.broadcast_model(model)
-        self.model, self.opt = e.prepare(model, opt, self.k, args.compression)
+        if self.aavg:
+            # Learners step on their own gradients: no allreduce wrapper at all.
+            self.model, self.opt = model, opt
+        else:
+            self.model, self.opt = e.prepare(model, opt, self.k, args.compression)
         if state is not None:
             self._restore(state, latest)
         log(f"{e.name} engine, {e.size} ranks x {self.k} accumulation = {self.virtual} virtual ranks, "
             f"global batch {self.global_batch}, lr {self.base_lr:.5g}, {self.steps_per_epoch} steps/epoch, "
             f"{args.epochs} epochs, device {self.device}", self.is_main)
+        self.run_config = self._run_config()
+        if self.mg is not None or self.aavg or args.optimizer != "sgd" or args.compression != "none":
+            log("methods: " + ", ".join(f"{k} {v}" for k, v in self.run_config.items()
+                                        if k in ("schedule", "optimizer", "optimizer_sync", "avg_interval",
+                                                 "compression_effective", "fusion_threshold_bytes")),
+                self.is_main)
+        if self.mg is not None:
+            log(f"multigrid: {self.mg.total_steps} iterations instead of {self.total_steps} "
+                f"({self.mg.speedup():.2f}x fewer)", self.is_main)
+        if self.is_main:
+            tmp = self.run_dir / f".{RUN_CONFIG}.tmp{os.getpid()}"
+            tmp.write_text(json.dumps(self.run_config, indent=1, sort_keys=True) + "\n")
+            os.replace(tmp, self.run_dir / RUN_CONFIG)
+
+    def _run_config(self) -> Dict:
+        """What the run record shows: the methods in force and the communication settings
+        that took effect (Horovod reads its fusion buffer from the environment)."""
+        a, e = self.args, self.engine
+        comp = a.compression
+        if self.aavg:
+            comp = "none (aavg: no gradient allreduce)" if comp != "none" else "none"
+        elif comp == "bf16" and e.name == "horovod":
+            comp = "none (horovod has no bf16 compression)"
+        env = os.environ.get("HOROVOD_FUSION_THRESHOLD")
+        cfg: Dict = {
+            "engine": e.name, "ranks": e.size, "accum_steps": self.k, "batch_per_gpu": a.batch_per_gpu,
+            "global_batch": self.global_batch, "base_lr": self.base_lr, "schedule": a.schedule,
+            "optimizer": a.optimizer, "optimizer_sync": a.optimizer_sync, "compression": a.compression,
+            "compression_effective": comp, "amp": str(self.amp_dtype).replace("torch.", "") if self.amp_dtype
+            else "off",
+        }
+        if e.name == "horovod":
+            cfg["fusion_threshold_bytes"] = int(env) if env and env.isdigit() else HOROVOD_DEFAULT_FUSION
+            cfg["fusion_threshold_source"] = "HOROVOD_FUSION_THRESHOLD" if env and env.isdigit() else "default"
+        else:
+            cfg["fusion_threshold_bytes"] = DDP_DEFAULT_BUCKET
+            cfg["fusion_threshold_source"] = "ddp bucket_cap_mb default (HOROVOD_FUSION_THRESHOLD not used)"
+        if a.optimizer == "lars":
+            cfg["trust_coefficient"] = a.trust_coefficient
+        if self.mg is not None:
+            cfg.update(short_cycle=a.short_cycle, bn_clips=a.bn_clips, multigrid_iterations=self.mg.total_steps,
+                       standard_iterations=self.total_steps,
+                       multigrid=[{"stage": p.stage, "cycle": p.cycle, "frames": p.frames, "size": p.size,
+                                   "batch_mult": p.batch_mult, "lr_mult": p.lr_mult, "iterations": p.iterations}
+                                  for p in self.mg.phases])
+        if self.aavg:
+            cfg.update(avg_interval=a.avg_interval, aavg_eval_every=a.aavg_eval_every, aavg_b1=a.aavg_b1,
+                       aavg_b2=a.aavg_b2, aavg_max_batch=a.aavg_max_batch)
+        return cfg
+
+    # -- per-epoch geometry (constant for the standard schedule) ---------------------------
+    def _epoch_steps(self, epoch: int) -> int:
+        if self.mg is not None:
+            return self.mg.steps_in_epoch(epoch)
+        if self.aavg and self.epoch_batch != self.args.batch_per_gpu:
+            return self._steps_for_batch(self.epoch_batch)
+        return self.steps_per_epoch
+
+    def _steps_for_batch(self, batch: int) -> int:
+        if self._node_counts is not None:
+            per_node = self.sample_size
+            return min(steps_per_epoch(int(c), per_node * self.k, batch) for c in self._node_counts)
+        return steps_per_epoch(len(self.train_set), self.virtual, batch)
+
+    def _lr(self) -> Tuple[float, float]:
+        """(learning rate of this iteration, position on the standard iteration axis)."""
+        if self.mg is not None:
+            pos = self.mg.base_step(self.global_step)
+            mult = self.mg.steps[min(self.global_step, self.mg.total_steps - 1)].lr_mult
+            return lr_at(pos, self.base_lr, self.warmup_steps, self.total_steps) * mult, pos
+        if self.aavg and self.epoch_batch != self.args.batch_per_gpu:
+            # A grown batch means fewer steps per epoch: follow the curve by epochs done.
+            pos = (self.epoch + self.step_in_epoch / self._epoch_steps(self.epoch)) * self.steps_per_epoch
+            return lr_at(pos, self.base_lr, self.warmup_steps, self.total_steps), pos
+        return lr_at(self.global_step, self.base_lr, self.warmup_steps, self.total_steps), self.global_step
+
+    def average(self) -> None:
+        """One AAVG round over the engine: parameters, optimiser moments, merged BN statistics."""
+        e = self.engine
+        average_learners(self.core, self.opt, lambda t: e.allreduce_sum(t).div_(e.size))
+        self.avg_rounds += 1
 
     def _restore(self, state: Dict, path: Path) -> None:
+        aavg = state.get("aavg")
+        if self.aavg and aavg:
+            self.epoch_batch, self.avg_rounds = aavg["epoch_batch"], aavg["avg_rounds"]
+            if self.controller is not None and aavg.get("controller"):
+                c = aavg["controller"]
+                self.controller.batch, self.controller.best = c["batch"], c["best"]
+                self.controller.history = [tuple(h) for h in c["history"]]
         self.opt.load_state_dict(state["optimizer"])
         if self.scaler is not None and state.get("scaler"):
             self.scaler.load_state_dict(state["scaler"])
@@ -169,13 +291,21 @@ class Trainer:
             log(f"warning: {path.name} was written with {state.get('steps_per_epoch')} steps/epoch, now "
                 f"{self.steps_per_epoch} (different ranks/batch): the epoch restarts at step 0", self.is_main)
             self.step_in_epoch = 0
-        if self.step_in_epoch >= self.steps_per_epoch:
+        if self.step_in_epoch >= self._epoch_steps(self.epoch):
             self.epoch, self.step_in_epoch = self.epoch + 1, 0
+            if self.controller is not None:
+                self.epoch_batch = self.controller.batch
         log(f"resumed from {path} at step {self.global_step} (epoch {self.epoch}, step {self.step_in_epoch})",
             self.is_main)
 
     def _state(self) -> Dict:
-        return {
+        extra = {}
+        if self.aavg:
+            c = self.controller
+            extra["aavg"] = {"epoch_batch": self.epoch_batch, "avg_rounds": self.avg_rounds,
+                             "controller": {"batch": c.batch, "best": c.best, "history": c.history}
+                             if c is not None else None}
+        return {**extra,
             "model": unwrap(self.model).state_dict(), "optimizer": self.opt.state_dict(),
             "scaler": self.scaler.state_dict() if self.scaler is not None else None,
             "step": self.global_step, "epoch": self.epoch, "step_in_epoch": self.step_in_epoch,
@@ -203,7 +333,9 @@ class Trainer:
     def train_step(self, batches) -> Tuple[List[float], float]:
         """k micro-batches, one allreduce, optional clipping, one update; returns sums and data wait."""
         e, k = self.engine, self.k
-        lr = lr_at(self.global_step, self.base_lr, self.warmup_steps, self.total_steps)
+        lr, _ = self._lr()
+        if self.mg is not None:
+            self.core.set_num_segments(self.mg.steps[self.global_step].frames)
         for g in self.opt.param_groups:
             g["lr"] = lr
         self.opt.zero_grad()  # set_to_none (torch >= 2 default; Horovod takes no argument)
@@ -215,7 +347,7 @@ class Trainer:
             x, y = next(batches)
             wait += time.perf_counter() - t0
             x, y = self._prep(x), y.to(self.device, non_blocking=True)
-            with e.micro_context(self.model, micro, k):
+            with (e.micro_context(self.model, micro, k) if not self.aavg else nullcontext()):
                 with self._autocast():
                     out = self.model(x)
                     loss = F.cross_entropy(out.float(), y)
@@ -224,12 +356,13 @@ class Trainer:
             loss_sum += loss.detach().double() * y.shape[0]
             a, b = topk_correct(out.detach(), y)
             c1, c5, n = c1 + a, c5 + b, n + y.shape[0]
-        e.finish_grads(self.opt)
+        if not self.aavg:
+            e.finish_grads(self.opt)
         if self.scaler is not None:
             self.scaler.unscale_(self.opt)
         if self.args.clip_grad > 0:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.args.clip_grad)
-        with e.step_context(self.opt):
+        with (e.step_context(self.opt) if not self.aavg else nullcontext()):
             if self.scaler is not None:
                 self.scaler.step(self.opt)
                 self.scaler.update()
@@ -239,10 +372,13 @@ class Trainer:
 
     # -- evaluation ---------------------------------------------------------------------------
     @torch.no_grad()
-    def evaluate(self, dataset: EvalClips, views: int) -> Dict[str, float]:
+    def evaluate(self, dataset: EvalClips, views: int, model: Optional[torch.nn.Module] = None) -> Dict[str, float]:
         """Average softmax over ``views`` clips per video; counts summed over ranks."""
         e = self.engine
-        self.model.eval()
+        model = model if model is not None else self.model
+        if self.mg is not None:
+            unwrap(model).set_num_segments(self.args.num_segments)  # evaluation is at the full shape
+        model.eval()
         idx = eval_indices(len(dataset), e.rank, e.size)
         loader = eval_loader(dataset, idx, views, max(self.args.batch_per_gpu, views), self.args.workers,
                              self.device.type == "cuda", self.args.prefetch)
@@ -258,7 +394,7 @@ class Trainer:
             sums[4] += time.perf_counter() - tw
             x, y = self._prep(x), y.to(self.device)
             with self._autocast():
-                out = unwrap(self.model)(x).float()
+                out = unwrap(model)(x).float()
             prob = out.softmax(1).view(-1, views, out.shape[1]).mean(1)
             y = y.view(-1, views)[:, 0]
             sums[0] += F.nll_loss(prob.clamp_min(1e-12).log(), y, reduction="sum").double()
@@ -270,12 +406,26 @@ class Trainer:
         times = torch.tensor([elapsed], dtype=torch.float64, device=self.device)
         sums = e.allreduce_sum(sums)
         times = e.allreduce_sum(times)
-        self.model.train()
+        model.train()
         loss, c1, c5, n, wait = sums.tolist()
         n = max(n, 1)
         return {"loss": loss / n, "top1": c1 / n, "top5": c5 / n, "videos": int(n),
                 "clips_per_s": n * views / max(times.item() / e.size, 1e-9),
                 "data_wait_frac": wait / max(times.item(), 1e-9), "step_time": elapsed, "views": views}
+
+    def _batch_rule(self, lr: float) -> None:
+        """AAVG every m steps: validate the averaged model (the learners keep theirs), then the batch rule."""
+        e = self.engine
+        avg = copy.deepcopy(self.core)
+        average_learners(avg, None, lambda t: e.allreduce_sum(t).div_(e.size))
+        r = self.evaluate(self.val_set, 1, avg)
+        before = self.controller.batch
+        after = self.controller.observe(self.global_step, r["top1"])
+        self.metrics.write("eval", step=self.global_step, epoch=self.epoch, lr=lr, aavg_batch=after,
+                           aavg_best=self.controller.best, **r)
+        log(f"aavg check at step {self.global_step}: top1 {100 * r['top1']:.2f}% (best "
+            f"{100 * self.controller.best:.2f}%), batch {before}" + (f" -> {after} from the next epoch"
+                                                                     if after != before else ""), self.is_main)
 
     def _partitioned(self, nodes: int, node: int) -> int:
         """Steps per epoch when each node holds only its share of the training shards.
@@ -298,6 +448,7 @@ class Trainer:
         if e.rank % per_node == 0:
             counts[node] = len(self.train_set)
         counts = e.allreduce_sum(counts).tolist()
+        self._node_counts = [int(c) for c in counts]
         steps = min(steps_per_epoch(int(c), per_node * self.k, a.batch_per_gpu) for c in counts)
         log(f"partitioned data: node shares {[int(c) for c in counts]} clips, {steps} steps per epoch",
             self.is_main)
@@ -314,16 +465,30 @@ class Trainer:
         last_save = time.time()
         t_start, steps_start = time.time(), self.global_step
         while self.epoch < a.epochs:
-            loader = train_loader(self.train_set, self.sample_rank, self.sample_size, self.k, a.batch_per_gpu,
-                                  a.seed, self.epoch,
-                                  self.step_in_epoch, a.workers, self.device.type == "cuda", a.prefetch)
+            if self.controller is not None and self.step_in_epoch == 0:
+                self.epoch_batch = self.controller.batch  # a grown batch takes effect at an epoch start
+            epoch_steps = self._epoch_steps(self.epoch)
+            if self.mg is not None:
+                first, last = self.mg.epoch_range(self.epoch)
+                shapes = [(st.frames, st.size, st.batch) for st in self.mg.steps[first:last]]
+                loader = shape_loader(self.train_set, self.sample_rank, self.sample_size, self.k, a.seed,
+                                      self.epoch, shapes, self.step_in_epoch, a.workers,
+                                      self.device.type == "cuda", a.prefetch)
+            else:
+                loader = train_loader(self.train_set, self.sample_rank, self.sample_size, self.k,
+                                      self.epoch_batch, a.seed, self.epoch,
+                                      self.step_in_epoch, a.workers, self.device.type == "cuda", a.prefetch)
             batches = iter(loader)
             stopping = False
-            while self.step_in_epoch < self.steps_per_epoch:
+            while self.step_in_epoch < epoch_steps:
                 t0 = time.perf_counter()
+                step_shape = self.mg.steps[self.global_step] if self.mg is not None else None
                 (loss_sum, c1, c5, n, lr), wait = self.train_step(batches)
                 self.global_step += 1
                 self.step_in_epoch += 1
+                if self.aavg and (self.step_in_epoch == epoch_steps or
+                                  should_average(self.step_in_epoch - 1, epoch_steps, a.avg_interval)):
+                    self.average()  # always at an epoch end too: evaluations and checkpoints see one model
                 dt = time.perf_counter() - t0
                 stop_local = 1.0 if (self.stop or (a.max_steps and self.global_step >= a.max_steps)) else 0.0
                 red = e.allreduce_sum(torch.tensor([stop_local, loss_sum, c1, c5, n, wait, dt,
@@ -333,26 +498,38 @@ class Trainer:
                 acc += red[1:]
                 acc_steps += 1
                 if self.is_main and (acc_steps >= a.log_every or stopping
-                                     or self.step_in_epoch == self.steps_per_epoch):
+                                     or self.step_in_epoch == epoch_steps):
+                    extra = {}
+                    if step_shape is not None:
+                        extra = dict(frames=step_shape.frames, size=step_shape.size, batch=step_shape.batch,
+                                     lr_mult=step_shape.lr_mult, phase=step_shape.phase,
+                                     global_batch=step_shape.batch * self.virtual)
+                    elif self.aavg:
+                        extra = dict(batch=self.epoch_batch, global_batch=self.epoch_batch * self.virtual,
+                                     avg_rounds=self.avg_rounds)
                     rec = self.metrics.write(
                         "train", step=self.global_step, epoch=self.epoch, loss=acc[0] / max(acc[3], 1),
                         top1=acc[1] / max(acc[3], 1), top5=acc[2] / max(acc[3], 1), lr=lr,
                         clips_per_s=acc[6] / acc_steps, data_wait_frac=acc[4] / max(acc[5], 1e-9),
                         step_time=acc[5] / e.size / acc_steps, ranks=e.size, accum_steps=self.k,
-                        global_batch=self.global_batch)
+                        **{"global_batch": self.global_batch, **extra})
                     done = self.global_step - steps_start
-                    eta = (time.time() - t_start) / done * (self.total_steps - self.global_step) if done else None
-                    log(progress_line(rec, a.epochs, self.steps_per_epoch, self.total_steps, eta))
+                    eta = (time.time() - t_start) / done * (self.run_total_steps - self.global_step) \
+                        if done else None
+                    log(progress_line(rec, a.epochs, epoch_steps, self.run_total_steps, eta))
                     acc[:] = 0
                     acc_steps = 0
                 if stopping:
                     break
+                if self.controller is not None and self.controller.due(self.global_step) \
+                        and self.val_set is not None:
+                    self._batch_rule(lr)
                 if self.is_main and ((a.ckpt_every_steps and self.global_step % a.ckpt_every_steps == 0) or
                                      (a.ckpt_every_minutes and time.time() - last_save > 60 * a.ckpt_every_minutes)):
                     self.save()
                     last_save = time.time()
             del batches, loader
-            if self.step_in_epoch >= self.steps_per_epoch:
+            if self.step_in_epoch >= epoch_steps:
                 best = False
                 ev = (a.eval_every > 0 and ((self.epoch + 1) % a.eval_every == 0 or self.epoch + 1 == a.epochs))
                 if ev and self.val_set is not None:
