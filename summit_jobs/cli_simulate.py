@@ -25,10 +25,8 @@ def measured_throughput(run_dir: str) -> float:
             rec = json.loads(line)
         except ValueError:
             continue
-        if rec.get("kind") == "train" and rec.get("clips_per_s_per_rank"):
-            rates.append(float(rec["clips_per_s_per_rank"]))
-        elif rec.get("kind") == "train" and rec.get("clips_per_s") and rec.get("world_size"):
-            rates.append(float(rec["clips_per_s"]) / float(rec["world_size"]))
+        if rec.get("kind") == "train" and rec.get("clips_per_s") and rec.get("ranks"):
+            rates.append(float(rec["clips_per_s"]) / float(rec["ranks"]))
     if not rates:
         raise UserError(f"--throughput-from: {path} has no training steps with a throughput figure.")
     rates.sort()

@@ -19,14 +19,11 @@ import argparse
 import json
 import os
 import shlex
-import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import List
-
-from summit_jobs.resources import embedded_bin_dir
 
 
 def step(title: str) -> None:

@@ -8,6 +8,7 @@ dataclasses below, which name the bad key on error.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -271,10 +272,4 @@ def load(name: str, overrides: Optional[dict] = None) -> Profile:
     data.setdefault("name", name)
     if overrides:
         data = deep_merge(data, overrides)
-    profile = build(Profile, data, f"machine profile {path}")
-    return _with_source(profile, str(path))
-
-
-def _with_source(profile: Profile, source: str) -> Profile:
-    import dataclasses
-    return dataclasses.replace(profile, source=source)
+    return dataclasses.replace(build(Profile, data, f"machine profile {path}"), source=str(path))

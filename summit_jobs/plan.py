@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import re
 import shlex
-from dataclasses import asdict, dataclass, field
-from typing import Dict, List, Optional, Sequence, Tuple
+from dataclasses import asdict, dataclass
+from typing import Dict, List, Optional, Tuple
 
 from summit_jobs.errors import UserError
 from summit_jobs.machines import Profile, format_hhmm, parse_hhmm

@@ -4,7 +4,7 @@ from __future__ import annotations
 import functools
 import shlex
 from pathlib import Path
-from typing import Iterable, Optional
+from typing import Optional
 
 import jinja2
 
@@ -65,10 +65,3 @@ def render(plan: Plan, template_dir: Optional[str] = None) -> str:
     # No line-by-line clean-up here: a quoted trainer argument may hold newlines or
     # trailing spaces, and it must reach the trainer byte for byte.
     return text
-
-
-def directives(script: str) -> Iterable[str]:
-    """The #BSUB lines of a script, as LSF reads them (up to the first command)."""
-    for line in script.splitlines():
-        if line.startswith("#BSUB"):
-            yield line

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence
 
 from summit_jobs.errors import UserError
-from summit_jobs.machines import Profile, format_hhmm
+from summit_jobs.machines import Profile
 
 #: Kinetics-400 training videos (the paper: about 240k).
 KINETICS_TRAIN_CLIPS = 240_000
@@ -87,12 +87,8 @@ def nearest_feasible(v: int, quota: int, max_accum: int, count: int = 4) -> List
 
 def better_quota_use(v: int, shape: Shape, quota: int) -> List[int]:
     """Nearby virtual counts that would use more of the quota (k x quota-ish), for the summary."""
-    out = set()
-    for k in range(max(1, shape.accum_steps - 1), shape.accum_steps + 2):
-        out.add(k * quota)
-        for p in (quota, quota - quota % 8):
-            out.add(p * k)
-    return sorted(x for x in out if x != v and x > 0)[:4]
+    ks = range(max(1, shape.accum_steps - 1), shape.accum_steps + 2)
+    return [k * quota for k in ks if k * quota != v]
 
 
 # ---- communication and time model ------------------------------------------------------------
@@ -134,7 +130,6 @@ class Estimate:
     step_seconds: float
     wall_seconds: float
     node_hours: float
-    allreduces_per_step: int
     jobs_needed: int
     bin: int
     bin_max_walltime: str
@@ -159,8 +154,7 @@ def estimate(profile: Profile, *, nodes: int, ranks_per_node: int, accum_steps: 
     wall = iters * epochs * step
     nbin = profile.bin_for(nodes)
     jobs = max(1, math.ceil(wall / (walltime_minutes * 60)))
-    return Estimate(iters, compute, comm, step, wall, nodes * jobs * walltime_minutes / 60.0 if jobs > 1
-                    else nodes * wall / 3600.0, 1, jobs, nbin.bin if nbin else 0,
+    return Estimate(iters, compute, comm, step, wall, nodes * wall / 3600.0, jobs, nbin.bin if nbin else 0,
                     nbin.max_walltime if nbin else "?")
 
 

@@ -1,6 +1,4 @@
 """LARS against its formula by hand; AAVG's BN merge, averaging and batch rule."""
-import math
-
 import pytest
 import torch
 

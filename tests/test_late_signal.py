@@ -6,7 +6,7 @@ shutdown (when Python restores default handlers) and the rank died with status 1
 import signal
 import time
 
-from trainer_utils import make_dataset, start_ranks, tiny_args, wait_ranks
+from trainer_utils import make_dataset, start_ranks, tiny_args
 
 
 def test_usr2_storm_always_ends_with_exit_0(tmp_path):

@@ -3,7 +3,6 @@
 import json
 
 import pytest
-import torch
 
 from conftest_lsf import cli, lsf_environment, wait_state
 from trainer_utils import make_dataset

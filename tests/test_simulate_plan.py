@@ -96,3 +96,20 @@ def test_scaling_command_with_plot(cli_env, tmp_path):
     assert {r["nodes"] for r in rows if "paper_seconds" in r} == {1, 8, 16, 32, 64, 128, 256}
     data = png.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
+
+
+def test_throughput_from_a_real_trainer_run(cli_env, tmp_path):
+    """--throughput-from reads what the trainer actually writes (job-wide clips/s over its ranks)."""
+    from trainer_utils import make_dataset, run_ranks, tiny_args
+    data = make_dataset(tmp_path / "data", train=16, val=0, frames=4, size=32)
+    run = tmp_path / "run"
+    run_ranks(1, tiny_args(run, data, epochs=1, eval_every=0) + ["--no-test"], tmp_path / "logs", timeout=180)
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    rates = sorted(r["clips_per_s"] / r["ranks"] for r in records if r["kind"] == "train")
+    assert rates
+    proc = run_cli(["--machine", "summit", "simulate", "--virtual-nodes", "8", "--quota-nodes", "4", "--project", "A1",
+                    "--throughput-from", str(run), "--dry-run", "--json"], cli_env, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    sim = json.loads(proc.stdout)["simulate"]
+    assert sim["throughput_clips_per_s_per_gpu"] == pytest.approx(rates[len(rates) // 2])
+    assert sim["node_hours"] == pytest.approx(sim["physical_nodes"] * sim["wall_seconds"] / 3600)
