@@ -45,10 +45,10 @@ def test_simulated_runs_match_real_four_node_run(tmp_path):
     for label, (job_id, run_dir) in jobs.items():
         state = wait_state(job_id, env, timeout=600)
         assert state["STAT"] == "DONE", (label, state, (run_dir / f"acc.{job_id}.err").read_text()[-3000:])
-        record = json.loads((run_dir / "run.json").read_text()) if (run_dir / "run.json").exists() else None
-        if record and label.startswith("simulate"):
-            text = json.dumps(record)
-            assert '"virtual_nodes": 4' in text
+        # The run record notes both shapes: 4 virtual nodes, and the physical node count of this job.
+        plan = json.loads((run_dir / "plan.json").read_text())
+        assert plan["virtual_nodes"] == 4
+        assert plan["nodes"] == {"real 4 nodes": 4, "simulate p=2": 2, "simulate p=1": 1}[label]
         # 64 clips / (8 virtual ranks x 2 clips) = 4 optimiser steps, the same global batch and LR in all three.
         results[label] = _params(run_dir, 4)
     ref = results["real 4 nodes"]
