@@ -37,6 +37,7 @@ def on_usr2(signum, frame):
     sys.exit(0)
 signal.signal(signal.SIGUSR2, on_usr2)
 if os.environ.get("PROG_FAIL_RANK") == rank:
+    time.sleep(float(os.environ.get("PROG_FAIL_DELAY", "0")))  # let the other ranks start first
     sys.exit(3)
 deadline = time.time() + float(os.environ.get("PROG_SLEEP", "0"))
 while time.time() < deadline:

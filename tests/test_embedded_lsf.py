@@ -174,7 +174,7 @@ def test_jsrun_refuses_layouts_that_do_not_fit_and_propagates_rank_failure(tmp_p
         jsrun -n 6 -r 2 -a 1 -c 1 {PY} {program}; echo "too-many-rc=$?"
         jsrun -n 2 -r 1 -a 1 -c 3 {PY} {program}; echo "too-wide-rc=$?"
         jsrun -n 2 -r 1 -a 1 -g 1 {PY} {program}; echo "gpu-rc=$?"
-        PROG_SLEEP=30 PROG_FAIL_RANK=2 jsrun -n 2 -r 1 -a 2 -c 2 -E EXTRA=val {PY} {program}
+        PROG_SLEEP=30 PROG_FAIL_RANK=2 PROG_FAIL_DELAY=2 jsrun -n 2 -r 1 -a 2 -c 2 -E EXTRA=val {PY} {program}
         echo "fail-rc=$?"
         """)
     t0 = time.time()
