@@ -6,12 +6,12 @@ must be demonstrable. So the classes come in pairs that differ only in the
 direction of time: moving right/left, down/up, growing/shrinking, rotating
 clockwise/counter-clockwise.
 
-Every per-frame property (position, size, angle, colours, shape) is drawn from
-the same distribution in all eight classes: positions wrap around the frame
-(a torus), sizes follow a sawtooth with a uniform random phase and angles start
-uniformly at random. So the distribution of any single frame is the same for
-every class, and a model that looks at frames one at a time (or averages them)
-stays at chance; only the order of frames carries the label.
+The two classes of a pair are the same motion played forwards and backwards
+(every parameter drawn from one distribution, time centred on the clip's
+middle), so the set of frames of a clip tells nothing about its direction: a
+model that looks at frames one at a time, or averages them, can at best name
+the kind of motion (25% on eight classes, chance 12.5%); only the order of
+frames carries the rest.
 
 Both input layouts of the real data are written: the TSM/mmaction2 rawframes
 layout (``<split>_list.txt`` with ``<folder> <num_frames> <label>`` lines and
@@ -75,46 +75,51 @@ def check_options(o: SynthOptions) -> None:
 
 
 def _render_clip(label: int, frames: int, size: int, rng: np.random.Generator) -> List[np.ndarray]:
-    """One clip of class ``label`` as uint8 (size, size, 3) frames."""
+    """One clip of class ``label`` as uint8 (size, size, 3) frames.
+
+    Classes come in pairs (2k, 2k+1) that are the same motion played forwards
+    and backwards: every parameter is drawn from one distribution for the pair
+    and time runs from -0.5 to 0.5 around the clip's middle (reversed for
+    2k+1), so a clip of class 2k+1 is exactly a clip of class 2k played
+    backwards. A model blind to the order of frames can tell the kind of
+    motion (the pair) but never its direction: it is capped at 25% on the
+    eight classes (chance: 12.5%). The whole path stays inside the frame, and
+    a bright shape on a dark background keeps the spatial task easy, so that
+    what is left to learn is time.
+    """
+    pair, backwards = divmod(label, 2)
     shape = np.array(SHAPES[int(rng.integers(len(SHAPES)))], dtype=np.float64)
-    bg = rng.integers(0, 256, 3)
-    fg = (bg + rng.integers(80, 176, 3)) % 256          # always far from the background
-    x0, y0 = rng.uniform(0, size, 2)
-    smin, smax = 0.22 * size, 0.45 * size
-    s_phase = rng.uniform(0, 1)
+    bg = tuple(int(c) for c in rng.integers(0, 70, 3))
+    fg = tuple(int(c) for c in rng.integers(170, 256, 3))
+    smin, smax = 0.3 * size, 0.5 * size
+    s = rng.uniform(smin, smax)                         # the shape's side (moving and rotating pairs)
     angle0 = rng.uniform(0, 2 * math.pi)
-    speed = rng.uniform(0.05, 0.09) * size * 16 / frames   # about 1.2 frame widths per clip
-    omega = rng.uniform(0.6, 0.9) * 2 * math.pi / frames  # most of a turn per clip
-    period = frames * rng.uniform(0.9, 1.3)                # one sawtooth per clip
-    fixed_s = smin + (smax - smin) * s_phase
+    travel = rng.uniform(0.35, 0.5) * size              # distance a moving shape covers in the clip
+    turn = rng.uniform(0.5, 0.75) * math.pi             # angle a rotating shape covers in the clip
+    largest = smax if pair == 2 else s
+    reach = 0.75 * largest                              # half extent of a rotated outline, with margin
+    if pair in (0, 1):                                  # centre of the path: all of it inside the frame
+        lo, hi = reach + travel / 2, size - reach - travel / 2
+        along, across = rng.uniform(lo, max(lo, hi)), rng.uniform(reach, size - reach)
+    else:
+        cx, cy = rng.uniform(reach, size - reach, 2)
     out = []
     for t in range(frames):
-        x, y, s, a = x0, y0, fixed_s, angle0
-        if label == 0:
-            x = x0 + speed * t
-        elif label == 1:
-            x = x0 - speed * t
-        elif label == 2:
-            y = y0 + speed * t
-        elif label == 3:
-            y = y0 - speed * t
-        elif label == 4:
-            s = smin + (smax - smin) * ((s_phase + t / period) % 1.0)
-        elif label == 5:
-            s = smin + (smax - smin) * ((s_phase - t / period) % 1.0)
-        elif label == 6:
-            a = angle0 + omega * t        # image y points down: increasing angle turns clockwise on screen
-        elif label == 7:
-            a = angle0 - omega * t
-        x, y = x % size, y % size
+        u = (t - (frames - 1) / 2) / max(frames - 1, 1)
+        u = -u if backwards else u
+        side, a = s, angle0
+        if pair == 0:
+            cx, cy = along + travel * u, across        # right (or left, played backwards)
+        elif pair == 1:
+            cx, cy = across, along + travel * u        # down (or up)
+        elif pair == 2:
+            side = (smin + smax) / 2 + (smax - smin) * u   # growing (or shrinking)
+        else:
+            a = angle0 + turn * u                       # image y points down: a growing angle turns clockwise
         rot = np.array([[math.cos(a), -math.sin(a)], [math.sin(a), math.cos(a)]])
-        pts = (shape @ rot.T) * s
-        img = Image.new("RGB", (size, size), tuple(int(c) for c in bg))
-        draw = ImageDraw.Draw(img)
-        for dx in (-size, 0, size):           # wrap around the edges: the frame is a torus
-            for dy in (-size, 0, size):
-                poly = [(float(px + x + dx), float(py + y + dy)) for px, py in pts]
-                draw.polygon(poly, fill=tuple(int(c) for c in fg))
+        pts = (shape @ rot.T) * side
+        img = Image.new("RGB", (size, size), bg)
+        ImageDraw.Draw(img).polygon([(float(px + cx), float(py + cy)) for px, py in pts], fill=fg)
         arr = np.asarray(img).astype(np.int16)
         arr += rng.normal(0, 6, arr.shape).astype(np.int16)  # sensor noise: realistic JPEG sizes
         out.append(np.clip(arr, 0, 255).astype(np.uint8))
