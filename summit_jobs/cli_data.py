@@ -188,7 +188,8 @@ def stage_data_cmd(state: State, manifest: str, nodes: int, policy: str, transpo
                       f"{htar or src} -> {pfs}"] + [f"  {c}" for c in hop1.commands(names)]
     else:
         hop1_lines = [f"hop 1: none, the shards are already in {src}"]
-    hop2_cmd = (f"jsrun -n {nodes} -r 1 -a 1 -c {profile.node.cores} python -m trainer.stage --manifest "
+    hop2_cmd = (f"jsrun -n {nodes} -r 1 -a 1 -c {profile.node.cores} {profile.environment.python} "
+                f"-m trainer.stage --manifest "
                 f"{pfs_manifest} --dest {staging.nvme_data_dir(profile.node.nvme_path or '<no nvme>')} "
                 f"--policy {policy} --nodes {nodes}")
     if dry_run:

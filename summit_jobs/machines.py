@@ -70,6 +70,8 @@ class Queue:
     #: Debug queues forbid dependency chains (one job per user in any state).
     chaining: bool = True
     max_jobs_per_user: Optional[int] = None
+    #: Jobs one user may have queued at once; the scheduler rejects more at submit (Summit batch: 100).
+    max_queued_per_user: Optional[int] = None
 
 
 @dataclass(frozen=True)

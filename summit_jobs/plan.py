@@ -268,6 +268,11 @@ def make_plan(profile: Profile, opts: JobOptions) -> Plan:
     if opts.chain > 1 and not queue.chaining:
         raise UserError(f"queue {queue_name!r} does not allow chained jobs (it allows one job per user). "
                         f"Use --chain 1 or another queue (--queue {profile.default_queue}).")
+    if queue.max_queued_per_user is not None and opts.chain > queue.max_queued_per_user:
+        raise UserError(f"--chain {opts.chain} would queue {opts.chain} jobs, and queue {queue_name!r} on "
+                        f"{profile.name} accepts at most {queue.max_queued_per_user} queued jobs per user (more are "
+                        f"rejected at submit). Use --chain {queue.max_queued_per_user} or fewer with a longer "
+                        f"--walltime, and submit the rest of the chain when these have run.")
 
     limits = []
     if queue.use_bins:

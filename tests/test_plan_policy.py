@@ -99,6 +99,13 @@ def test_debug_queue_limits(summit):
         make_plan(summit, opts(nodes=1, queue="debug", chain=2))
 
 
+def test_chain_at_and_past_the_queued_jobs_limit(summit):
+    """Summit's batch queue rejects a user's 101st queued job at submit: the chain must not try."""
+    assert make_plan(summit, opts(nodes=4, walltime="2:00", chain=100)).chain == 100
+    with pytest.raises(UserError, match=r"--chain 101 would queue 101 jobs.*at most 100 queued jobs per user"):
+        make_plan(summit, opts(nodes=4, walltime="2:00", chain=101))
+
+
 def test_debug_queue_capped_by_bin_for_big_jobs(summit):
     # 256 nodes: bin 3 allows 12 h, debug only 2 h.
     with pytest.raises(UserError, match="queue 'debug'"):
