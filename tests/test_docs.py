@@ -100,7 +100,7 @@ def test_the_harness_catches_a_wrong_expectation(tmp_path):
     work.mkdir()
     with pytest.raises(AssertionError, match="expected output line not found"):
         run_doc(doc, work)
-    doc.write_text("```console\n$ summit-jobs --machine nowhere machines\n```\n")
+    doc.write_text("```console\n$ summit-jobs --machine nowhere submit --nodes 1 --dry-run\n```\n")
     work2 = tmp_path / "w2"
     work2.mkdir()
     with pytest.raises(AssertionError, match="exited 2"):
