@@ -195,7 +195,8 @@ def _job_ending(output: str) -> Tuple[Optional[int], str]:
     resumed = _RESUME_RE.search(output)
     if _DONE_RE.search(output):
         how = "training complete"
-    elif "COMPLETE exists: nothing to do" in output:
+    elif "COMPLETE exists: nothing to do" in output or "is already complete; nothing to do" in output:
+        # The trainer's message, or the job script's (it skips the launch once COMPLETE exists).
         how = "nothing left to do (run already complete)"
     else:
         stops = _STOP_RE.findall(output)

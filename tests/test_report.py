@@ -280,3 +280,13 @@ def test_report_modules_do_not_import_torch():
             "assert 'torch' not in sys.modules and 'matplotlib' not in sys.modules")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=str(REPO))
     assert out.returncode == 0, out.stderr
+
+
+def test_how_each_job_of_a_chain_ended_is_read_from_its_output():
+    """The report names how every link ended, from the lines the trainer and the job script print."""
+    resumed, how = report._job_ending("[trainer 10:00:00] resumed from /r/ckpt-000000160.pt at step 160 (epoch 8)\n"
+                                      "[trainer 10:00:30] stopping at step 293 (signal SIGUSR2): checkpoint saved\n")
+    assert (resumed, how) == (160, "stopped at step 293 (signal SIGUSR2), checkpoint saved")
+    script_says = "summit-jobs: the run in /r is already complete; nothing to do for job 4.\n"
+    assert report._job_ending(script_says) == (None, "nothing left to do (run already complete)")
+    assert report._job_ending("") == (None, "")
