@@ -26,6 +26,10 @@ from pathlib import Path
 from typing import List
 
 
+#: Test top-1 points by which the TSM must beat the same network without the shift (full demo).
+MARGIN = 0.2
+
+
 def step(title: str) -> None:
     print(f"\n== {title}", flush=True)
 
@@ -132,6 +136,13 @@ class Demo:
         if tsm_report.get("verdict"):
             print(tsm_report["verdict"])
         print(f"plots: {tsm / 'report'}/*.png and {sim / 'report'}/*.png (summaries in report.md)")
+        a = (tsm_report.get("summary") or {}).get("test_top1_mean")
+        b = (tsm_report.get("compare") or {}).get("test_top1_mean")
+        if not self.quick and (a is None or b is None or a - b < MARGIN):
+            # The demo's claim is checked, not only printed (the quick form trains too briefly to learn).
+            sys.exit(f"demo: the TSM did not beat the network without the shift by {100 * MARGIN:.0f} points "
+                     f"({'-' if a is None else f'{100 * a:.1f}%'} against {'-' if b is None else f'{100 * b:.1f}%'})"
+                     f"; see {tsm / 'report' / 'report.md'}")
 
 
 def main() -> None:
