@@ -65,3 +65,54 @@ def test_no_weight_decay_on_bn_and_bias():
 
 def test_no_dropout_by_default():
     assert not any(isinstance(x, torch.nn.Dropout) for x in TSMResNet("resnet18", width=0.125).modules())
+
+
+def test_blockres_model_matches_the_unfused_shift_then_conv():
+    """The model's fused shift+conv1 changes memory use, not the function: logits and every
+    parameter gradient equal those of conv1(temporal_shift(x)) written out."""
+    import trainer.model as model_mod
+    from trainer.tsm import temporal_shift
+
+    torch.manual_seed(0)
+    for arch in ("resnet18", "resnet50"):
+        m = build_model(arch=arch, num_classes=5, num_segments=4, width=0.125).double()
+        x = torch.randn(2 * 4, 3, 32, 32, dtype=torch.float64)
+
+        def grads():
+            m.zero_grad()
+            out = m(x)
+            out.square().sum().backward()
+            return out.detach(), [p.grad.clone() for p in m.parameters()]
+
+        fused_out, fused_g = grads()
+        orig = model_mod.BasicBlock._conv1
+        model_mod.BasicBlock._conv1 = lambda self, a: self.conv1(
+            temporal_shift(a, self.shift.n_segment, self.shift.fold_div) if self.shift is not None else a)
+        try:
+            ref_out, ref_g = grads()
+        finally:
+            model_mod.BasicBlock._conv1 = orig
+        assert torch.allclose(fused_out, ref_out, atol=1e-10)
+        assert all(torch.allclose(a, b, atol=1e-10) for a, b in zip(fused_g, ref_g))
+
+
+def test_the_shift_keeps_no_extra_activation_for_backward():
+    """With blockres, TSM holds the same activations for the backward pass as the 2D network
+    (the shifted copy is recomputed, not kept): the memory a V100 has for 8 clips is not eaten by it."""
+    m = build_model("resnet50", num_classes=10, num_segments=4, width=0.25)
+    x = torch.randn(4, 3, 64, 64)
+
+    def saved_bytes():
+        seen = {}
+
+        def pack(t):
+            seen[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+            return t
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            m(x)
+        return sum(seen.values())
+
+    m.set_shift(True)
+    with_shift = saved_bytes()
+    m.set_shift(False)
+    assert with_shift == saved_bytes()

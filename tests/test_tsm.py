@@ -76,3 +76,58 @@ def test_gradient_is_the_reverse_shift(n, t, c, h, w):
 def test_rejects_partial_clips():
     with pytest.raises(ValueError):
         temporal_shift(torch.randn(7, 8, 1, 1), 4)
+
+
+@pytest.mark.parametrize("kernel,stride,channels_last", [(1, 1, False), (3, 2, False), (1, 1, True), (3, 1, True)])
+def test_fused_shift_conv_equals_conv_of_shift_with_gradients(kernel, stride, channels_last):
+    """shift_conv keeps x instead of the shifted copy for backward: values and both gradients
+    must be those of conv(temporal_shift(x))."""
+    from trainer.tsm import shift_conv
+
+    torch.manual_seed(0)
+    conv = torch.nn.Conv2d(16, 8, kernel, stride, kernel // 2, bias=False).double()
+    x = torch.randn(2 * 4, 16, 6, 6, dtype=torch.float64)
+    if channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
+    x1 = x.clone().requires_grad_(True)
+    ref = conv(temporal_shift(x1, 4, 8))
+    g = torch.randn_like(ref)
+    ref.backward(g)
+    ref_gx, ref_gw = x1.grad.clone(), conv.weight.grad.clone()
+    conv.weight.grad = None
+    x2 = x.clone().requires_grad_(True)
+    out = shift_conv(x2, conv, 4, 8)
+    out.backward(g)
+    assert torch.allclose(out, ref, atol=1e-12)
+    assert torch.allclose(x2.grad, ref_gx, atol=1e-12)
+    assert torch.allclose(conv.weight.grad, ref_gw, atol=1e-12)
+    from trainer.tsm import _ShiftConv
+
+    def fused(a, w):
+        return _ShiftConv.apply(a, w, 4, 8, (stride, stride), (kernel // 2, kernel // 2))
+
+    inputs = (x.clone().requires_grad_(True), conv.weight.detach().clone().requires_grad_(True))
+    assert torch.autograd.gradcheck(fused, inputs)
+
+
+def test_fused_shift_conv_under_autocast_matches_the_unfused_path():
+    """Under bf16 autocast (CPU here, fp16/bf16 on GPU) the fused step casts like autograd would:
+    same output dtype and values, fp32 gradients for the fp32 input and weight."""
+    from trainer.tsm import shift_conv
+
+    torch.manual_seed(1)
+    conv = torch.nn.Conv2d(16, 8, 1, bias=False)
+    x = torch.randn(8, 16, 6, 6)
+    res = []
+    for fused in (True, False):
+        conv.weight.grad = None
+        a = x.clone().requires_grad_(True)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out = shift_conv(a, conv, 4, 8) if fused else conv(temporal_shift(a, 4, 8))
+        out.float().square().sum().backward()
+        res.append((out, a.grad, conv.weight.grad.clone()))
+    (o1, gx1, gw1), (o2, gx2, gw2) = res
+    assert o1.dtype == o2.dtype == torch.bfloat16
+    assert gx1.dtype == torch.float32 and gw1.dtype == torch.float32
+    assert torch.equal(o1, o2)
+    assert torch.allclose(gx1, gx2, rtol=0, atol=1e-6) and torch.allclose(gw1, gw2, rtol=0, atol=1e-6)

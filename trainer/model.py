@@ -16,7 +16,7 @@ from typing import List, Optional, Type, Union
 import torch
 from torch import nn
 
-from .tsm import TemporalShift
+from .tsm import TemporalShift, shift_conv
 
 ARCHS = {
     "resnet18": ("basic", [2, 2, 2, 2]),
@@ -43,18 +43,26 @@ class BasicBlock(nn.Module):
         self.relu = nn.ReLU(inplace=True)
         self.downsample = downsample
 
+    def _conv1(self, x: torch.Tensor) -> torch.Tensor:
+        """conv1 of the residual branch; with "blockres" it sees the shifted input.
+
+        The shift and conv1 run as one autograd step that keeps ``x`` (alive
+        anyway) for the backward pass instead of a shifted copy of it.
+        """
+        s = self.shift
+        if s is not None and s.enabled and self.placement == "blockres":
+            return shift_conv(x, self.conv1, s.n_segment, s.fold_div)
+        return self.conv1(x)
+
     def _residual(self, x: torch.Tensor) -> torch.Tensor:
-        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.relu(self.bn1(self._conv1(x)))
         return self.bn2(self.conv2(out))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.shift is not None and self.placement == "block":
             x = self.shift(x)  # both paths see the shifted input
-            branch_in = x
-        else:
-            branch_in = self.shift(x) if self.shift is not None else x
         identity = x if self.downsample is None else self.downsample(x)
-        return self.relu(self._residual(branch_in) + identity)
+        return self.relu(self._residual(x) + identity)
 
 
 class Bottleneck(BasicBlock):
@@ -77,7 +85,7 @@ class Bottleneck(BasicBlock):
         self.downsample = downsample
 
     def _residual(self, x: torch.Tensor) -> torch.Tensor:
-        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.relu(self.bn1(self._conv1(x)))
         out = self.relu(self.bn2(self.conv2(out)))
         return self.bn3(self.conv3(out))
 

@@ -15,6 +15,7 @@ unchanged; ``fold = C // fold_div``.
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 
@@ -84,3 +85,51 @@ class TemporalShift(nn.Module):
 
     def extra_repr(self) -> str:
         return f"n_segment={self.n_segment}, fold_div={self.fold_div}, enabled={self.enabled}"
+
+
+class _ShiftConv(torch.autograd.Function):
+    """conv(shift(x)) that keeps only ``x`` for the backward pass, not the shifted copy.
+
+    Why: on the residual branch ("blockres") the shifted tensor is a second
+    full-size activation per block that conv would otherwise hold until the
+    backward pass, while ``x`` is kept alive anyway (the previous block's ReLU
+    saved it). Recomputing the shift in backward is one memory copy; holding
+    the copy costs the allocation and cache traffic of every block's input.
+    """
+
+    @staticmethod
+    def forward(ctx, x, weight, n_segment: int, fold_div: int, stride, padding):  # type: ignore[override]
+        ctx.n_segment, ctx.fold_div, ctx.stride, ctx.padding = n_segment, fold_div, stride, padding
+        dev = x.device.type
+        # Under autocast, conv runs in the autocast dtype; casting here (and again in backward)
+        # does what autograd's cast nodes would do, since a custom Function sees no autocast in backward.
+        ctx.cast = torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else None
+        ctx.save_for_backward(x, weight)
+        xs, w = _shift(x, n_segment, fold_div, reverse=False), weight
+        if ctx.cast is not None:
+            xs, w = xs.to(ctx.cast), w.to(ctx.cast)
+        with torch.autocast(dev, enabled=False):
+            return F.conv2d(xs, w, None, stride, padding)
+
+    @staticmethod
+    def backward(ctx, grad):  # type: ignore[override]
+        x, weight = ctx.saved_tensors
+        xs, w = _shift(x, ctx.n_segment, ctx.fold_div, reverse=False), weight
+        if ctx.cast is not None:
+            xs, w, grad = xs.to(ctx.cast), w.to(ctx.cast), grad.to(ctx.cast)
+        gx, gw, _ = torch.ops.aten.convolution_backward(
+            grad, xs, w, None, list(ctx.stride), list(ctx.padding), [1, 1], False, [0, 0], 1,
+            [ctx.needs_input_grad[0], ctx.needs_input_grad[1], False])
+        if gx is not None:
+            gx = _shift(gx.contiguous(memory_format=_format(gx)), ctx.n_segment, ctx.fold_div, reverse=True)
+            gx = gx.to(x.dtype)
+        if gw is not None:
+            gw = gw.to(weight.dtype)
+        return gx, gw, None, None, None, None
+
+
+def shift_conv(x: torch.Tensor, conv: nn.Conv2d, n_segment: int, fold_div: int = 8) -> torch.Tensor:
+    """``conv(temporal_shift(x))`` for a bias-free, ungrouped, undilated conv, without saving the shifted copy."""
+    if conv.bias is not None or conv.groups != 1 or tuple(conv.dilation) != (1, 1) or x.dim() != 4:
+        return conv(temporal_shift(x, n_segment, fold_div))
+    return _ShiftConv.apply(x, conv.weight, n_segment, fold_div, tuple(conv.stride), tuple(conv.padding))
