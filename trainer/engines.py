@@ -177,6 +177,8 @@ class DDPEngine(Engine):
             else:
                 hook = _gloo_bf16_compress_hook
             ddp.register_comm_hook(None, hook)
+        elif self.device.type == "cpu" and self.size > 2:
+            ddp.register_comm_hook(None, _ordered_mean_hook)
         return ddp, optimizer
 
     def micro_context(self, model, micro, accum_steps):
@@ -196,6 +198,33 @@ class DDPEngine(Engine):
     def shutdown(self):
         if self.dist.is_initialized():
             self.dist.destroy_process_group()
+
+
+def _ordered_mean_hook(process_group, bucket):
+    """Gradient mean summed in rank order, whatever the bucket layout (CPU, more than 2 ranks).
+
+    Why: DDP rebuilds its buckets after the first iteration, and a resumed run's
+    first iteration uses the initial layout again. Gloo's ring allreduce adds each
+    element in an order set by its position in the bucket, so with 3+ ranks the
+    resumed step rounds differently and the run leaves the uninterrupted
+    trajectory. Gathering the buckets and adding them rank by rank keeps resumes
+    bitwise on CPU (the promise); on GPUs NCCL keeps its fast allreduce.
+    """
+    import torch.distributed as dist
+    group = process_group if process_group is not None else dist.group.WORLD
+    world = dist.get_world_size(group)
+    buf = bucket.buffer()
+    parts = [torch.empty_like(buf) for _ in range(world)]
+    fut = dist.all_gather(parts, buf, group=group, async_op=True).get_future()
+
+    def add_in_rank_order(f):
+        f.wait()
+        total = parts[0].clone()
+        for t in parts[1:]:
+            total += t
+        return total.div_(world)
+
+    return fut.then(add_in_rank_order)
 
 
 def _gloo_bf16_compress_hook(process_group, bucket):
