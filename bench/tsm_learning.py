@@ -17,6 +17,7 @@ Prints the validation top-1 per epoch and the final figures of both runs.
 from __future__ import annotations
 
 import argparse
+import json
 import subprocess
 import sys
 import tempfile
@@ -84,9 +85,11 @@ def main() -> None:
         else:
             synth_dataset(Path(tmp), a.videos_per_class, a.frame_size)
             data = Path(tmp) / "shards"
-            classes = tuple(range(8))
-            n_val = max(1, round(a.videos_per_class * 0.25))
-            what = (f"synthetic set: {8 * (a.videos_per_class - n_val)} train / {8 * n_val} val clips, 8 classes, "
+            manifest = json.loads((data / "manifest.json").read_text())
+            classes = tuple(manifest["classes"])
+            count = {split: sum(s["samples"] for s in manifest["shards"] if s["split"] == split)
+                     for split in ("train", "val")}
+            what = (f"synthetic set: {count['train']} train / {count['val']} val clips, {len(classes)} classes, "
                     f"16 frames {a.frame_size}x{a.frame_size}")
             ceiling = 25.0
         print(f"{what}; resnet18 width {a.width}, input {a.size}, 8 segments, batch {a.batch}, lr {a.lr}, "

@@ -96,8 +96,8 @@ class Demo:
 
         step("5/7 The same network without the temporal shift (the TSN 2D baseline), for comparison")
         tsn = runs / "no-shift"
-        self.sj(*common, "submit", "--nodes", "2", *job, "--epochs", epochs, "--job-name", "noshift", "--run-dir", str(tsn),
-                "--force", "--", *self.trainer_args(), "--no-shift")
+        self.sj(*common, "submit", "--nodes", "2", *job, "--epochs", epochs, "--job-name", "noshift",
+                "--run-dir", str(tsn), "--force", "--", *self.trainer_args(), "--no-shift")
         self.wait(tsn)
 
         step("6/7 simulate: the 4-node optimisation on 2 nodes by exact gradient accumulation (k = 2)")

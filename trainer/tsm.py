@@ -92,9 +92,11 @@ class _ShiftConv(torch.autograd.Function):
 
     Why: on the residual branch ("blockres") the shifted tensor is a second
     full-size activation per block that conv would otherwise hold until the
-    backward pass, while ``x`` is kept alive anyway (the previous block's ReLU
-    saved it). Recomputing the shift in backward is one memory copy; holding
-    the copy costs the allocation and cache traffic of every block's input.
+    backward pass, while ``x`` is held anyway (by the previous block's ReLU or
+    the downsample conv). The price is one more copy per block in backward
+    (the shift recomputed); on CPU the step time did not change measurably
+    (bench/shift_cost.py), and TSM's activation memory becomes the 2D
+    network's (a test compares the saved bytes).
     """
 
     @staticmethod
