@@ -2,7 +2,12 @@
 
 Both variants are the same module (TemporalShift.enabled toggled), same weights,
 same input, same optimizer; they are timed interleaved in the same process so
-that machine noise hits both equally, and the median is reported.
+that machine noise hits both equally, and the median is reported. On a CPU the
+residual branch's 1x1 conv1 runs as matrix products that read the shifted
+frames in place (trainer/tsm.py), with or without the shift; the pair is also
+timed with the library convolution everywhere (the shift then a copy), and the
+two no-shift steps are compared, so the kernel's own speed is not taken for
+the shift's.
 
 On a GPU it also measures the paper's setting: TSM-R50 8x224 training clips/s
 with autocast and channels_last, and the same harness's plain ResNet-50 (one
@@ -25,6 +30,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from trainer import tsm  # noqa: E402
 from trainer.model import build_model, param_groups  # noqa: E402
 
 
@@ -74,14 +80,19 @@ def main() -> None:
         x = x.contiguous(memory_format=torch.channels_last)
     y = torch.randint(0, 400, (a.batch,), device=dev)
     step = make_step(model, opt, x, y, amp)
+    # (shift on?, CPU 1x1 kernel on?): on a GPU the kernel never applies, so only the first pair runs.
+    variants = [(True, True), (False, True)] + ([] if cuda else [(True, False), (False, False)])
     for _ in range(2):  # warm-up (allocator, cudnn autotune)
         step()
-    on, off = [], []
+    times: dict = {v: [] for v in variants}
     for r in range(a.rounds):
-        for shift in ((True, False) if r % 2 == 0 else (False, True)):
-            model.set_shift(shift)
-            (on if shift else off).append(timed(step, dev, a.reps))
-    t_on, t_off = statistics.median(on), statistics.median(off)
+        for v in (variants if r % 2 == 0 else variants[::-1]):
+            model.set_shift(v[0])
+            tsm.CPU_GEMM_1X1 = v[1]
+            times[v].append(timed(step, dev, a.reps))
+    tsm.CPU_GEMM_1X1 = True
+    med = {v: statistics.median(t) for v, t in times.items()}
+    t_on, t_off = med[(True, True)], med[(False, True)]
     name = torch.cuda.get_device_name(dev) if cuda else f"CPU, {torch.get_num_threads()} threads"
     print(f"device: {name}; TSM-R50 training step, {a.batch} clip(s) x {a.frames} frames x {a.size}^2"
           + (f", autocast {amp}, channels_last" if cuda else ", fp32"))
@@ -89,6 +100,13 @@ def main() -> None:
     print(f"step without shift : {1000 * t_off:9.1f} ms")
     print(f"ratio with/without : {t_on / t_off:9.3f}  (goal <= 1.03)")
     print(f"training clips/s   : {a.batch / t_on:9.2f} (TSM)")
+    if not cuda:
+        # The same pair with every conv1 on the library convolution (the shift as a copy of the block input),
+        # and what the 1x1 kernel does to the network without the shift.
+        l_on, l_off = med[(True, False)], med[(False, False)]
+        print(f"library conv path  : {1000 * l_on:9.1f} ms with shift, {1000 * l_off:.1f} ms without:"
+              f" ratio {l_on / l_off:.3f}")
+        print(f"no-shift step, 1x1 kernel / library conv: {t_off / l_off:.3f}")
     if cuda:
         # The same harness, plain ResNet-50: one frame per sample, no shift, as many frames per step.
         plain = build_model("resnet50", 400, 1, shift=False).to(dev).to(memory_format=torch.channels_last)

@@ -131,3 +131,49 @@ def test_fused_shift_conv_under_autocast_matches_the_unfused_path():
     assert gx1.dtype == torch.float32 and gw1.dtype == torch.float32
     assert torch.equal(o1, o2)
     assert torch.allclose(gx1, gx2, rtol=0, atol=1e-6) and torch.allclose(gw1, gw2, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("n,t,c", [(3, 4, 16), (2, 8, 24), (2, 1, 16)])
+def test_cpu_1x1_kernel_equals_conv_of_shift_with_gradients(n, t, c):
+    """The CPU 1x1 path (products that read frame t+-1 in place, no shifted copy): values and both
+    gradients are those of conv(temporal_shift(x)) across clip boundaries, and with the shift off
+    those of the plain conv; gradcheck on the function itself."""
+    from trainer.tsm import _ShiftConv1x1, conv_1x1, shift_conv
+
+    torch.manual_seed(2)
+    conv = torch.nn.Conv2d(c, 8, 1, bias=False).double()
+    x = torch.randn(n * t, c, 3, 2, dtype=torch.float64)
+    g = torch.randn(n * t, 8, 3, 2, dtype=torch.float64)
+    for fused, unfused in ((lambda a: shift_conv(a, conv, t, 8), lambda a: conv(temporal_shift(a, t, 8))),
+                           (lambda a: conv_1x1(a, conv, t), conv)):
+        res = []
+        for fn in (fused, unfused):
+            conv.weight.grad = None
+            a = x.clone().requires_grad_(True)
+            out = fn(a)
+            out.backward(g)
+            res.append((out.detach(), a.grad, conv.weight.grad.clone(), type(out.grad_fn).__name__))
+        (o1, gx1, gw1, node), (o2, gx2, gw2, _) = res
+        assert node == "_ShiftConv1x1Backward"  # the kernel under test ran
+        assert torch.allclose(o1, o2, atol=1e-12)
+        assert torch.allclose(gx1, gx2, atol=1e-12)
+        assert torch.allclose(gw1, gw2, atol=1e-12)
+    w = conv.weight.detach().clone().requires_grad_(True)
+    for fold in (0, c // 8):
+        assert torch.autograd.gradcheck(lambda a, b: _ShiftConv1x1.apply(a, b, t, fold),
+                                        (x.clone().requires_grad_(True), w))
+
+
+def test_cpu_1x1_kernel_is_not_used_where_it_does_not_apply():
+    """channels_last, autocast and strided 1x1 convs keep the convolution path (and its tests)."""
+    from trainer.tsm import shift_conv
+
+    conv = torch.nn.Conv2d(16, 8, 1, bias=False)
+    x = torch.randn(8, 16, 6, 6)
+    assert type(shift_conv(x.requires_grad_(), conv, 4).grad_fn).__name__ == "_ShiftConv1x1Backward"
+    cl = x.detach().contiguous(memory_format=torch.channels_last).requires_grad_()
+    assert type(shift_conv(cl, conv, 4).grad_fn).__name__ == "_ShiftConvBackward"
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert type(shift_conv(x, conv, 4).grad_fn).__name__ == "_ShiftConvBackward"
+    strided = torch.nn.Conv2d(16, 8, 1, 2, bias=False)
+    assert type(shift_conv(x, strided, 4).grad_fn).__name__ == "_ShiftConvBackward"

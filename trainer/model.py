@@ -16,7 +16,7 @@ from typing import List, Optional, Type, Union
 import torch
 from torch import nn
 
-from .tsm import TemporalShift, shift_conv
+from .tsm import TemporalShift, conv_1x1, shift_conv
 
 ARCHS = {
     "resnet18": ("basic", [2, 2, 2, 2]),
@@ -52,6 +52,8 @@ class BasicBlock(nn.Module):
         s = self.shift
         if s is not None and s.enabled and self.placement == "blockres":
             return shift_conv(x, self.conv1, s.n_segment, s.fold_div)
+        if s is not None:
+            return conv_1x1(x, self.conv1, s.n_segment)
         return self.conv1(x)
 
     def _residual(self, x: torch.Tensor) -> torch.Tensor:
@@ -207,9 +209,19 @@ def count_params(model: nn.Module) -> int:
 
 
 def count_macs(model: nn.Module, clip: torch.Tensor) -> float:
-    """Multiply-accumulates of one forward pass (FLOPs / 2 from torch's counter)."""
+    """Multiply-accumulates of one forward pass (FLOPs / 2 from torch's counter).
+
+    Counted on the convolution path: torch's counter does not see the in-place
+    products of the CPU 1x1 kernel, which does the same multiply-accumulates
+    (fewer by the zero-padded clip ends).
+    """
     from torch.utils.flop_counter import FlopCounterMode
+    from . import tsm
     counter = FlopCounterMode(display=False)
-    with counter, torch.no_grad():
-        model(clip)
+    was, tsm.CPU_GEMM_1X1 = tsm.CPU_GEMM_1X1, False
+    try:
+        with counter, torch.no_grad():
+            model(clip)
+    finally:
+        tsm.CPU_GEMM_1X1 = was
     return counter.get_total_flops() / 2

@@ -130,8 +130,98 @@ class _ShiftConv(torch.autograd.Function):
         return gx, gw, None, None, None, None
 
 
+class _ShiftConv1x1(torch.autograd.Function):
+    """1x1 conv of the shifted input as batched matrix products that read the shifted frames in place.
+
+    Why: a 1x1 conv works frame by frame, so ``conv(shift(x))`` is the product of
+    the unshifted channels with their weight columns plus, for each of the two
+    shifted folds, the product of frame t+-1's channels written into frame t.
+    No shifted copy of ``x`` is made, forward or backward (the copy is what the
+    shift costs on a CPU: bench/shift_cost.py). CPU only, NCHW-contiguous fp32/fp64
+    outside autocast; ``fold = 0`` is the plain 1x1 conv through the same code, so
+    that the network without the shift differs from TSM by the shift alone.
+    """
+
+    @staticmethod
+    def forward(ctx, x, weight, n_segment: int, fold: int):  # type: ignore[override]
+        ctx.n_segment, ctx.fold = n_segment, fold
+        ctx.save_for_backward(x, weight)
+        nt, c, h, w = x.shape
+        if nt % n_segment:
+            raise ValueError(f"batch of {nt} frames is not a whole number of {n_segment}-frame clips")
+        cout, f, t = weight.shape[0], fold, n_segment
+        xm, wm = x.view(nt, c, h * w), weight.reshape(cout, c)
+        y = torch.empty(nt, cout, h * w, dtype=x.dtype, device=x.device)
+        y.baddbmm_(wm[:, 2 * f:].expand(nt, cout, c - 2 * f), xm[:, 2 * f:], beta=0)
+        if f:
+            yv, xv = y.view(nt // t, t, cout, h * w), xm.view(nt // t, t, c, h * w)
+            wa, wb = wm[:, :f].expand(t - 1, cout, f), wm[:, f:2 * f].expand(t - 1, cout, f)
+            for b in range(nt // t):
+                yv[b, :-1].baddbmm_(wa, xv[b, 1:, :f])  # fold 0: frame t reads frame t+1
+                yv[b, 1:].baddbmm_(wb, xv[b, :-1, f:2 * f])  # fold 1: frame t reads frame t-1
+        return y.view(nt, cout, h, w)
+
+    @staticmethod
+    def backward(ctx, grad):  # type: ignore[override]
+        x, weight = ctx.saved_tensors
+        nt, c, h, w = x.shape
+        cout, f, t = weight.shape[0], ctx.fold, ctx.n_segment
+        xm, wm = x.view(nt, c, h * w), weight.reshape(cout, c)
+        g = grad.contiguous().view(nt, cout, h * w)
+        gv, xv = g.view(nt // t, t, cout, h * w), xm.view(nt // t, t, c, h * w)
+        gx = gw = None
+        if ctx.needs_input_grad[0]:
+            wt = wm.t()
+            gxm = torch.empty_like(xm)
+            gxm[:, 2 * f:].baddbmm_(wt[2 * f:].expand(nt, c - 2 * f, cout), g, beta=0)
+            if f:
+                gxv = gxm.view(nt // t, t, c, h * w)
+                gxv[:, 0, :f] = 0  # frame 0's fold-0 values were read by no frame
+                gxv[:, -1, f:2 * f] = 0  # nor the last frame's fold-1 values
+                wa, wb = wt[:f].expand(t - 1, f, cout), wt[f:2 * f].expand(t - 1, f, cout)
+                for b in range(nt // t):
+                    gxv[b, 1:, :f].baddbmm_(wa, gv[b, :-1], beta=0)
+                    gxv[b, :-1, f:2 * f].baddbmm_(wb, gv[b, 1:], beta=0)
+            gx = gxm.view(nt, c, h, w)
+        if ctx.needs_input_grad[1]:
+            # One product per frame accumulated in place: a single product over all frames would
+            # need frame-major copies of both operands.
+            gwm = torch.zeros(cout, c, dtype=weight.dtype, device=weight.device)
+            for n in range(nt):
+                gwm[:, 2 * f:].addmm_(g[n], xm[n, 2 * f:].t())
+            if f:
+                for b in range(nt // t):
+                    for i in range(t - 1):
+                        gwm[:, :f].addmm_(gv[b, i], xv[b, i + 1, :f].t())
+                        gwm[:, f:2 * f].addmm_(gv[b, i + 1], xv[b, i, f:2 * f].t())
+            gw = gwm.view_as(weight)
+        return gx, gw, None, None
+
+
+#: Route eligible 1x1 convs on the residual branch through ``_ShiftConv1x1`` (bench/shift_cost.py
+#: turns it off to compare against the library convolution).
+CPU_GEMM_1X1 = True
+
+
+def _gemm_1x1_ok(x: torch.Tensor, conv: nn.Conv2d) -> bool:
+    return (CPU_GEMM_1X1 and x.device.type == "cpu" and x.dim() == 4 and x.is_contiguous()
+            and x.dtype in (torch.float32, torch.float64) and x.dtype == conv.weight.dtype
+            and not torch.is_autocast_enabled("cpu") and conv.bias is None and conv.groups == 1
+            and tuple(conv.kernel_size) == (1, 1) and tuple(conv.stride) == (1, 1)
+            and tuple(conv.padding) == (0, 0) and tuple(conv.dilation) == (1, 1))
+
+
+def conv_1x1(x: torch.Tensor, conv: nn.Conv2d, n_segment: int) -> torch.Tensor:
+    """``conv(x)`` through the same code as the fused shift where that applies (the network without the shift)."""
+    if _gemm_1x1_ok(x, conv) and x.shape[0] % n_segment == 0:
+        return _ShiftConv1x1.apply(x, conv.weight, n_segment, 0)
+    return conv(x)
+
+
 def shift_conv(x: torch.Tensor, conv: nn.Conv2d, n_segment: int, fold_div: int = 8) -> torch.Tensor:
     """``conv(temporal_shift(x))`` for a bias-free, ungrouped, undilated conv, without saving the shifted copy."""
     if conv.bias is not None or conv.groups != 1 or tuple(conv.dilation) != (1, 1) or x.dim() != 4:
         return conv(temporal_shift(x, n_segment, fold_div))
+    if _gemm_1x1_ok(x, conv) and x.shape[0] % n_segment == 0:
+        return _ShiftConv1x1.apply(x, conv.weight, n_segment, x.shape[1] // fold_div)
     return _ShiftConv.apply(x, conv.weight, n_segment, fold_div, tuple(conv.stride), tuple(conv.padding))
