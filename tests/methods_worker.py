@@ -7,6 +7,7 @@ dumps its state, runs the trainer's averaging round over the engine, dumps again
 compression: the same gradients through the engine's fp32 and compressed
 allreduce paths (``Engine.prepare(..., compression)``); both results are dumped.
 """
+import os
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -81,6 +82,13 @@ def main() -> None:
         {"aavg": aavg, "compression": compression}[what](engine, out)
     finally:
         engine.shutdown()
+    # The results are on disk. End without interpreter teardown: this process exits right after a
+    # backward pass, and a gloo worker thread may still be releasing that pass's work (tensors with
+    # Python owners, a hook's Python callback); doing so against a finalizing interpreter aborts the
+    # rank with SIGABRT (seen in CI, core dumps: ProcessGroupGloo::runLoop -> ~AsyncWork -> take_gil).
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":

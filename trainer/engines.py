@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime
-import gc
 import os
 import sys
 import threading
@@ -198,11 +197,6 @@ class DDPEngine(Engine):
 
     def shutdown(self):
         if self.dist.is_initialized():
-            # DDP wrappers that are garbage but still in reference cycles hold the group; left to
-            # interpreter teardown, a gloo thread can still be joinable at exit and the rank aborts
-            # ("terminate called without an active exception") after its work is done. Collect
-            # them while the interpreter is whole. (No barrier: a rank that failed must not hang the rest.)
-            gc.collect()
             self.dist.destroy_process_group()
 
 
