@@ -201,8 +201,10 @@ class _ShiftConv1x1(torch.autograd.Function):
 CPU_GEMM_1X1 = True
 
 
-def _gemm_1x1_ok(x: torch.Tensor, conv: nn.Conv2d) -> bool:
-    return (CPU_GEMM_1X1 and x.device.type == "cpu" and x.dim() == 4 and x.is_contiguous()
+def _gemm_1x1_ok(x: torch.Tensor, conv: nn.Conv2d, n_segment: int) -> bool:
+    """Whether ``_ShiftConv1x1`` applies (partial clips go to the paths that report them)."""
+    return (CPU_GEMM_1X1 and x.device.type == "cpu" and x.dim() == 4 and x.shape[0] % n_segment == 0
+            and x.is_contiguous()
             and x.dtype in (torch.float32, torch.float64) and x.dtype == conv.weight.dtype
             and not torch.is_autocast_enabled("cpu") and conv.bias is None and conv.groups == 1
             and tuple(conv.kernel_size) == (1, 1) and tuple(conv.stride) == (1, 1)
@@ -211,7 +213,7 @@ def _gemm_1x1_ok(x: torch.Tensor, conv: nn.Conv2d) -> bool:
 
 def conv_1x1(x: torch.Tensor, conv: nn.Conv2d, n_segment: int) -> torch.Tensor:
     """``conv(x)`` through the same code as the fused shift where that applies (the network without the shift)."""
-    if _gemm_1x1_ok(x, conv) and x.shape[0] % n_segment == 0:
+    if _gemm_1x1_ok(x, conv, n_segment):
         return _ShiftConv1x1.apply(x, conv.weight, n_segment, 0)
     return conv(x)
 
@@ -220,6 +222,6 @@ def shift_conv(x: torch.Tensor, conv: nn.Conv2d, n_segment: int, fold_div: int =
     """``conv(temporal_shift(x))`` for a bias-free, ungrouped, undilated conv, without saving the shifted copy."""
     if conv.bias is not None or conv.groups != 1 or tuple(conv.dilation) != (1, 1) or x.dim() != 4:
         return conv(temporal_shift(x, n_segment, fold_div))
-    if _gemm_1x1_ok(x, conv) and x.shape[0] % n_segment == 0:
+    if _gemm_1x1_ok(x, conv, n_segment):
         return _ShiftConv1x1.apply(x, conv.weight, n_segment, x.shape[1] // fold_div)
     return _ShiftConv.apply(x, conv.weight, n_segment, fold_div, tuple(conv.stride), tuple(conv.padding))
