@@ -11,7 +11,7 @@ from typing import Optional, Tuple
 import click
 
 from summit_jobs import __version__
-from summit_jobs.errors import UserError
+from summit_jobs.errors import UserError, describe_os_error
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -25,6 +25,10 @@ class _Group(click.Group):
         except UserError as exc:
             click.echo(f"summit-jobs: error: {exc}", err=True)
             ctx.exit(exc.exit_code)
+        except OSError as exc:
+            # Disk full, read-only or missing folders, permissions: the system's words with the path.
+            click.echo(f"summit-jobs: error: {describe_os_error(exc)}", err=True)
+            ctx.exit(1)
 
 
 class State:

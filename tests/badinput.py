@@ -1,0 +1,31 @@
+"""The shared check of the bad-input suite (tests/test_bad_input_*.py).
+
+Each of those files holds a table of cases: a command line a user could type
+(or a file a user could write) and the words the refusal must contain. Every
+case must end with a non-zero exit, no Python traceback, nothing on stdout
+that looks like success, and a message naming the value that was refused.
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+from typing import Iterable, Optional, Sequence
+
+
+def assert_refused(proc: subprocess.CompletedProcess, needles: Iterable[str] = (), *,
+                   prefix: Optional[str] = None) -> None:
+    """``proc`` refused its input cleanly: non-zero, no traceback, every needle in stderr."""
+    out, err = proc.stdout or "", proc.stderr or ""
+    assert proc.returncode not in (0, None), (proc.returncode, out[-2000:], err[-2000:])
+    assert "Traceback (most recent call last)" not in err + out, err[-4000:]
+    for needle in needles:
+        assert needle in err, (needle, err[-2000:])
+    if prefix is not None:
+        assert prefix in err, (prefix, err[-2000:])
+
+
+def run_module(module: str, args: Sequence[str], env: dict, cwd=None, timeout: float = 120,
+               input: Optional[str] = None) -> subprocess.CompletedProcess:
+    """``python -m module args`` as a user would run it (the real entry point, a real process)."""
+    return subprocess.run([sys.executable, "-m", module, *args], env=env, cwd=cwd, capture_output=True,
+                          text=True, timeout=timeout, input=input)
