@@ -205,10 +205,13 @@ def _job_options(f):
 def _env_overrides(pairs: Tuple[str, ...]) -> dict:
     out = {}
     for pair in pairs:
+        from summit_jobs.machines import SHELL_NAME_RE
         name, sep, value = pair.partition("=")
-        if not sep or not name.replace("_", "a").isalnum() or name[0].isdigit():
+        if not sep or not SHELL_NAME_RE.fullmatch(name):
             raise UserError(f"--env {pair!r} is not NAME=VALUE with NAME a shell variable name "
-                            "(letters, digits, '_'; not starting with a digit).")
+                            "(ASCII letters, digits, '_'; not starting with a digit).")
+        if any(ch in value for ch in "\n\r\0"):
+            raise UserError(f"--env {pair!r}: the value holds a line break or NUL byte; give it on one line.")
         out[name] = value
     return out
 
@@ -221,6 +224,7 @@ def build_job(state: State, kw: dict, *, accum_steps: int = 1, virtual_nodes: Op
     from summit_jobs import render
 
     profile = state.profile
+    template_dir = kw.get("template_dir") or state.config.template_dir
     env = _env_overrides(kw.get("env_vars") or ())
     if env:
         profile = dataclasses.replace(profile, environment=dataclasses.replace(
@@ -246,11 +250,19 @@ def build_job(state: State, kw: dict, *, accum_steps: int = 1, virtual_nodes: Op
         short_cycle=kw.get("short_cycle", False), optimizer=kw.get("optimizer", "sgd"),
         optimizer_sync=kw.get("optimizer_sync", "sync"), avg_interval=kw.get("avg_interval", -1),
         compression=kw.get("compression", "none"), fusion_threshold=kw.get("fusion_threshold"),
-        train_clips=kw.get("train_clips"),
+        train_clips=kw.get("train_clips"), check_trainer_args=not _replaces_launch(template_dir),
     )
     plan = plan_mod.make_plan(profile, opts)
-    script = render.render(plan, kw.get("template_dir") or state.config.template_dir)
+    script = render.render(plan, template_dir)
     return profile, plan, script
+
+
+def _replaces_launch(template_dir: Optional[str]) -> bool:
+    """A user template that replaces the launch line decides what runs: its arguments are its own business."""
+    if not template_dir:
+        return False
+    from summit_jobs import render
+    return any((Path(template_dir) / name).is_file() for name in render.LAUNCH_TEMPLATES)
 
 
 def write_new_file(path: str, text: str, force: bool) -> None:

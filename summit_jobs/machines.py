@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Literal, Optional, Tuple
@@ -23,11 +24,64 @@ from summit_jobs.schema import build, deep_merge
 _YamlLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present: 10x faster
 
 
+#: Shapes of the profile and config values that reach a job script: checked when a profile is loaded,
+#: so that a typo or a hostile config fails with the key named instead of reaching a shell.
+SHELL_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+TOKEN_RE = re.compile(r"[A-Za-z0-9_.,:=+/@%-]+")
+NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+#: A path that may name variables the compute node's shell or the trainer expands ($USER, ${SCRATCH}).
+VAR_PATH_RE = re.compile(r"(?:[A-Za-z0-9_.,:=+/@%-]|\$[A-Za-z_][A-Za-z0-9_]*|\$\{[A-Za-z_][A-Za-z0-9_]*\})+")
+
+
+def _line_safe(value: str) -> bool:
+    return not any(ch in value for ch in "\n\r\0")
+
+
+def check_script_values(profile: "Profile") -> None:
+    """Raise ValueError naming the key whose value cannot go into a job script safely.
+
+    Names (variables, queues, the machine) must be plain names; ``module``
+    and ``alloc_flags`` entries single tokens; ``nvme_path`` a path whose only
+    ``$`` are variable references. Everything else that is printed is quoted by
+    the renderer but may not hold a line break. ``environment.setup`` lines
+    are shell by design (conda activation, site scripts) and are the one
+    exception: they come from the profile the user chose to load.
+    """
+    env = profile.environment
+    checks = [("name", profile.name, NAME_RE)]
+    checks += [(f"environment.variables key {k!r}", k, SHELL_NAME_RE) for k in env.variables]
+    checks += [(f"environment.modules[{i}]", m, TOKEN_RE) for i, m in enumerate(env.modules)]
+    checks += [(f"alloc_flags[{i}]", f, TOKEN_RE) for i, f in enumerate(profile.alloc_flags)]
+    checks += [(f"queues key {q!r}", q, NAME_RE) for q in profile.queues]
+    checks += [(f"scheduler.launch_node_prefixes[{i}]", p, TOKEN_RE)
+               for i, p in enumerate(profile.scheduler.launch_node_prefixes)]
+    if profile.node.nvme_path:
+        checks.append(("node.nvme_path", profile.node.nvme_path, VAR_PATH_RE))
+    for key, value, pattern in checks:
+        if not pattern.fullmatch(value):
+            raise ValueError(f"{key} = {value!r} is not allowed: it is printed into job scripts, so it must be "
+                             f"{_shape(pattern)}")
+    lines = [("environment.python", env.python), ("launcher.smpiargs", profile.launcher.smpiargs),
+             ("runs_dir", profile.runs_dir or "")]
+    lines += [(f"environment.variables.{k}", v) for k, v in env.variables.items()]
+    lines += [(f"environment.setup[{i}]", v) for i, v in enumerate(env.setup)]
+    for key, value in lines:
+        if not _line_safe(value):
+            raise ValueError(f"{key} = {value!r} holds a line break or NUL byte; give it on one line")
+
+
+def _shape(pattern: "re.Pattern[str]") -> str:
+    return {SHELL_NAME_RE: "a shell variable name (letters, digits, '_'; not starting with a digit)",
+            TOKEN_RE: "one word of letters, digits and . , : = + / @ % _ - (no spaces, quotes, $ or ;)",
+            NAME_RE: "a name of letters, digits, '.', '_' and '-' (starting with a letter or digit)",
+            VAR_PATH_RE: "a path of letters, digits and . _ - / with $NAME or ${NAME} references only"}[pattern]
+
+
 def parse_hhmm(text: str, what: str) -> int:
     """Minutes from LSF's ``[hours:]minutes`` (``-W`` never takes seconds)."""
     text = str(text).strip()
     parts = text.split(":")
-    ok = 1 <= len(parts) <= 2 and all(p.isdigit() for p in parts)
+    ok = 1 <= len(parts) <= 2 and all(re.fullmatch(r"[0-9]{1,6}", p) for p in parts)
     if ok and len(parts) == 2 and (len(parts[1]) != 2 or int(parts[1]) >= 60):
         ok = False
     if not ok:
@@ -206,6 +260,7 @@ class Profile:
             b.max_minutes  # validates the format
         if self.node.slots < 1:
             raise ValueError("node needs gpus >= 1 or, for CPU-only machines, cpu_slots >= 1")
+        check_script_values(self)
 
     @property
     def default_queue(self) -> str:

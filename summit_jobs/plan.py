@@ -6,16 +6,20 @@ only formats a Plan; the simulate planner builds on the same function.
 """
 from __future__ import annotations
 
+import math
 import re
 import shlex
 from dataclasses import asdict, dataclass
 from typing import Dict, List, Optional, Tuple
 
+from summit_jobs import trainer_args
 from summit_jobs.errors import UserError
 from summit_jobs.machines import Profile, format_hhmm, parse_hhmm
 
-JOB_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
-ACCOUNT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+#: Patterns that guard values are always applied with ``fullmatch``: ``re.match`` with ``$`` accepts a
+#: trailing newline, which would split a ``#BSUB`` line.
+JOB_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+ACCOUNT_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 #: Marker the trainer writes when all epochs are done; later chain links exit at once.
 COMPLETE_MARKER = "COMPLETE"
 
@@ -58,6 +62,9 @@ class JobOptions:
     fusion_threshold: Optional[int] = None
     #: Training clips per epoch, for the multigrid schedule in the summary.
     train_clips: Optional[int] = None
+    #: Parse the trainer's arguments with its own parser (off when a user template replaces the launch line,
+    #: which then decides what runs and what its arguments mean).
+    check_trainer_args: bool = True
 
 
 @dataclass(frozen=True)
@@ -194,6 +201,16 @@ def parse_nodes(value: object, profile: Profile) -> int:
     return n
 
 
+def _check_schedule(lr: float, epochs: int, warmup: float, lr_per_8_clips: float) -> None:
+    if not (math.isfinite(lr) and lr > 0):
+        raise UserError(f"--lr {lr!r} must be a finite number above 0 (the peak learning rate; the default is "
+                        f"{lr_per_8_clips:g} per 8 clips of the global batch).")
+    if epochs < 1:
+        raise UserError(f"--epochs {epochs} must be at least 1.")
+    if not math.isfinite(warmup) or warmup < 0 or warmup > epochs:
+        raise UserError(f"--warmup-epochs {warmup!r} (warm-up epochs) must be between 0 and the {epochs} training epochs.")
+
+
 def simulate_command(profile: Profile, virtual_nodes: int, account: Optional[str]) -> str:
     parts = ["summit-jobs", "--machine", profile.name, "simulate", "--virtual-nodes", str(virtual_nodes)]
     if account:
@@ -211,7 +228,7 @@ def make_plan(profile: Profile, opts: JobOptions) -> Plan:
     account = opts.project
     if account is not None:
         account = str(account).strip()
-        if not ACCOUNT_RE.match(account):
+        if not ACCOUNT_RE.fullmatch(account):
             raise UserError(
                 f"{account_word} {opts.project!r} is not a valid {account_word} name: use letters, digits, "
                 f"'_', '.' and '-' only (at most 64 characters), as printed by your allocation.")
@@ -229,7 +246,7 @@ def make_plan(profile: Profile, opts: JobOptions) -> Plan:
             f"by gradient accumulation: {simulate_command(profile, nodes, account)}")
 
     # Job name.
-    if not JOB_NAME_RE.match(opts.job_name or ""):
+    if not JOB_NAME_RE.fullmatch(opts.job_name or ""):
         raise UserError(
             f"job name {opts.job_name!r} cannot be used: it must start with a letter or digit and hold only "
             "letters, digits, '.', '_' and '-' (at most 128 characters), so that it is safe in #BSUB lines and "
@@ -240,6 +257,13 @@ def make_plan(profile: Profile, opts: JobOptions) -> Plan:
         if path is not None and (("\n" in path) or ("\r" in path) or ("\0" in path) or not path.strip()):
             raise UserError(f"{what} path {path!r} contains a newline or NUL byte (or is empty); "
                             "use a plain path.")
+    for what, option, path in (("run directory", "--run-dir", opts.run_dir), ("data manifest", "--data", opts.data)):
+        if path is not None and "$" in path:
+            # The script quotes the path (no expansion) while the trainer expands $VARS in it: the two
+            # would name different folders. Expansion belongs to the user's shell, before summit-jobs.
+            raise UserError(f"{what} path {path!r} contains '$': it would be used unexpanded by the job script "
+                            f"but expanded by the trainer. Give {option} a path without '$' (let your shell "
+                            "expand variables: write $SCRATCH/runs without quotes).")
     for arg in opts.trainer_args:
         if "\0" in arg:
             raise UserError(f"trainer argument {arg!r} contains a NUL byte, which no command line can carry.")
@@ -335,6 +359,9 @@ def make_plan(profile: Profile, opts: JobOptions) -> Plan:
     if virtual_nodes != nodes * accum:
         raise UserError(f"virtual nodes ({virtual_nodes}) must equal nodes x accumulation steps "
                         f"({nodes} x {accum}).")
+    if opts.num_classes is not None and opts.num_classes < 0:
+        raise UserError(f"--num-classes {opts.num_classes} must be a class count >= 1 (or leave it out for the "
+                        "recipe's).")
     clips = opts.clips_per_gpu if opts.clips_per_gpu is not None else recipe.clips_per_gpu
     if clips < 1:
         raise UserError(f"clips per GPU {clips} must be at least 1.")
@@ -351,8 +378,7 @@ def make_plan(profile: Profile, opts: JobOptions) -> Plan:
         warmup = round(recipe.warmup_epochs * epochs / recipe.epochs, 4)
     else:
         warmup = recipe.warmup_epochs
-    if warmup < 0 or warmup > epochs:
-        raise UserError(f"warm-up of {warmup} epochs must be between 0 and the {epochs} training epochs.")
+    _check_schedule(lr, epochs, warmup, recipe.lr_per_8_clips)
     engine = opts.engine or recipe.engine
     if engine not in ("horovod", "ddp"):
         raise UserError(f"engine {engine!r} is not known: use 'horovod' (the paper's) or 'ddp' (torch.distributed).")
@@ -426,6 +452,17 @@ def make_plan(profile: Profile, opts: JobOptions) -> Plan:
         argv += ["--optimizer-sync", opts.optimizer_sync, "--avg-interval", str(opts.avg_interval)]
     if opts.compression != "none":
         argv += ["--compression", opts.compression]
+    if opts.check_trainer_args:
+        given = {name: getattr(opts, name) for name in ("epochs", "lr", "warmup_epochs", "engine", "arch",
+                                                         "num_classes") if getattr(opts, name) is not None}
+        given.update({name: getattr(opts, name) for name, default in (
+            ("schedule", "standard"), ("optimizer", "sgd"), ("optimizer_sync", "sync"), ("compression", "none"))
+            if getattr(opts, name) != default})
+        final = trainer_args.check(argv[3:], opts.trainer_args, given, staging is not None)
+        # What the ranks will really use (arguments after `--` may set them): the summary must not differ.
+        warmup = final.warmup_epochs
+        lr = final.lr if final.lr is not None else lr
+        _check_schedule(lr, epochs, warmup, recipe.lr_per_8_clips)
     argv += list(opts.trainer_args)
 
     return Plan(

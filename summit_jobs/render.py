@@ -1,10 +1,26 @@
-"""Render a Plan into an LSF batch script. Pure: plan (and templates) in, text out."""
+"""Render a Plan into an LSF batch script. Pure: plan (and templates) in, text out.
+
+Why every ``{{ value }}`` is quoted by one function (the environment's
+``finalize``): a template writer cannot forget a filter. Text becomes one
+shell word (``shlex.quote``, which leaves plain tokens such as ``tsm`` or
+``1,536`` unchanged) and may not hold a line break, because a value printed in
+a comment or a ``#BSUB`` line would otherwise start a new line of shell.
+Numbers pass as they are. The few places that need something else say so:
+``q`` (one word, the same rule, for use inside other expressions), ``qjoin``
+(a command line of words, which may hold line breaks inside quotes: trainer
+arguments reach the ranks byte for byte), ``bsub_words`` (validated tokens
+inside the double quotes of a ``#BSUB`` value) and ``shell_code`` (a profile's
+``setup`` lines, which are shell by design). Inside double quotes a quoted
+value is not safe (``"$(...)"`` still runs): shipped templates never put a
+value there, and a test checks it.
+"""
 from __future__ import annotations
 
 import functools
+import re
 import shlex
 from pathlib import Path
-from typing import Optional
+from typing import Any, Iterable, Optional
 
 import jinja2
 
@@ -13,6 +29,8 @@ from summit_jobs.errors import UserError
 from summit_jobs.plan import Plan
 
 MAIN_TEMPLATE = "lsf/job.sh.j2"
+#: Templates that hold the trainer's launch line: a user folder overriding one of them runs its own command.
+LAUNCH_TEMPLATES = (MAIN_TEMPLATE, "lsf/partials/launch.j2")
 
 
 @functools.lru_cache(maxsize=8)
@@ -33,9 +51,50 @@ def _environment(template_dir: Optional[str]) -> jinja2.Environment:
         lstrip_blocks=True,
         autoescape=False,
     )
-    env.filters["q"] = lambda value: shlex.quote(str(value))
-    env.filters["qjoin"] = lambda values: shlex.join(str(v) for v in values)
+    env.finalize = shell_value
+    env.filters["q"] = lambda value: Shell(shell_value(value))
+    env.filters["qjoin"] = lambda values: Shell(shlex.join(str(v) for v in values))
+    env.filters["bsub_words"] = bsub_words
+    env.filters["shell_code"] = lambda line: Shell(str(line))
     return env
+
+
+class Shell(str):
+    """Text that is already shell syntax (quoted words, or a profile's own shell lines): printed as is."""
+
+
+#: What may stand inside the double quotes of a ``#BSUB`` value: LSF tokens, no quoting or expansion.
+_BSUB_WORD = re.compile(r"[A-Za-z0-9_.,:=+/@%\[\]-]+")
+
+
+def shell_value(value: Any) -> str:
+    """The one rule for a value printed into a script: a number as is, anything else one quoted word.
+
+    Raises ``UserError`` for a line break or NUL byte: such a value cannot be
+    one line of a script, and the planner should have refused it with a
+    message naming the option.
+    """
+    if isinstance(value, Shell):
+        return value
+    if isinstance(value, bool) or value is None:
+        return shlex.quote(str(value))
+    if isinstance(value, (int, float)):
+        return str(value)
+    text = str(value)
+    if any(ch in text for ch in "\n\r\0"):
+        raise UserError(f"the value {text!r} holds a line break or NUL byte and cannot be placed on one line of "
+                        "a job script; remove it from the option, config or profile that set it.")
+    return shlex.quote(text)
+
+
+def bsub_words(values: Iterable[Any]) -> Shell:
+    """Words joined by spaces for a double-quoted ``#BSUB`` value (``-alloc_flags "smt4 nvme"``)."""
+    words = [str(v) for v in values]
+    for w in words:
+        if not _BSUB_WORD.fullmatch(w):
+            raise UserError(f"{w!r} cannot be part of a #BSUB value: use letters, digits and . , : = + / @ % [ ] "
+                            "_ - only (no spaces, quotes or $).")
+    return Shell(" ".join(words))
 
 
 def _bytecode_cache() -> Optional[jinja2.BytecodeCache]:
@@ -62,6 +121,14 @@ def render(plan: Plan, template_dir: Optional[str] = None) -> str:
     except jinja2.TemplateError as exc:
         where = getattr(exc, "filename", None) or template_dir or "shipped templates"
         raise UserError(f"template error in {where}: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise UserError(f"a template in {template_dir or 'the shipped templates'} is not UTF-8 text ({exc.reason} "
+                        f"at byte {exc.start}); save it as UTF-8.") from None
+    except UserError:
+        raise
+    except Exception as exc:  # an expression in a user template failed ({{ 1 // 0 }}, a bad attribute call)
+        raise UserError(f"template in {template_dir or 'the shipped templates'} failed while rendering: "
+                        f"{type(exc).__name__}: {exc}. Fix the expression in your template.") from None
     # No line-by-line clean-up here: a quoted trainer argument may hold newlines or
     # trailing spaces, and it must reach the trainer byte for byte.
     return text

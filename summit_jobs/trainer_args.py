@@ -1,0 +1,69 @@
+"""The trainer's command line as the login node sees it: checked at submit time, not on a compute node.
+
+Why here and with the trainer's own parser: a typo after ``--`` used to pass
+``submit`` and fail every rank minutes later, after the queue wait. The parser
+(``trainer.config``) imports neither torch nor this package, so the login side
+parses the exact argument list a rank will get and reports the trainer's own
+message. Only parsing happens: nothing reads the data or the run directory.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+from typing import Dict, Sequence
+
+from summit_jobs.errors import UserError
+
+#: Trainer options the planner derives and a user may not set after ``--``, with the way to set them.
+PLANNER_OWNED: Dict[str, str] = {
+    "run_dir": "--run-dir of submit",
+    "accum_steps": "simulate --virtual-nodes (accumulation must match the plan's virtual node count)",
+    "batch_per_gpu": "--clips-per-gpu of submit (the global batch and the LR follow from it)",
+    "epochs": "--epochs of submit (a short run's warm-up is scaled from it)",
+}
+#: Trainer options that a submit option also sets: given both ways with different values is a conflict.
+SUBMIT_OPTION: Dict[str, str] = {
+    "epochs": "--epochs", "lr": "--lr", "warmup_epochs": "--warmup-epochs", "engine": "--engine",
+    "arch": "--arch", "num_classes": "--num-classes", "schedule": "--schedule", "optimizer": "--optimizer",
+    "optimizer_sync": "--optimizer-sync", "avg_interval": "--avg-interval", "compression": "--compression",
+}
+
+
+def parse(argv: Sequence[str]) -> argparse.Namespace:
+    """The trainer's namespace for ``argv`` (what follows ``python -m trainer``), or a UserError."""
+    from trainer import config  # torch-free by contract (tests/test_cli_jobs.py checks sys.modules)
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            return config.parse(list(argv))
+    except SystemExit as exc:
+        said = exc.code if isinstance(exc.code, str) else err.getvalue().strip().splitlines()[-1:] or [""]
+        message = said if isinstance(said, str) else said[0]
+        raise UserError(f"the trainer would refuse its arguments: {message.strip()}. Fix the arguments after "
+                        "`--` (see `python -m trainer --help`).") from None
+
+
+def check(planner_argv: Sequence[str], user_argv: Sequence[str], given: Dict[str, object],
+          staging: bool) -> argparse.Namespace:
+    """Parse planner + user arguments; refuse what the user may not override or contradicts submit.
+
+    ``given`` maps trainer option names (``epochs``) to the value the user gave
+    the submit option, for the options that were given.
+    """
+    base = parse(planner_argv)
+    final = parse([*planner_argv, *user_argv]) if user_argv else base
+    for name in sorted(vars(final)):
+        before, after = getattr(base, name, None), getattr(final, name)
+        if before == after:
+            continue
+        flag = "--" + name.replace("_", "-")
+        if name in given:
+            raise UserError(f"{SUBMIT_OPTION[name]} {given[name]!r} and {flag} {after!r} after `--` disagree; "
+                            f"give the value once, with {SUBMIT_OPTION[name]}.")
+        if name in PLANNER_OWNED or (name == "data" and staging):
+            how = PLANNER_OWNED.get(name, "--data of submit (the staged NVMe copy is the trainer's data)")
+            raise UserError(f"{flag} {after!r} after `--` would override what the plan derived ({before!r}); "
+                            f"set it with {how} instead.")
+    return final
+
