@@ -11,6 +11,7 @@ from typing import Optional, Tuple
 import click
 
 from summit_jobs import __version__
+from summit_jobs.cli_types import FiniteFloat, whole
 from summit_jobs.errors import UserError, describe_os_error
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
@@ -60,7 +61,7 @@ class State:
 @click.option("--host", metavar="HOST", envvar="SUMMIT_JOBS_HOST",
               help="Login node to reach over SSH (default: the profile's ssh.host when this machine has no "
                    "LSF; 'local' forces this machine).")
-@click.option("--port", type=int, metavar="PORT", help="SSH port. Default: the profile's, else 22.")
+@click.option("--port", type=whole(1, 65535), metavar="PORT", help="SSH port. Default: the profile's, else 22.")
 @click.option("--user", metavar="NAME", help="SSH user name. Default: the profile's, else your local name.")
 @click.option("--key-file", metavar="FILE", help="SSH private key (else ssh-agent and ~/.ssh keys).")
 @click.option("--known-hosts", metavar="FILE", help="Extra known_hosts file checked before yours and the system's.")
@@ -148,7 +149,7 @@ def _job_options(f):
         click.option("--queue", "-q", metavar="QUEUE", help="Queue. Default: the profile's default queue."),
         click.option("--job-name", "-J", default="tsm", show_default=True,
                      help="Job name (letters, digits, '.', '_', '-')."),
-        click.option("--epochs", type=int, help="Training epochs. Default: the recipe's (100)."),
+        click.option("--epochs", type=whole(1), help="Training epochs. Default: the recipe's (100)."),
         click.option("--data", metavar="MANIFEST",
                      help="Dataset manifest on the parallel file system: adds the NVMe staging step."),
         click.option("--stage-policy", type=click.Choice(["partition", "replicate"]), default="partition",
@@ -156,12 +157,12 @@ def _job_options(f):
         click.option("--layout", type=click.Choice(["gpu", "node"]),
                      help="Resource sets: one per GPU (gpu) or one per node with all GPUs (node). "
                           "Default: the profile's."),
-        click.option("--clips-per-gpu", type=int, help="Clips per GPU per step. Default: the recipe's (8)."),
-        click.option("--lr", type=float, help="Learning rate. Default: 0.00125 per 8 clips of global batch."),
-        click.option("--warmup-epochs", type=float, help="Linear warm-up epochs. Default: the recipe's (5)."),
+        click.option("--clips-per-gpu", type=whole(1), help="Clips per GPU per step. Default: the recipe's (8)."),
+        click.option("--lr", type=FiniteFloat(0, low_open=True), help="Learning rate. Default: 0.00125 per 8 clips of global batch."),
+        click.option("--warmup-epochs", type=FiniteFloat(0), help="Linear warm-up epochs. Default: the recipe's (5)."),
         click.option("--engine", type=click.Choice(["horovod", "ddp"]), help="Gradient exchange engine."),
         click.option("--arch", help="Backbone (resnet50, resnet18, ...). Default: the profile's recipe."),
-        click.option("--num-classes", type=int, help="Classes of the dataset. Default: the recipe's."),
+        click.option("--num-classes", type=whole(1), help="Classes of the dataset. Default: the recipe's."),
         click.option("--schedule", type=click.Choice(["standard", "multigrid"]), default="standard",
                      show_default=True, help="Training schedule: the recipe's, or multigrid (variable shapes)."),
         click.option("--short-cycle", is_flag=True, help="Multigrid: add the per-iteration short cycle."),
@@ -169,18 +170,18 @@ def _job_options(f):
                      help="LARS for very large batches (BN parameters and biases excluded)."),
         click.option("--optimizer-sync", type=click.Choice(["sync", "aavg"]), default="sync", show_default=True,
                      help="Synchronous SGD, or AAVG model averaging with adaptive batch size."),
-        click.option("--avg-interval", type=int, default=-1, show_default=True,
+        click.option("--avg-interval", type=whole(-1), default=-1, show_default=True,
                      help="AAVG: local steps between averaging rounds (-1: once per epoch)."),
         click.option("--compression", type=click.Choice(["none", "fp16", "bf16"]), default="none",
                      show_default=True, help="Gradient compression for the allreduce (bf16: DDP only)."),
-        click.option("--fusion-threshold", type=int, metavar="BYTES",
+        click.option("--fusion-threshold", type=whole(0), metavar="BYTES",
                      help="Horovod tensor-fusion buffer (HOROVOD_FUSION_THRESHOLD). Default: the profile's."),
-        click.option("--chain", type=int, default=1, show_default=True,
+        click.option("--chain", type=whole(1), default=1, show_default=True,
                      help="Submit this many jobs, each depending on ended() of the previous and resuming "
                           "from the run's latest checkpoint."),
-        click.option("--warning-minutes", type=int,
+        click.option("--warning-minutes", type=whole(1),
                      help="Minutes before the run limit at which USR2 asks the trainer to checkpoint."),
-        click.option("--quota-nodes", type=int,
+        click.option("--quota-nodes", type=whole(1),
                      help="Your allocation's node limit. Default: the config file's or the profile's."),
         click.option("--env", "env_vars", multiple=True, metavar="NAME=VALUE",
                      help="Override an environment variable of the profile (e.g. HOROVOD_FUSION_THRESHOLD=8388608)."),
@@ -313,7 +314,20 @@ def submit_cmd(state: State, **kw) -> None:
     if kw["dry_run"]:
         emit_dry_run(plan, script, kw)
         return
+    require_data(state, plan, kw)
     submission.submit(state, profile, plan, script, kw)
+
+
+def require_data(state: State, plan, kw: dict) -> None:
+    """A real job needs data: without --data (or --data after `--`) every rank would stop at once."""
+    from summit_jobs import trainer_args
+    if _replaces_launch(kw.get("template_dir") or state.config.template_dir):
+        return
+    if trainer_args.parse(plan.trainer_argv[3:]).data:
+        return
+    raise UserError("no data for the trainer: pass --data MANIFEST (shards on the parallel file system, staged to "
+                    "node-local NVMe) or give the trainer a folder of shards after `--`, as in "
+                    "`summit-jobs submit ... -- --data /path/to/shards`. See `summit-jobs pack --help`.")
 
 
 # Command groups kept in modules of their own; imported last so they can use `cli` and `State`.

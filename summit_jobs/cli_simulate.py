@@ -8,6 +8,7 @@ from typing import Optional
 import click
 
 from summit_jobs.cli import State, _job_options, build_job, cli, emit_dry_run
+from summit_jobs.cli_types import FiniteFloat, whole
 from summit_jobs.errors import UserError
 
 
@@ -48,16 +49,16 @@ def train_clips_from(data: Optional[str], given: Optional[int]) -> int:
 
 
 @cli.command("simulate")
-@click.option("--virtual-nodes", "-V", type=int, required=True,
+@click.option("--virtual-nodes", "-V", type=whole(1), required=True,
               help="The node count whose optimisation to reproduce (global batch, LR, warm-up, sample assignment).")
-@click.option("--nodes", "-n", "forced_nodes", type=int,
+@click.option("--nodes", "-n", "forced_nodes", type=whole(1),
               help="Physical nodes to use (must divide --virtual-nodes). Default: the largest count within the "
                    "quota that divides it.")
-@click.option("--max-accum-steps", type=int, default=16, show_default=True,
+@click.option("--max-accum-steps", type=whole(1, 4096), default=16, show_default=True,
               help="Refuse shapes that need more accumulation steps than this.")
 @click.option("--throughput-from", metavar="RUN_DIR",
               help="Estimate step time from a previous run's measured clips/s instead of the profile's figure.")
-@click.option("--train-clips", type=int,
+@click.option("--train-clips", type=whole(1),
               help="Training clips per epoch for the estimate. Default: the --data manifest's, else Kinetics-400's.")
 @_job_options
 @click.pass_obj
@@ -78,7 +79,8 @@ def simulate_cmd(state: State, virtual_nodes: int, forced_nodes: Optional[int], 
     from summit_jobs import simulate
 
     profile = state.profile
-    quota = kw.get("quota_nodes") or state.config.quota_nodes or profile.quota_nodes or profile.max_nodes
+    quota = next((q for q in (kw.get("quota_nodes"), state.config.quota_nodes, profile.quota_nodes)
+                  if q is not None), profile.max_nodes)
     shape = simulate.choose_shape(virtual_nodes, min(quota, profile.max_nodes), forced_nodes, max_accum_steps)
     kw = dict(kw, nodes=shape.nodes, quota_nodes=quota)
     profile, plan, script = build_job(state, kw, accum_steps=shape.accum_steps, virtual_nodes=virtual_nodes)
@@ -118,20 +120,22 @@ def simulate_cmd(state: State, virtual_nodes: int, forced_nodes: Optional[int], 
         return
     click.echo("\n".join(lines), err=True)
     from summit_jobs import submission
+    from summit_jobs.cli import require_data
+    require_data(state, plan, kw)
     submission.submit(state, profile, plan, script, dict(kw, simulate=summary))
 
 
 @cli.command("scaling")
 @click.option("--nodes-list", default="1,8,16,32,64,128,256,384,512,1024", show_default=True,
               help="Comma-separated node counts to project.")
-@click.option("--single-node-hours", type=float, default=49 + 55 / 60, show_default=True,
+@click.option("--single-node-hours", type=FiniteFloat(0, low_open=True), default=49 + 55 / 60, show_default=True,
               help="Measured time to train on one node (the paper: 49 h 55 min for 100 epochs).")
-@click.option("--per-node-batch", type=int, default=48, show_default=True,
+@click.option("--per-node-batch", type=whole(1), default=48, show_default=True,
               help="Clips per node per iteration at scale (the paper: 6 GPUs x 8 clips).")
-@click.option("--epochs", type=int, default=100, show_default=True)
-@click.option("--train-clips", type=int, help="Training clips per epoch (default: Kinetics-400's).")
-@click.option("--params", type=int, help="Model parameters (default: ResNet-50 TSM, 400 classes).")
-@click.option("--fusion-bytes", type=int, help="Horovod fusion buffer (default: the profile's threshold).")
+@click.option("--epochs", type=whole(1), default=100, show_default=True)
+@click.option("--train-clips", type=whole(1), help="Training clips per epoch (default: Kinetics-400's).")
+@click.option("--params", type=whole(1), help="Model parameters (default: ResNet-50 TSM, 400 classes).")
+@click.option("--fusion-bytes", type=whole(0), help="Horovod fusion buffer (default: the profile's threshold).")
 @click.option("--compare-paper", is_flag=True, help="Add the paper's Table 3 times and the deviation.")
 @click.option("--png", metavar="FILE", help="Also plot time-to-train and efficiency to this PNG.")
 @click.option("--json", "as_json", is_flag=True)
@@ -150,8 +154,9 @@ def scaling_cmd(state: State, nodes_list: str, single_node_hours: float, per_nod
         counts = sorted({int(x) for x in nodes_list.split(",") if x.strip()})
     except ValueError:
         raise UserError(f"--nodes-list {nodes_list!r} must be whole numbers separated by commas.") from None
-    if not counts or counts[0] < 1:
-        raise UserError("--nodes-list needs node counts of at least 1.")
+    if not counts or counts[0] < 1 or counts[-1] > state.profile.max_nodes:
+        raise UserError(f"--nodes-list {nodes_list!r} needs node counts between 1 and {state.profile.name}'s "
+                        f"{state.profile.max_nodes:,} nodes.")
     rows = simulate.project_scaling(
         state.profile, counts, single_node_seconds=single_node_hours * 3600, per_node_batch=per_node_batch,
         epochs=epochs, train_clips=train_clips or simulate.KINETICS_TRAIN_CLIPS,

@@ -30,6 +30,12 @@ class UserConfig:
     machines: Dict[str, Any] = field(default_factory=dict)
     source: Optional[str] = None
 
+    def __post_init__(self) -> None:
+        if self.quota_nodes is not None and self.quota_nodes < 1:
+            raise ValueError(f"quota_nodes = {self.quota_nodes} must be at least 1 (or left out: no quota)")
+        if self.project is not None and any(ch in self.project for ch in "\n\r\0"):
+            raise ValueError(f"project = {self.project!r} holds a line break; give it on one line")
+
 
 def default_path() -> Path:
     return machines.config_dir() / "config.yaml"

@@ -260,6 +260,8 @@ class Profile:
             b.max_minutes  # validates the format
         if self.node.slots < 1:
             raise ValueError("node needs gpus >= 1 or, for CPU-only machines, cpu_slots >= 1")
+        if self.quota_nodes is not None and self.quota_nodes < 1:
+            raise ValueError(f"quota_nodes = {self.quota_nodes} must be at least 1 (or left out: no quota)")
         check_script_values(self)
 
     @property
@@ -304,9 +306,12 @@ def available() -> List[str]:
 
 def load_yaml(path: Path, what: str) -> dict:
     try:
-        data = yaml.load(path.read_text(), Loader=_YamlLoader)
+        data = yaml.load(path.read_text(encoding="utf-8"), Loader=_YamlLoader)
     except OSError as exc:
         raise UserError(f"cannot read {what} {path}: {exc.strerror}.") from None
+    except UnicodeDecodeError as exc:
+        raise UserError(f"{what} {path} is not UTF-8 text ({exc.reason} at byte {exc.start}); save it as UTF-8.") \
+            from None
     except yaml.YAMLError as exc:
         raise UserError(f"{what} {path} is not valid YAML: {exc}") from None
     if data is None:

@@ -61,9 +61,26 @@ def parse_metrics(text: str) -> List[Dict]:
             rec = json.loads(line)
         except ValueError:
             continue
-        if isinstance(rec, dict) and "kind" in rec:
+        if isinstance(rec, dict) and _well_formed(rec):
             out.append(rec)
     return out
+
+
+#: Fields the report does arithmetic with: a record whose values are not numbers is not the trainer's.
+_INT_FIELDS = ("step", "epoch")
+_NUM_FIELDS = ("time", "loss", "top1", "top5", "lr", "clips_per_s", "data_wait_frac", "step_time", "ranks",
+               "accum_steps", "global_batch")
+
+
+def _well_formed(rec: Dict) -> bool:
+    """A record the report can use: a text kind, whole step/epoch, numeric figures (foreign lines are skipped)."""
+    if not isinstance(rec.get("kind"), str) or "step" not in rec:
+        return False
+    for key in _INT_FIELDS:
+        if key in rec and (isinstance(rec[key], bool) or not isinstance(rec[key], int) or rec[key] < 0):
+            return False
+    return all(not isinstance(rec[k], bool) and isinstance(rec[k], (int, float))
+               for k in _NUM_FIELDS if rec.get(k) is not None)
 
 
 def record_key(rec: Dict) -> Tuple:

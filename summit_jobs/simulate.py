@@ -47,6 +47,11 @@ def choose_shape(virtual_nodes: int, quota: int, forced_nodes: Optional[int] = N
         raise UserError(f"--virtual-nodes {v} must be at least 1.")
     if quota < 1:
         raise UserError(f"the quota ({quota} nodes) must be at least 1 node.")
+    if v > quota * max_accum:
+        raise UserError(f"--virtual-nodes {v:,} cannot be reproduced under your quota of {quota:,} nodes: at most "
+                        f"{quota:,} nodes x {max_accum} accumulation steps = {quota * max_accum:,} virtual nodes can "
+                        "(raise --max-accum-steps, at the cost of that many times longer steps, or use fewer "
+                        "virtual nodes).")
     if forced_nodes is not None:
         p = forced_nodes
         if p < 1 or p > quota:
