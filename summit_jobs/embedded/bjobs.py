@@ -14,10 +14,11 @@ import time
 from typing import Dict, List, Optional
 
 from summit_jobs.embedded import state
+from summit_jobs.errors import describe_os_error
 
 FIELDS = ("jobid", "stat", "user", "queue", "job_name", "from_host", "exec_host", "nexec_host",
           "submit_time", "start_time", "finish_time", "exit_code", "exit_reason", "pend_reason",
-          "dependency", "run_time", "project")
+          "dependency", "run_time", "project", "sub_cwd")
 DEFAULT_TABLE = ("jobid", "user", "stat", "queue", "from_host", "exec_host", "job_name", "submit_time")
 WIDTH = {"jobid": 7, "user": 7, "stat": 5, "queue": 10, "from_host": 11, "exec_host": 11, "job_name": 10,
          "submit_time": 12}
@@ -61,6 +62,8 @@ def field_value(job: Dict, name: str) -> str:
         return f"{int(end - start)} second(s)"
     if name == "project":
         return str(job.get("project") or "default")
+    if name == "sub_cwd":
+        return str(job.get("subcwd") or "")
     raise KeyError(name)
 
 
@@ -102,10 +105,14 @@ def main(argv: Optional[List[str]] = None) -> int:
             print(f"bjobs: illegal option or job id {a!r}", file=sys.stderr)
             return 255
         i += 1
-    lsf_home = state.home()
-    with state.locked(lsf_home):
-        jobs = state.all_jobs(lsf_home)
-        state.reap_lost(lsf_home, jobs)
+    try:
+        lsf_home = state.home()
+        with state.locked(lsf_home):
+            jobs = state.all_jobs(lsf_home)
+            state.reap_lost(lsf_home, jobs)
+    except OSError as exc:
+        print(f"bjobs: embedded LSF state: {describe_os_error(exc)}", file=sys.stderr)
+        return 255
     horizon = time.time() - state.clean_period()
     visible = {j["id"]: j for j in jobs
                if not (j["state"] in state.FINISHED and (j.get("finish_time") or 0) < horizon)}

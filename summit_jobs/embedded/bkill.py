@@ -15,6 +15,7 @@ from typing import List, Optional
 
 from summit_jobs.embedded import state
 from summit_jobs.embedded.bsub import BsubError, signal_number
+from summit_jobs.errors import describe_os_error
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -40,38 +41,44 @@ def main(argv: Optional[List[str]] = None) -> int:
     if not ids:
         print("bkill: give the job id(s) to kill", file=sys.stderr)
         return 255
-    lsf_home = state.home()
-    rc = 0
-    for jid in ids:
-        with state.locked(lsf_home):
-            job = state.load_job(lsf_home, jid)
-            if job is None:
-                print(f"Job <{jid}>: No matching job found", file=sys.stderr)
-                rc = 255
-                continue
-            if job["state"] in state.FINISHED:
-                print(f"Job <{jid}>: Job has already finished", file=sys.stderr)
-                rc = 255
-                continue
-            if sig is not None:
-                if job["state"] != "RUN" or not job.get("pid"):
-                    print(f"Job <{jid}>: Job is not running; signal not sent", file=sys.stderr)
-                    rc = 255
-                    continue
-                try:
-                    os.kill(job["pid"], sig)
-                except ProcessLookupError:
-                    pass
-                print(f"Job <{jid}> is being signaled")
-                continue
-            if job["state"] == "PEND":
-                job.update(state="EXIT", exit_code=None, finish_time=time.time(), pend_reason=None,
-                           exit_reason="TERM_OWNER: job killed by owner", kill_requested=time.time())
-            else:
-                job["kill_requested"] = time.time()
-            state.save_job(lsf_home, job)
-            print(f"Job <{jid}> is being terminated")
-    return rc
+    try:
+        lsf_home = state.home()
+        return max(_kill_one(lsf_home, jid, sig) for jid in ids)
+    except OSError as exc:
+        print(f"bkill: embedded LSF state: {describe_os_error(exc)}", file=sys.stderr)
+        return 255
+
+
+def _kill_one(lsf_home, jid: int, sig: Optional[int]) -> int:
+    """Kill (or signal) one job under the lock; LSF's answer line, and 0 or 255."""
+    with state.locked(lsf_home):
+        job = state.load_job(lsf_home, jid)
+        if job is not None:
+            state.reap_lost(lsf_home, [job])       # a job whose supervisor died is ended here
+        if job is None:
+            print(f"Job <{jid}>: No matching job found", file=sys.stderr)
+            return 255
+        if job["state"] in state.FINISHED:
+            print(f"Job <{jid}>: Job has already finished", file=sys.stderr)
+            return 255
+        if sig is not None:
+            if job["state"] != "RUN" or not job.get("pid"):
+                print(f"Job <{jid}>: Job is not running; signal not sent", file=sys.stderr)
+                return 255
+            try:
+                os.kill(job["pid"], sig)
+            except ProcessLookupError:
+                pass
+            print(f"Job <{jid}> is being signaled")
+            return 0
+        if job["state"] == "PEND":
+            job.update(state="EXIT", exit_code=None, finish_time=time.time(), pend_reason=None,
+                       exit_reason="TERM_OWNER: job killed by owner", kill_requested=time.time())
+        else:
+            job["kill_requested"] = time.time()
+        state.save_job(lsf_home, job)
+        print(f"Job <{jid}> is being terminated")
+        return 0
 
 
 if __name__ == "__main__":

@@ -10,6 +10,8 @@ The job is spooled (the script copied into the state folder, as LSF does) so
 that editing the file after submission changes nothing. The job runs in the
 submission folder (``LS_SUBCWD``) with the submission environment, like LSF.
 Jobs without ``-o`` write their output to ``<LSF home>/jobs/<id>/output``.
+The submission environment is kept for the job in ``env.json`` (private to the
+user, see job_environment for what is left out).
 """
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ from typing import Dict, List, Optional, Tuple
 
 from summit_jobs.embedded import state
 from summit_jobs.embedded.deps import DependencyError, parse_dependency
+from summit_jobs.errors import describe_os_error
 
 #: Options that take a value, and flags that do not.
 VALUE_OPTS = {"-J", "-q", "-o", "-oo", "-e", "-eo", "-W", "-nnodes", "-P", "-G", "-w", "-wa", "-wt",
@@ -35,6 +38,41 @@ DEFAULT_QUEUE = "batch"
 
 class BsubError(Exception):
     pass
+
+
+#: Words that mark a variable as a secret (a part of its name, split at ``_``).
+SECRET_WORDS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "PASSPHRASE", "CREDENTIAL", "CREDENTIALS", "KEY",
+                "APIKEY", "PRIVATE", "AUTH", "COOKIE")
+#: Variables that hand out the user's identity to whoever can read them.
+SECRET_NAMES = ("SSH_AUTH_SOCK", "SSH_AGENT_PID", "GPG_AGENT_INFO", "KRB5CCNAME", "NETRC")
+#: Variables passed even though their names look secret (comma-separated names).
+PASS_ENV = "SUMMIT_JOBS_LSF_PASS_ENV"
+
+
+def looks_secret(name: str) -> bool:
+    """Whether a variable's name says it holds a credential (API keys, tokens, agent sockets)."""
+    upper = name.upper()
+    if upper in SECRET_NAMES:
+        return True
+    parts = [p for p in re.split(r"[^A-Z0-9]+", upper) if p]
+    return any(p in SECRET_WORDS or p.endswith(("KEY", "TOKEN", "SECRET", "PASSWORD")) for p in parts)
+
+
+def job_environment(environ: Dict[str, str]) -> Dict[str, str]:
+    """The variables a job gets: the submission environment minus what looks like a secret.
+
+    Why not an allow-list: IBM LSF gives a job the whole submission
+    environment, and job scripts, the trainer and users' own programs rely on
+    it (PATH, HOME, the virtual environment, PYTHONPATH, SUMMIT_JOBS_*,
+    HOROVOD_*/NCCL_*/OMP_* tuning, variables of their own). An allow-list would
+    break jobs that run on a real LSF. What a job does not need are the user's
+    credentials (cloud and API tokens, passwords, the SSH agent socket, the
+    Kerberos ticket cache), which would otherwise sit in a file on disk; those
+    are dropped. A job that really needs one names it in
+    SUMMIT_JOBS_LSF_PASS_ENV. The file itself is private (0600).
+    """
+    passed = {n.strip() for n in environ.get(PASS_ENV, "").split(",") if n.strip()}
+    return {k: v for k, v in environ.items() if k in passed or not looks_secret(k)}
 
 
 def parse_options(args: List[str], where: str) -> Tuple[Dict[str, object], List[str]]:
@@ -206,31 +244,41 @@ def main(argv: Optional[List[str]] = None) -> int:
         if script is not None:
             opts, _ = parse_options(directives(script), "#BSUB")
         opts.update(cmd_opts)
-        lsf_home = state.home()
-        with state.locked(lsf_home):
-            job_id = state.next_job_id(lsf_home)
-            job = build_job(opts, command, script, lsf_home, job_id)
-            jdir = state.job_dir(lsf_home, job_id)
-            jdir.mkdir(parents=True, exist_ok=True)
-            if script is not None:
-                (jdir / "script").write_bytes(script.encode("utf-8", "surrogateescape"))
-            state.write_json(jdir / "env.json", dict(os.environ))
-            state.save_job(lsf_home, job)
-            log = open(jdir / "supervisor.log", "ab")
-            try:
-                proc = subprocess.Popen(
-                    [sys.executable, "-m", "summit_jobs.embedded.supervisor", str(lsf_home), str(job_id)],
-                    stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, close_fds=True)
-            finally:
-                log.close()
-            job["supervisor_pid"] = proc.pid
-            state.save_job(lsf_home, job)
-    except BsubError as exc:
+        job = submit(opts, command, script)
+    except (BsubError, state.LsfError) as exc:
         print(f"{exc}. Job not submitted.", file=sys.stderr)
         return 255
+    except OSError as exc:
+        print(f"bsub: embedded LSF state: {describe_os_error(exc)} Job not submitted.", file=sys.stderr)
+        return 255
     where = f"queue <{job['queue']}>" if job["queue_given"] else f"default queue <{job['queue']}>"
-    print(f"Job <{job_id}> is submitted to {where}.")
+    print(f"Job <{job['id']}> is submitted to {where}.")
     return 0
+
+
+def submit(opts: Dict[str, object], command: List[str], script: Optional[str]) -> Dict:
+    """Record the job under the lock (spooled script, private environment) and start its supervisor."""
+    lsf_home = state.home()
+    with state.locked(lsf_home):
+        state.clean_leftovers(lsf_home)
+        job_id = state.next_job_id(lsf_home)
+        job = build_job(opts, command, script, lsf_home, job_id)
+        jdir = state.job_dir(lsf_home, job_id)
+        jdir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        if script is not None:
+            state.write_bytes(jdir / "script", script.encode("utf-8", "surrogateescape"), 0o600)
+        state.write_json(jdir / "env.json", job_environment(dict(os.environ)), 0o600)
+        state.save_job(lsf_home, job)
+        log = open(jdir / "supervisor.log", "ab")
+        try:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "summit_jobs.embedded.supervisor", str(lsf_home), str(job_id)],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, close_fds=True)
+        finally:
+            log.close()
+        job["supervisor_pid"] = proc.pid
+        state.save_job(lsf_home, job)
+    return job
 
 
 if __name__ == "__main__":

@@ -23,13 +23,26 @@ Settings (environment variables, read by each command):
 ``SUMMIT_JOBS_LSF_CLEAN_PERIOD``
     Seconds a finished job stays visible to bjobs (default 3600, LSF's
     CLEAN_PERIOD). After that it vanishes from bjobs, as on a real machine.
+``SUMMIT_JOBS_LSF_FIRST_ID``
+    Lowest job id to hand out (1 to 2147483646, LSF's largest). Without it the
+    floor is time-based (one id per 6 seconds since 2024), so ids keep growing
+    even when the whole state folder is deleted.
+
+Job ids are never reused: the next id is the largest of the counter in the
+state folder, a high-water mark kept *beside* the folder (it survives deleting
+the folder mid-job), the largest job folder present, and the floor above. A
+reused id would let ``summit-jobs cancel`` of an old run kill a new, unrelated
+job.
 """
 from __future__ import annotations
 
 import contextlib
 import fcntl
 import json
+import math
 import os
+import re
+import signal
 import time
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional
@@ -37,16 +50,30 @@ from typing import Dict, Iterator, List, Optional
 LAUNCH_NODE = "batch1"
 FINISHED = ("DONE", "EXIT")
 ACTIVE = ("PEND", "RUN")
+#: LSF's largest job id (MAX_JOB_ID can be set up to this in lsb.params).
+MAX_JOB_ID = 2147483646
+#: Start of the time-based id floor (2024-01-01 UTC) and seconds per id.
+_ID_EPOCH = 1704067200
+_ID_SECONDS = 6
+#: Names of the state's temporary files (``.<name>.tmp<pid>``), left behind by a killed writer.
+TMP_RE = re.compile(r"^\..+\.tmp\d+$")
+
+
+class LsfError(Exception):
+    """A setting or state problem the embedded LSF commands report in one line (no traceback)."""
 
 
 def home() -> Path:
+    """The state folder, created private (0700): job records hold the submission environment."""
     explicit = os.environ.get("SUMMIT_JOBS_LSF_HOME")
     if explicit:
         base = Path(explicit)
     else:
         data = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
         base = Path(data) / "summit-jobs" / "lsf"
-    (base / "jobs").mkdir(parents=True, exist_ok=True)
+    if not base.is_dir():
+        base.mkdir(parents=True, exist_ok=True, mode=0o700)
+    (base / "jobs").mkdir(exist_ok=True, mode=0o700)
     return base
 
 
@@ -58,17 +85,25 @@ def _env_number(name: str, default: float) -> float:
         value = float(raw)
     except ValueError:
         raise SystemExit(f"embedded LSF: {name}={raw!r} is not a number") from None
-    if value <= 0:
-        raise SystemExit(f"embedded LSF: {name}={raw!r} must be positive")
+    if not math.isfinite(value) or value <= 0:
+        raise SystemExit(f"embedded LSF: {name}={raw!r} must be a positive, finite number")
     return value
 
 
+def _env_count(name: str, default: int, limit: int) -> int:
+    """A whole-number setting between 1 and ``limit`` (a fraction or a huge value is a typo, not a wish)."""
+    value = _env_number(name, default)
+    if value != int(value) or value > limit:
+        raise SystemExit(f"embedded LSF: {name}={os.environ.get(name)!r} must be a whole number from 1 to {limit}")
+    return int(value)
+
+
 def virtual_nodes() -> int:
-    return int(_env_number("SUMMIT_JOBS_LSF_NODES", 4))
+    return _env_count("SUMMIT_JOBS_LSF_NODES", 4, 4096)
 
 
 def cores_per_node() -> int:
-    return int(_env_number("SUMMIT_JOBS_LSF_CORES", 2))
+    return _env_count("SUMMIT_JOBS_LSF_CORES", 2, 4096)
 
 
 def seconds_per_minute() -> float:
@@ -106,10 +141,44 @@ def locked(lsf_home: Path) -> Iterator[None]:
         os.close(fd)
 
 
-def write_json(path: Path, data: object) -> None:
+def write_bytes(path: Path, data: bytes, mode: int = 0o644) -> None:
+    """Write ``path`` atomically: a temporary name created with ``mode``, then ``os.replace``.
+
+    The mode is given at creation (never chmod afterwards), so a private file is
+    never readable by others, not even for an instant. A writer killed halfway
+    leaves only the temporary name, which clean_leftovers removes later.
+    """
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
-    os.replace(tmp, path)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+
+
+def write_json(path: Path, data: object, mode: int = 0o644) -> None:
+    write_bytes(path, json.dumps(data, indent=1, sort_keys=True).encode(), mode)
+
+
+def clean_leftovers(lsf_home: Path) -> List[Path]:
+    """Remove temporary files of writers that were killed (caller holds the lock).
+
+    Every writer of the state holds the lock while it writes, so under the lock
+    any ``.<name>.tmp<pid>`` is a leftover of a killed process.
+    """
+    removed = []
+    folders = [lsf_home] + [d for d in (lsf_home / "jobs").iterdir() if d.is_dir()]
+    for folder in folders:
+        for entry in folder.iterdir():
+            if TMP_RE.match(entry.name) and entry.is_file():
+                with contextlib.suppress(FileNotFoundError):
+                    entry.unlink()
+                    removed.append(entry)
+    return removed
 
 
 def job_dir(lsf_home: Path, job_id: int) -> Path:
@@ -117,10 +186,12 @@ def job_dir(lsf_home: Path, job_id: int) -> Path:
 
 
 def load_job(lsf_home: Path, job_id: int) -> Optional[Dict]:
+    """A job's record, or None when there is none (or it is damaged: a record is never half-written)."""
     try:
-        return json.loads((job_dir(lsf_home, job_id) / "job.json").read_text())
-    except (FileNotFoundError, NotADirectoryError):
+        data = json.loads((job_dir(lsf_home, job_id) / "job.json").read_bytes())
+    except (FileNotFoundError, NotADirectoryError, ValueError):
         return None
+    return data if isinstance(data, dict) else None
 
 
 def save_job(lsf_home: Path, job: Dict) -> None:
@@ -137,16 +208,42 @@ def all_jobs(lsf_home: Path) -> List[Dict]:
     return sorted(jobs, key=lambda j: j["id"])
 
 
-def next_job_id(lsf_home: Path) -> int:
-    """Allocate a job id (caller holds the lock)."""
-    counter = lsf_home / "next_id"
+def first_id() -> int:
+    """The lowest id to hand out: SUMMIT_JOBS_LSF_FIRST_ID, else the time-based floor."""
+    raw = os.environ.get("SUMMIT_JOBS_LSF_FIRST_ID")
+    if raw is None or raw.strip() == "":
+        return max(1, int((time.time() - _ID_EPOCH) // _ID_SECONDS))
+    text = raw.strip()
+    if not text.isdigit() or not 1 <= int(text) <= MAX_JOB_ID:
+        raise LsfError(f"SUMMIT_JOBS_LSF_FIRST_ID={raw!r} must be a whole number from 1 to {MAX_JOB_ID} "
+                       "(LSF's largest job id); unset it for time-based ids")
+    return int(text)
+
+
+def high_water_path(lsf_home: Path) -> Path:
+    """The last id handed out, kept beside the state folder so that deleting the folder cannot reset ids."""
+    resolved = lsf_home.resolve()
+    return resolved.parent / f".{resolved.name}.last-job-id"
+
+
+def _read_id(path: Path) -> int:
     try:
-        value = int(counter.read_text().strip())
-    except (FileNotFoundError, ValueError):
-        value = int(os.environ.get("SUMMIT_JOBS_LSF_FIRST_ID", "1"))
-    counter_tmp = counter.with_name(f".next_id.tmp{os.getpid()}")
-    counter_tmp.write_text(str(value + 1))
-    os.replace(counter_tmp, counter)
+        text = path.read_text().strip()
+    except (FileNotFoundError, NotADirectoryError, UnicodeDecodeError):
+        return 0
+    return int(text) if text.isdigit() else 0
+
+
+def next_job_id(lsf_home: Path) -> int:
+    """Allocate a job id never handed out before by this LSF (caller holds the lock)."""
+    seen = [int(e.name) for e in (lsf_home / "jobs").iterdir() if e.name.isdigit()]
+    value = max([_read_id(lsf_home / "next_id"), _read_id(high_water_path(lsf_home)) + 1, first_id()]
+                + [s + 1 for s in seen])
+    if value > MAX_JOB_ID:
+        raise LsfError(f"job ids are used up (next would be {value}, LSF's largest is {MAX_JOB_ID}); "
+                       f"set SUMMIT_JOBS_LSF_FIRST_ID lower and remove {high_water_path(lsf_home)}")
+    write_bytes(lsf_home / "next_id", str(value + 1).encode())
+    write_bytes(high_water_path(lsf_home), str(value).encode())
     return value
 
 
@@ -167,18 +264,104 @@ def pid_alive(pid: Optional[int]) -> bool:
         return True
 
 
-def reap_lost(lsf_home: Path, jobs: List[Dict]) -> None:
-    """Mark jobs whose supervisor died (machine reboot, kill -9) as EXIT, never as DONE.
+def _proc_stat(pid: int) -> Optional[List[str]]:
+    """Fields of ``/proc/<pid>/stat`` after the command name: [0] state, [2] process group."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            text = fh.read().decode("ascii", "replace")
+    except OSError:
+        return None
+    return text.rsplit(")", 1)[-1].split()
 
-    Caller holds the lock.
+
+def group_members(pgid: int) -> List[int]:
+    """Live (not zombie) processes of process group ``pgid``."""
+    if not os.path.isdir("/proc"):          # no /proc: ask the kernel whether the group still exists
+        try:
+            os.killpg(pgid, 0)
+        except (ProcessLookupError, PermissionError):
+            return []
+        return [pgid]
+    members = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            fields = _proc_stat(int(entry))
+            if fields and len(fields) > 2 and fields[2] == str(pgid) and fields[0] not in ("Z", "X"):
+                members.append(int(entry))
+    return members
+
+
+def _has_job_marker(pid: int, job_id: int) -> bool:
+    """Whether a process carries the job's LSB_JOBID (every process the job starts inherits it)."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as fh:
+            return f"LSB_JOBID={job_id}".encode() in fh.read().split(b"\0")
+    except OSError:
+        return not os.path.isdir("/proc")
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def end_job_group(job: Dict, grace: float) -> bool:
+    """TERM the job's process group, KILL after ``grace`` s; True once no process of the job is left.
+
+    The group id was recorded when the job started. Before signalling, at least
+    one member must carry the job's LSB_JOBID, so a group id the system has
+    since reused for somebody else's processes is never signalled.
+    """
+    pgid = job.get("pgid")
+    members = group_members(pgid) if pgid else []
+    if not members:
+        return True
+    if not any(_has_job_marker(p, job["id"]) for p in members):
+        return True
+    _signal_group(pgid, signal.SIGTERM)
+    deadline = time.time() + grace
+    while time.time() < deadline and group_members(pgid):
+        time.sleep(0.05)
+    deadline = time.time() + 5.0
+    while group_members(pgid):
+        _signal_group(pgid, signal.SIGKILL)
+        if time.time() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+LOST = "embedded LSF supervisor process is gone; job lost"
+
+
+def mark_lost(lsf_home: Path, job: Dict, why: str) -> None:
+    """Record a job whose supervisor died as EXIT, never as DONE (caller holds the lock)."""
+    job.update(state="EXIT", exit_reason=f"{LOST}{why}", finish_time=time.time(), pend_reason=None)
+    save_job(lsf_home, job)
+
+
+def reap_lost(lsf_home: Path, jobs: List[Dict]) -> None:
+    """End jobs whose supervisor died (machine reboot, kill -9); caller holds the lock.
+
+    A running job's process group is ended first and its nodes are freed (the
+    job marked EXIT) only once none of its processes is left, so a lost job
+    never shares nodes with the next one. While the job's watchdog is alive it
+    does this itself, with the normal kill grace.
     """
     for job in jobs:
-        if job["state"] in ACTIVE and not pid_alive(job.get("supervisor_pid")) \
-                and time.time() - job["submit_time"] > 5:
-            job["state"] = "EXIT"
-            job["exit_reason"] = "embedded LSF supervisor process is gone; job lost"
-            job["finish_time"] = time.time()
-            save_job(lsf_home, job)
+        if job["state"] not in ACTIVE or pid_alive(job.get("supervisor_pid")) \
+                or time.time() - job["submit_time"] <= 5:
+            continue
+        if job["state"] == "RUN":
+            if pid_alive(job.get("watchdog_pid")):
+                continue
+            if not end_job_group(job, grace=min(1.0, float(job.get("kill_grace") or 1.0))):
+                continue          # unkillable for now: its nodes stay busy, tried again next time
+            mark_lost(lsf_home, job, "; its processes were killed")
+        else:
+            mark_lost(lsf_home, job, "")
 
 
 def fmt_time(ts: Optional[float]) -> str:

@@ -6,11 +6,14 @@ enough virtual nodes are free, then runs the script in a new process group
 with LSF's variables, delivers the ``-wa`` signal ``-wt`` minutes before the
 ``-W`` limit (to the script's shell, which forwards it to the running jsrun),
 and at the limit, or on bkill, sends TERM to the whole group and KILL after a
-grace period. Polling is fine-grained (0.05-0.1 s) so scaled minutes
+grace period. The job's process group is recorded in its state and a small
+watchdog (watchdog.py) ends the group should this supervisor die, so the job
+never outlives it. Polling is fine-grained (0.05-0.1 s) so scaled minutes
 (SUMMIT_JOBS_LSF_MINUTE) of a few seconds stay accurate.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -18,11 +21,12 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
-from summit_jobs.embedded import deps, state
+from summit_jobs.embedded import deps, state, watchdog
 
 NEVER = "Dependency condition invalid or never satisfied"
+OWNER_KILL = "TERM_OWNER: job killed by owner"
 
 
 def _pending(lsf_home: Path, job_id: int) -> Optional[Dict]:
@@ -31,6 +35,7 @@ def _pending(lsf_home: Path, job_id: int) -> Optional[Dict]:
     while True:
         with state.locked(lsf_home):
             jobs = state.all_jobs(lsf_home)
+            state.reap_lost(lsf_home, jobs)        # a job whose supervisor died must not hold nodes
             job = next((j for j in jobs if j["id"] == job_id), None)
             if job is None or job["state"] != "PEND":
                 return None
@@ -106,64 +111,91 @@ def _killpg(pgid: int, sig: int) -> None:
         pass
 
 
-def run(lsf_home: Path, job_id: int) -> int:
-    job = _pending(lsf_home, job_id)
-    if job is None:
-        return 0
-    jdir = state.job_dir(lsf_home, job_id)
+def _start(lsf_home: Path, job: Dict) -> Optional[subprocess.Popen]:
+    """Start the job's script as the leader of a new process group; None (job marked EXIT) if it cannot."""
+    jdir = state.job_dir(lsf_home, job["id"])
     out = _open(job["out"], job["out_overwrite"], jdir / "output")
     err = out if not job["err"] else _open(job["err"], job["err_overwrite"], jdir / "output")
     try:
-        proc = subprocess.Popen(_command(lsf_home, job), cwd=job["subcwd"], env=_environment(lsf_home, job),
+        return subprocess.Popen(_command(lsf_home, job), cwd=job["subcwd"], env=_environment(lsf_home, job),
                                 stdin=subprocess.DEVNULL, stdout=out, stderr=err, start_new_session=True)
     except OSError as exc:
         out.write(f"embedded LSF: cannot start the job: {exc}\n".encode())
         with state.locked(lsf_home):
-            job = state.load_job(lsf_home, job_id)
-            job.update(state="EXIT", exit_code=127, exit_reason=f"cannot start: {exc}", finish_time=time.time())
-            state.save_job(lsf_home, job)
-        return 0
+            rec = state.load_job(lsf_home, job["id"])
+            rec.update(state="EXIT", exit_code=127, exit_reason=f"cannot start: {exc}", finish_time=time.time())
+            state.save_job(lsf_home, rec)
+        return None
     finally:
         out.close()
         if err is not out:
             err.close()
+
+
+def _start_watchdog(lsf_home: Path, job_id: int) -> Tuple[Optional[int], Optional[int]]:
+    """The watchdog that ends the job if this supervisor dies: (its pid, the pipe's write end)."""
+    read_end, write_end = os.pipe()
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "summit_jobs.embedded.watchdog", str(lsf_home),
+                                 str(job_id), str(read_end)], stdin=subprocess.DEVNULL, pass_fds=(read_end,))
+    except OSError:
+        os.close(write_end)
+        return None, None
+    finally:
+        os.close(read_end)
+    return proc.pid, write_end
+
+
+def _record_start(lsf_home: Path, job_id: int, proc: subprocess.Popen) -> Tuple[Dict, Optional[int]]:
+    """Save the job's pid and process group (for whoever must end it), then start its watchdog."""
     with state.locked(lsf_home):
         job = state.load_job(lsf_home, job_id)
-        job["pid"] = proc.pid
+        job.update(pid=proc.pid, pgid=proc.pid)
         state.save_job(lsf_home, job)
+    watchdog_pid, pipe = _start_watchdog(lsf_home, job_id)
+    with state.locked(lsf_home):
+        job = state.load_job(lsf_home, job_id)
+        job["watchdog_pid"] = watchdog_pid
+        state.save_job(lsf_home, job)
+    return job, pipe
 
+
+def _supervise(lsf_home: Path, job: Dict, proc: subprocess.Popen) -> Optional[str]:
+    """Deliver the warning signal, enforce the run limit and bkill until the script ends; the kill reason."""
     start = job["start_time"]
     limit = job.get("limit_s")
     warn_at = (start + max(0.0, limit - job["warn_s"])) if (limit and job.get("warn_signal")) else None
     kill_reason: Optional[str] = None
     term_sent_at: Optional[float] = None
-    warned = False
     last_check = 0.0
     while proc.poll() is None:
         now = time.time()
-        if warn_at is not None and not warned and now >= warn_at:
-            try:
+        if warn_at is not None and now >= warn_at:
+            warn_at = None
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(proc.pid, job["warn_signal"])
-            except ProcessLookupError:
-                pass
-            warned = True
             with state.locked(lsf_home):
-                rec = state.load_job(lsf_home, job_id)
+                rec = state.load_job(lsf_home, job["id"])
                 rec["warning_sent"] = now
                 state.save_job(lsf_home, rec)
         if kill_reason is None and limit and now >= start + limit:
             kill_reason = "TERM_RUNLIMIT: job killed after reaching LSF run time limit"
         if kill_reason is None and now - last_check >= 0.1:
             last_check = now
-            rec = state.load_job(lsf_home, job_id)
+            rec = state.load_job(lsf_home, job["id"])
             if rec and rec.get("kill_requested"):
-                kill_reason = "TERM_OWNER: job killed by owner"
+                kill_reason = OWNER_KILL
         if kill_reason and term_sent_at is None:
             _killpg(proc.pid, signal.SIGTERM)
             term_sent_at = now
         if term_sent_at is not None and now - term_sent_at >= job["kill_grace"]:
             _killpg(proc.pid, signal.SIGKILL)
         time.sleep(0.05)
+    return kill_reason
+
+
+def _finish(lsf_home: Path, job_id: int, proc: subprocess.Popen, kill_reason: Optional[str]) -> None:
+    """Record how the job ended. A job killed by its owner is EXIT even if the script exited 0, as in LSF."""
     rc = proc.returncode
     code = 128 - rc if rc < 0 else rc
     # Like LSF, nothing of a job outlives it.
@@ -171,11 +203,27 @@ def run(lsf_home: Path, job_id: int) -> int:
     with state.locked(lsf_home):
         rec = state.load_job(lsf_home, job_id)
         if kill_reason is None and rec.get("kill_requested"):
-            kill_reason = "TERM_OWNER: job killed by owner"
+            kill_reason = OWNER_KILL
         rec.update(exit_code=code, finish_time=time.time(),
                    state="DONE" if code == 0 and kill_reason is None else "EXIT",
                    exit_reason=kill_reason or (None if code == 0 else f"exited with exit code {code}"))
         state.save_job(lsf_home, rec)
+
+
+def run(lsf_home: Path, job_id: int) -> int:
+    job = _pending(lsf_home, job_id)
+    if job is None:
+        return 0
+    proc = _start(lsf_home, job)
+    if proc is None:
+        return 0
+    job, pipe = _record_start(lsf_home, job_id, proc)
+    kill_reason = _supervise(lsf_home, job, proc)
+    _finish(lsf_home, job_id, proc, kill_reason)
+    if pipe is not None:
+        with contextlib.suppress(OSError):
+            os.write(pipe, watchdog.FINISHED)
+        os.close(pipe)
     return 0
 
 

@@ -1,0 +1,56 @@
+"""The watchdog of one running embedded-LSF job: ends the job if its supervisor dies.
+
+The supervisor starts the job's script in a process group of its own and then
+this small process, handing it the read end of a pipe whose write end only the
+supervisor holds. When the supervisor finishes normally it writes one byte and
+the watchdog leaves. When the supervisor dies any other way (kill -9, a crash)
+the pipe closes without that byte: the watchdog then ends the job's whole
+process group (TERM, KILL after the kill grace), and only once no process of
+the job is left marks the job EXIT, which is what frees its virtual nodes.
+Without it a killed supervisor would leave the script, jsrun and the ranks
+running past the run limit on nodes that bjobs hands to the next job.
+
+If the watchdog itself is killed as well, bjobs does the same (state.reap_lost).
+"""
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from pathlib import Path
+
+from summit_jobs.embedded import state
+
+#: The byte a supervisor writes when the job ended under its control.
+FINISHED = b"f"
+
+
+def watch(lsf_home: Path, job_id: int, fd: int) -> int:
+    """Block until the supervisor finishes or dies; in the second case end the job."""
+    try:
+        word = os.read(fd, 1)
+    except OSError:
+        word = b""
+    if word == FINISHED:
+        return 0
+    with state.locked(lsf_home):
+        job = state.load_job(lsf_home, job_id)
+    if job is None or job.get("state") != "RUN":
+        return 0
+    ended = state.end_job_group(job, float(job.get("kill_grace") or state.kill_grace()))
+    with state.locked(lsf_home):
+        job = state.load_job(lsf_home, job_id)
+        if job is not None and job.get("state") == "RUN" and ended:
+            state.mark_lost(lsf_home, job, "; its processes were killed")
+    return 0 if ended else 1
+
+
+def main() -> int:
+    for sig in (signal.SIGHUP, signal.SIGINT):
+        signal.signal(sig, signal.SIG_IGN)
+    lsf_home, job_id, fd = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+    return watch(lsf_home, job_id, fd)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

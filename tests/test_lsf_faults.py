@@ -1,0 +1,212 @@
+"""Faults of the embedded LSF with real processes: a killed supervisor, a deleted state folder,
+killed writers' leftovers, an unwritable state folder, and what a job's environment file holds."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import stat
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Dict, List
+
+import pytest
+
+from conftest_lsf import bjobs_state, lsf_env, run, submitted_id, wait_for, wait_state  # noqa: F401
+
+#: A rank that records its pid (and the job's process group) and then sleeps far past any limit.
+RANK = r'''
+import os, sys, time
+folder = sys.argv[1]
+rank = os.environ["JSM_NAMESPACE_RANK"]
+with open(os.path.join(folder, f"rank.{rank}.tmp"), "w") as fh:
+    fh.write(f"{os.getpid()} {os.getpgrp()}\n")
+os.replace(os.path.join(folder, f"rank.{rank}.tmp"), os.path.join(folder, f"rank.{rank}"))
+while True:
+    time.sleep(0.1)
+'''
+
+
+def alive(pid: int) -> bool:
+    """A process that exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[-1].split()[0] not in ("Z", "X")
+    except OSError:
+        return False
+
+
+def job_record(env: Dict[str, str], job_id: str) -> Dict:
+    return json.loads((Path(env["SUMMIT_JOBS_LSF_HOME"]) / "jobs" / job_id / "job.json").read_text())
+
+
+def start_long_job(tmp_path: Path, env: Dict[str, str]) -> tuple:
+    """A 4-node job (every virtual node): script -> jsrun -> 4 sleeping ranks; returns (id, pids)."""
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    (tmp_path / "rank.py").write_text(RANK)
+    script = tmp_path / "long.lsf"
+    script.write_text(textwrap.dedent(f"""\
+        #!/bin/bash
+        #BSUB -nnodes 4
+        #BSUB -W 30
+        #BSUB -o long.%J.out
+        echo $$ > {pids}/script
+        jsrun -n 4 -r 1 -c 1 {sys.executable} {tmp_path / 'rank.py'} {pids}
+        """))
+    jid = submitted_id(run(["bsub", str(script)], env, cwd=tmp_path).stdout)
+    wait_for(lambda: all((pids / f"rank.{r}").exists() for r in range(4)), 30, "4 ranks to start")
+    found = [int((pids / "script").read_text())]
+    found += [int((pids / f"rank.{r}").read_text().split()[0]) for r in range(4)]
+    return jid, found
+
+
+def start_checker(tmp_path: Path, env: Dict[str, str], pids: List[int]) -> str:
+    """A job that needs every node: when it starts it writes which of ``pids`` are still alive."""
+    check = tmp_path / "check.py"
+    check.write_text(textwrap.dedent(f"""\
+        import os
+        pids = {pids!r}
+        def alive(pid):
+            try:
+                with open(f"/proc/{{pid}}/stat") as fh:
+                    return fh.read().rsplit(")", 1)[-1].split()[0] not in ("Z", "X")
+            except OSError:
+                return False
+        print("alive at start:", [p for p in pids if alive(p)], flush=True)
+        """))
+    return submitted_id(run(["bsub", "-nnodes", "4", "-o", "check.%J.out", sys.executable, str(check)], env,
+                            cwd=tmp_path).stdout)
+
+
+@pytest.mark.parametrize("also_kill_watchdog", [False, True], ids=["supervisor", "supervisor+watchdog"])
+def test_killed_supervisor_takes_the_whole_job_with_it(tmp_path, lsf_env, also_kill_watchdog):
+    """kill -9 of a running job's supervisor ends the script, jsrun and every rank; the nodes go to the
+    next job only after that. With the watchdog killed too, bjobs' reconciliation does it."""
+    env = dict(lsf_env, SUMMIT_JOBS_LSF_KILL_GRACE="1")
+    jid, pids = start_long_job(tmp_path, env)
+    pgids = {int((tmp_path / "pids" / f"rank.{r}").read_text().split()[1]) for r in range(4)}
+    assert pgids == {pids[0]}                    # the script leads the job's process group
+    checker = start_checker(tmp_path, env, pids)
+    assert bjobs_state(checker, env)["STAT"] == "PEND"
+    record = job_record(env, jid)
+    if also_kill_watchdog and record.get("watchdog_pid"):
+        os.kill(record["watchdog_pid"], signal.SIGKILL)
+    os.kill(record["supervisor_pid"], signal.SIGKILL)
+    t0 = time.time()
+    if also_kill_watchdog:
+        bjobs_state(jid, env)          # the reconciliation runs in bjobs
+    wait_for(lambda: not any(alive(p) for p in pids), 10, "every process of the job to end")
+    assert time.time() - t0 < 8
+    rec = wait_state(jid, env, timeout=10)
+    assert rec["STAT"] == "EXIT" and "supervisor process is gone" in rec["EXIT_REASON"]
+    assert wait_state(checker, env, timeout=20)["STAT"] == "DONE"
+    out = (tmp_path / f"check.{checker}.out").read_text()
+    assert "alive at start: []" in out, out
+
+
+def test_ids_are_not_reused_after_the_state_folder_is_deleted(tmp_path, lsf_env):
+    """Job ids survive the state folder: a new job never gets an old id."""
+    env = dict(lsf_env)
+    script = tmp_path / "quick.lsf"
+    script.write_text("#!/bin/bash\n#BSUB -o q.%J.out\ntrue\n")
+    first = int(submitted_id(run(["bsub", str(script)], env, cwd=tmp_path).stdout))
+    wait_state(str(first), env)
+    home = Path(env["SUMMIT_JOBS_LSF_HOME"])
+    import shutil
+    shutil.rmtree(home)
+    second = int(submitted_id(run(["bsub", str(script)], env, cwd=tmp_path).stdout))
+    assert second > first
+    wait_state(str(second), env)
+
+
+@pytest.mark.parametrize("value", ["abc", "-5", "0", "99999999999", "1.5"])
+def test_bad_first_id_is_one_clean_line(tmp_path, lsf_env, value):
+    env = dict(lsf_env, SUMMIT_JOBS_LSF_FIRST_ID=value)
+    script = tmp_path / "quick.lsf"
+    script.write_text("#!/bin/bash\ntrue\n")
+    res = run(["bsub", str(script)], env, cwd=tmp_path)
+    assert res.returncode != 0 and "Traceback" not in res.stderr, res.stderr
+    assert f"SUMMIT_JOBS_LSF_FIRST_ID={value!r}" in res.stderr and "Job not submitted" in res.stderr
+
+
+def test_first_id_is_honoured_and_ids_still_grow(tmp_path, lsf_env):
+    env = dict(lsf_env, SUMMIT_JOBS_LSF_FIRST_ID="500")
+    script = tmp_path / "quick.lsf"
+    script.write_text("#!/bin/bash\ntrue\n")
+    a = int(submitted_id(run(["bsub", str(script)], env, cwd=tmp_path).stdout))
+    b = int(submitted_id(run(["bsub", str(script)], env, cwd=tmp_path).stdout))
+    assert (a, b) == (500, 501)
+
+
+def test_env_file_is_private_and_holds_no_secrets(tmp_path, lsf_env):
+    env = dict(lsf_env, MY_API_TOKEN="tok-123", AWS_SECRET_ACCESS_KEY="aws-456", OPENAI_API_KEY="sk-789",
+               SSH_AUTH_SOCK="/tmp/agent.sock", DB_PASSWORD="pw", JOB_SETTING="kept",
+               WANDB_API_KEY="wandb-1", SUMMIT_JOBS_LSF_PASS_ENV="WANDB_API_KEY")
+    script = tmp_path / "env.lsf"
+    script.write_text("#!/bin/bash\n#BSUB -o env.%J.out\nenv\n")
+    jid = submitted_id(run(["bsub", str(script)], env, cwd=tmp_path).stdout)
+    assert wait_state(jid, env)["STAT"] == "DONE"
+    path = Path(env["SUMMIT_JOBS_LSF_HOME"]) / "jobs" / jid / "env.json"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+    saved = json.loads(path.read_text())
+    out = (tmp_path / f"env.{jid}.out").read_text()
+    for secret in ("tok-123", "aws-456", "sk-789", "/tmp/agent.sock"):
+        assert secret not in path.read_text() and secret not in out
+    assert "DB_PASSWORD" not in saved and "SSH_AUTH_SOCK" not in saved
+    for name in ("PATH", "HOME", "SUMMIT_JOBS_LSF_MINUTE", "JOB_SETTING", "WANDB_API_KEY"):
+        assert name in saved, name
+        assert f"{name}=" in out, name
+
+
+def test_leftover_temporaries_of_a_killed_writer_are_cleaned(tmp_path, lsf_env):
+    home = Path(lsf_env["SUMMIT_JOBS_LSF_HOME"])
+    script = tmp_path / "quick.lsf"
+    script.write_text("#!/bin/bash\ntrue\n")
+    jid = submitted_id(run(["bsub", str(script)], lsf_env, cwd=tmp_path).stdout)
+    wait_state(jid, lsf_env)
+    leftovers = [home / ".next_id.tmp99999", home / "jobs" / jid / ".job.json.tmp4242",
+                 home / "jobs" / jid / ".env.json.tmp777"]
+    for p in leftovers:
+        p.write_text("half a record")
+    jid2 = submitted_id(run(["bsub", str(script)], lsf_env, cwd=tmp_path).stdout)
+    assert not [p for p in leftovers if p.exists()]
+    assert wait_state(jid2, lsf_env)["STAT"] == "DONE"
+    assert bjobs_state(jid, lsf_env)["STAT"] == "DONE"
+
+
+@pytest.mark.parametrize("command", ["bsub", "bjobs", "bkill"])
+def test_unwritable_state_folder_is_one_clean_line(tmp_path, lsf_env, command):
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("a file where the state folder's parent should be")
+    env = dict(lsf_env, SUMMIT_JOBS_LSF_HOME=str(blocker / "lsf"))
+    script = tmp_path / "quick.lsf"
+    script.write_text("#!/bin/bash\ntrue\n")
+    argv = {"bsub": ["bsub", str(script)], "bjobs": ["bjobs", "-a"], "bkill": ["bkill", "1"]}[command]
+    res = run(argv, env, cwd=tmp_path)
+    assert res.returncode != 0 and "Traceback" not in res.stderr, res.stderr
+    assert str(blocker) in res.stderr and "Not a directory" in res.stderr
+
+
+def _no_room() -> None:
+    """In the child: every write past 0 bytes fails as on a full disk (EFBIG instead of the SIGXFSZ kill)."""
+    import resource
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))
+
+
+def test_full_disk_is_one_clean_line_and_leaves_nothing_behind(tmp_path, lsf_env):
+    import subprocess
+    script = tmp_path / "quick.lsf"
+    script.write_text("#!/bin/bash\ntrue\n")
+    res = subprocess.run(["bsub", str(script)], env=lsf_env, cwd=tmp_path, capture_output=True, text=True,
+                         timeout=60, preexec_fn=_no_room)
+    assert res.returncode != 0 and "Traceback" not in res.stderr, res.stderr
+    assert "File too large" in res.stderr and "Job not submitted" in res.stderr
+    home = Path(lsf_env["SUMMIT_JOBS_LSF_HOME"])
+    assert not [p for p in home.rglob(".*.tmp*")]
+    jid = submitted_id(run(["bsub", str(script)], lsf_env, cwd=tmp_path).stdout)
+    assert wait_state(jid, lsf_env)["STAT"] == "DONE"
