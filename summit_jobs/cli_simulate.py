@@ -125,6 +125,10 @@ def simulate_cmd(state: State, virtual_nodes: int, forced_nodes: Optional[int], 
     submission.submit(state, profile, plan, script, dict(kw, simulate=summary))
 
 
+#: A projection is arithmetic, so any machine size may be asked about; beyond this it is a typo.
+MAX_PROJECTED_NODES = 1_000_000
+
+
 @cli.command("scaling")
 @click.option("--nodes-list", default="1,8,16,32,64,128,256,384,512,1024", show_default=True,
               help="Comma-separated node counts to project.")
@@ -154,9 +158,8 @@ def scaling_cmd(state: State, nodes_list: str, single_node_hours: float, per_nod
         counts = sorted({int(x) for x in nodes_list.split(",") if x.strip()})
     except ValueError:
         raise UserError(f"--nodes-list {nodes_list!r} must be whole numbers separated by commas.") from None
-    if not counts or counts[0] < 1 or counts[-1] > state.profile.max_nodes:
-        raise UserError(f"--nodes-list {nodes_list!r} needs node counts between 1 and {state.profile.name}'s "
-                        f"{state.profile.max_nodes:,} nodes.")
+    if not counts or counts[0] < 1 or counts[-1] > MAX_PROJECTED_NODES:
+        raise UserError(f"--nodes-list {nodes_list!r} needs node counts between 1 and {MAX_PROJECTED_NODES:,}.")
     rows = simulate.project_scaling(
         state.profile, counts, single_node_seconds=single_node_hours * 3600, per_node_batch=per_node_batch,
         epochs=epochs, train_clips=train_clips or simulate.KINETICS_TRAIN_CLIPS,

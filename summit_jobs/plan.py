@@ -188,7 +188,7 @@ def parse_nodes(value: object, profile: Profile) -> int:
         n = value
     else:
         text = str(value).strip().replace(",", "").replace("_", "")
-        if not re.fullmatch(r"[+-]?\d+", text):
+        if not re.fullmatch(r"[+-]?[0-9]+", text):
             raise UserError(f"node count {value!r} is not a whole number. Give --nodes a whole number {limit}.")
         n = int(text)
     if n < 1:
