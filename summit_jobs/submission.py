@@ -59,11 +59,43 @@ def prepare(state, kw: dict) -> None:
                         "paths: they would be resolved on this machine).")
 
 
+#: Plan fields that fix the optimisation trajectory: a run resumed with other values is another experiment.
+SCHEDULE_FIELDS = ("epochs", "global_batch", "lr", "warmup_epochs", "clips_per_gpu", "virtual_ranks", "schedule",
+                   "optimizer", "optimizer_sync", "avg_interval", "engine")
+
+
+def check_resume_schedule(host, plan) -> None:
+    """Refuse ``--force`` into a run whose checkpoints were made under another schedule.
+
+    The new jobs resume from the newest checkpoint; with other epochs, LR or
+    batch they would silently continue those weights on a different curve,
+    and the record would describe neither run.
+    """
+    join = posixpath.join if host.is_remote else os.path.join
+    if not host.exists(join(plan.run_dir, "checkpoints")):
+        return
+    text = host.read_text(join(plan.run_dir, "plan.json"))
+    try:
+        old = json.loads(text) if text else None
+    except ValueError:
+        old = None
+    if not isinstance(old, dict):
+        return
+    changed = [f"{name} {old.get(name)!r} -> {getattr(plan, name)!r}" for name in SCHEDULE_FIELDS
+               if name in old and old.get(name) != getattr(plan, name)]
+    if changed:
+        raise UserError(f"{host.label}:{plan.run_dir} holds checkpoints of a run planned differently "
+                        f"({'; '.join(changed)}); resuming them under the new plan would mix two schedules. "
+                        "Use a new --run-dir, or submit with the run's original options.")
+
+
 def submit(state, profile, plan, script: str, kw: dict) -> List[str]:
     """Submit ``plan.chain`` jobs; print the job ids and the run directory; return the ids."""
     host = hosts.for_profile(profile, ssh_options(state))
     with host:
         ssh = host.target.record() if isinstance(host, hosts.SshHost) else None
+        if kw.get("force"):
+            check_resume_schedule(host, plan)
         record = runs.create(host, plan, profile, script, force=bool(kw.get("force")), ssh=ssh)
         join = posixpath.join if host.is_remote else os.path.join
         script_path = join(plan.run_dir, runs.SCRIPT)
