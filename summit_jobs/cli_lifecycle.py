@@ -7,7 +7,13 @@ node (one SSH connection per invocation) without repeating options.
 Status asks bjobs for all jobs of a host in one batched ``-json`` call, then
 reads each job's ``exitcode.<id>`` file in the run directory: that file, not
 bjobs, says how a job ended. A job that has dropped out of bjobs without such a
-file is shown as UNKNOWN, never as done.
+file is shown as UNKNOWN, never as done. A job killed by its owner (cancel, or
+bkill: LSF's EXIT with TERM_OWNER) is EXIT and marked CANCELLED even when the
+trainer checkpointed and exited 0 on the kill's TERM.
+
+Cancel kills only jobs that still belong to the run: LSF must report the run
+directory as the job's submission folder (or, where it gives none, the run's
+job name). An id LSF has since given to another job is refused, never killed.
 """
 from __future__ import annotations
 
@@ -25,6 +31,9 @@ from summit_jobs.errors import UserError
 
 FINAL = ("DONE", "EXIT", "UNKNOWN")
 RECENT_RUNS = 20
+#: How often status --watch opens a new SSH connection after one dropped, before giving up.
+RECONNECTS = 3
+CANCELLED = "CANCELLED"
 
 
 def _targets(state: State, target: Optional[str]) -> List[Tuple[Optional[Dict], List[str]]]:
@@ -36,6 +45,9 @@ def _targets(state: State, target: Optional[str]) -> List[Tuple[Optional[Dict], 
             raise UserError("no runs recorded yet on this machine; submit one with `summit-jobs submit`, or "
                             "name a job id.")
         return [(r, [str(j) for j in r.get("job_ids") or []]) for r in records]
+    if target.isdigit() and runs._job_id(target) is None:
+        raise UserError(f"{target!r} is not a job id (a whole number from 1 to {runs.MAX_JOB_ID}); give a run "
+                        "directory, a run name or a job id.")
     found = runs.find(target)
     if found:
         if target.isdigit():
@@ -72,8 +84,23 @@ class _Hosts:
             if record is None:
                 self.open[key] = hosts.for_profile(self.state.profile, self.state.ssh_options)
             else:
-                self.open[key] = hosts.from_record(record, self.state.ssh_options)
+                self.open[key] = hosts.from_record(record, self.state.ssh_options, self._vouched(record))
         return self.open[key]
+
+    def _vouched(self, record: Dict) -> List[str]:
+        """known_hosts files named in the user's own profiles: the selected machine's and the run's."""
+        from summit_jobs import config
+        out: List[str] = []
+        for name in {self.state.machine, record.get("machine")}:
+            if not isinstance(name, str):
+                continue
+            try:
+                prof = config.profile(self.state.config, name)
+            except UserError:
+                continue
+            if prof.ssh.known_hosts:
+                out.append(str(prof.ssh.known_hosts))
+        return out
 
     def close(self) -> None:
         for h in self.open.values():
@@ -116,7 +143,8 @@ def collect(state: State, pairs, hosts_: _Hosts) -> List[Dict[str, object]]:
                 if text is not None and text.strip().lstrip("-").isdigit():
                     code = int(text.strip())
             row = {"run": (record or {}).get("name", "-"), "job_id": jid, "host": host.label,
-                   "run_dir": (record or {}).get("run_dir"), "exit_code": code, "source": "exit-code file"}
+                   "run_dir": (record or {}).get("run_dir"), "exit_code": code, "source": "exit-code file",
+                   "cancelled": False}
             if st is not None:
                 row["state"] = st.state
                 row["reason"] = st.reason
@@ -136,8 +164,26 @@ def collect(state: State, pairs, hosts_: _Hosts) -> List[Dict[str, object]]:
                 row["reason"] = ("gone from bjobs and no exit-code file: the job did not finish normally "
                                  "(killed, or never started); check its output with `summit-jobs logs`")
                 row["source"] = "none"
+            _mark_cancelled(row, st, record)
             rows.append(row)
     return rows
+
+
+def _mark_cancelled(row: Dict[str, object], st, record: Optional[Dict]) -> None:
+    """A job its owner killed is EXIT and CANCELLED, whatever exit code the trainer left.
+
+    LSF reports a bkilled job as EXIT with TERM_OWNER even when the job's
+    processes exited 0 (the trainer checkpoints on the kill's TERM and exits
+    cleanly), so the exit-code file must not turn it into DONE.
+    """
+    by_owner = st is not None and st.state == "EXIT" and str(st.reason).startswith("TERM_OWNER")
+    recorded = record is not None and row["job_id"] in [str(j) for j in record.get("cancelled") or []]
+    if not (by_owner or recorded) or row["state"] in ("PEND", "RUN"):
+        return
+    row["state"] = "EXIT"
+    row["cancelled"] = True
+    why = st.reason if by_owner else "killed with `summit-jobs cancel`"
+    row["reason"] = f"{CANCELLED}: {why}"
 
 
 def _table(rows: List[Dict[str, object]]) -> str:
@@ -169,25 +215,49 @@ def status_cmd(state: State, target: Optional[str], as_json: bool, watch: bool, 
     """
     pairs = _targets(state, target)
     hosts_ = _Hosts(state)
-    last = None
     try:
-        while True:
-            rows = collect(state, pairs, hosts_)
-            text = json.dumps(rows, indent=2) if as_json else _table(rows)
-            if text != last:
-                if watch and not as_json:
-                    click.echo(time.strftime("%H:%M:%S"))
-                click.echo(text)
-                last = text
-            if not watch or all(r["state"] in FINAL for r in rows):
-                break
-            time.sleep(max(0.2, interval))
+        rows = _watch(state, pairs, hosts_, as_json, watch, interval)
     except KeyboardInterrupt:
         sys.exit(130)
     finally:
         hosts_.close()
     if watch and not all(r["state"] == "DONE" for r in rows):
+        cancelled = [str(r["job_id"]) for r in rows if r.get("cancelled")]
+        if cancelled:
+            click.echo(f"summit-jobs: job(s) {', '.join(cancelled)} of this run were cancelled.", err=True)
         sys.exit(1)
+
+
+def _watch(state: State, pairs, hosts_: _Hosts, as_json: bool, watch: bool, interval: float):
+    """Print the rows (again when they change, with --watch) until every job has ended; the last rows.
+
+    With --watch a dropped SSH connection is opened again, up to RECONNECTS
+    times in a row, with a warning line each time; then the error stands.
+    """
+    from summit_jobs.hosts import ConnectionLost
+    last = None
+    drops = 0
+    while True:
+        try:
+            rows = collect(state, pairs, hosts_)
+            drops = 0
+        except ConnectionLost as exc:
+            drops += 1
+            if not watch or drops > RECONNECTS:
+                raise
+            click.echo(f"summit-jobs: warning: {exc} Reconnecting ({drops}/{RECONNECTS}).", err=True)
+            hosts_.close()
+            time.sleep(max(0.2, interval))
+            continue
+        text = json.dumps(rows, indent=2) if as_json else _table(rows)
+        if text != last:
+            if watch and not as_json:
+                click.echo(time.strftime("%H:%M:%S"))
+            click.echo(text)
+            last = text
+        if not watch or all(r["state"] in FINAL for r in rows):
+            return rows
+        time.sleep(max(0.2, interval))
 
 
 @cli.command("cancel")
@@ -199,25 +269,101 @@ def cancel_cmd(state: State, target: str) -> None:
     The last links of a chain are killed first, so that killing a running link
     does not release the next one. Jobs that already finished are fine.
     """
-    from summit_jobs import lsf
     pairs = _targets(state, target)
     hosts_ = _Hosts(state)
+    refused: List[str] = []
     try:
         for record, ids in pairs:
             host = hosts_.get(record)
-            order = list(reversed(ids))
-            res = host.run(lsf.bkill_argv(order))
-            outcome = lsf.bkill_outcome(res.text)
-            unknown = [j for j in order if j not in outcome]
-            if unknown:
-                raise UserError(f"bkill on {host.label} gave an answer this tool cannot read for job(s) "
-                                f"{', '.join(unknown)} (exit {res.rc}):\n{res.text}")
-            for jid in ids:
-                word = {"terminating": "being killed", "finished": "had already finished",
-                        "not found": "is not known to LSF any more"}[outcome[jid]]
-                click.echo(f"job {jid}: {word}")
+            mine, skipped = (ids, []) if record is None else _owned(host, record, ids)
+            refused += skipped
+            if mine:
+                _kill(host, record, mine)
     finally:
         hosts_.close()
+    if refused:
+        raise UserError(f"job(s) {', '.join(refused)} were not killed: LSF now gives those ids to other jobs "
+                        "(see above). Nothing of another run is touched; kill a job by its id with bkill if "
+                        "you are sure.")
+
+
+def _kill(host, record: Optional[Dict], ids: List[str]) -> None:
+    """bkill the jobs, last link first (so a killed link does not release the next), and note it in run.json."""
+    from summit_jobs import lsf, runs
+    order = list(reversed(ids))
+    res = host.run(lsf.bkill_argv(order))
+    outcome = lsf.bkill_outcome(res.text)
+    unknown = [j for j in order if j not in outcome]
+    if unknown:
+        raise UserError(f"bkill on {host.label} gave an answer this tool cannot read for job(s) "
+                        f"{', '.join(unknown)} (exit {res.rc}):\n{res.text}")
+    for jid in ids:
+        word = {"terminating": "being killed", "finished": "had already finished",
+                "not found": "is not known to LSF any more"}[outcome[jid]]
+        click.echo(f"job {jid}: {word}")
+    killed = [j for j in ids if outcome[j] == "terminating"]
+    if record is not None and killed:
+        record["cancelled"] = sorted({*[str(j) for j in record.get("cancelled") or []], *killed}, key=int)
+        try:
+            runs.save(host, record)
+        except (OSError, UserError) as exc:
+            click.echo(f"summit-jobs: warning: could not note the cancellation in the run record: {exc}", err=True)
+
+
+def _owned(host, record: Dict, ids: List[str]) -> Tuple[List[str], List[str]]:
+    """(ids that still belong to the run, ids LSF has given to other jobs), after asking bjobs.
+
+    Ids bjobs no longer knows are left out of both: there is nothing to kill.
+    """
+    from summit_jobs import lsf
+    found: Dict[str, Dict[str, str]] = {}
+    for batch in lsf.batches(ids):
+        res = host.run(lsf.bjobs_argv(batch, lsf.OWNER_FIELDS))
+        if not res.stdout.strip():
+            raise UserError(f"bjobs on {host.label} failed (exit {res.rc}):\n{res.text}")
+        found.update(lsf.parse_bjobs_owner(res.stdout))
+    mine, others = [], []
+    for jid in ids:
+        if jid not in found:
+            click.echo(f"job {jid}: is not known to LSF any more")
+            continue
+        why = _foreign(host, record, found[jid])
+        if why:
+            click.echo(f"job {jid}: NOT killed: {why}", err=True)
+            others.append(jid)
+        else:
+            mine.append(jid)
+    return mine, others
+
+
+def _foreign(host, record: Dict, job: Dict[str, str]) -> Optional[str]:
+    """Why the job LSF lists under this id is not the run's, or None when it is."""
+    run_dir = str(record["run_dir"]).rstrip("/") or "/"
+    cwd = (job.get("SUB_CWD") or "").strip()
+    if cwd:
+        if _same_folder(host, cwd, run_dir):
+            return None
+        return (f"LSF's job {job.get('JOBID')} ({job.get('JOB_NAME') or 'no name'}) was submitted from {cwd}, "
+                f"not from this run's directory {run_dir}")
+    name = str(record.get("job_name") or "")
+    if name and job.get("JOB_NAME") == name:
+        return None
+    return (f"LSF's job {job.get('JOBID')} is named {job.get('JOB_NAME')!r}, not {name!r}, and LSF does not say "
+            "where it was submitted from")
+
+
+def _same_folder(host, cwd: str, run_dir: str) -> bool:
+    """Whether LSF's submission folder is the run directory (``$HOME/...`` forms and symbolic links allowed)."""
+    cwd = cwd.rstrip("/") or "/"
+    for prefix in ("$HOME/", "~/"):
+        if cwd.startswith(prefix):
+            return run_dir.endswith("/" + cwd[len(prefix):])
+    if cwd == run_dir:
+        return True
+    if not host.is_remote:
+        return os.path.realpath(cwd) == os.path.realpath(run_dir)
+    res = host.run(["pwd", "-P"], cwd=run_dir)
+    return res.rc == 0 and res.stdout.strip() == cwd
 
 
 def _outputs(host, record: Dict, job_id: str) -> List[str]:

@@ -20,6 +20,8 @@ STATES = ("PEND", "RUN", "DONE", "EXIT", "PSUSP", "USUSP", "SSUSP", "UNKWN", "WA
 FINISHED = ("DONE", "EXIT")
 STATUS_FIELDS = ("jobid", "stat", "queue", "job_name", "exit_code", "exit_reason", "pend_reason",
                  "submit_time", "start_time", "finish_time", "exec_host")
+#: What cancel asks before it kills: whose job an id names now (LSF 10.1 ``-o`` fields).
+OWNER_FIELDS = ("jobid", "stat", "job_name", "sub_cwd")
 #: Job ids per bjobs call: one call for a whole chain or run list, bounded for the command line.
 BATCH = 200
 
@@ -106,8 +108,8 @@ def parse_bjobs_json(text: str) -> Tuple[Dict[str, JobStatus], List[str]]:
     try:
         data = json.loads(text)
         records = data["RECORDS"]
-        if not isinstance(records, list):
-            raise TypeError("RECORDS is not a list")
+        if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
+            raise TypeError("RECORDS is not a list of records")
     except (ValueError, KeyError, TypeError) as exc:
         raise LsfOutputError(f"bjobs -json printed something that is not LSF's JSON ({exc}):\n"
                              f"{text.strip()[:2000]}") from None
@@ -133,6 +135,28 @@ def parse_bjobs_json(text: str) -> Tuple[Dict[str, JobStatus], List[str]]:
             start_time=str(rec.get("START_TIME", "")), finish_time=str(rec.get("FINISH_TIME", "")),
             exec_host=str(rec.get("EXEC_HOST", "")))
     return found, missing
+
+
+def parse_bjobs_owner(text: str) -> Dict[str, Dict[str, str]]:
+    """The records of ``bjobs -o "jobid stat job_name sub_cwd" -json`` by job id (not-found ids left out)."""
+    try:
+        records = json.loads(text)["RECORDS"]
+        if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
+            raise TypeError("RECORDS is not a list of records")
+    except (ValueError, KeyError, TypeError) as exc:
+        raise LsfOutputError(f"bjobs -json printed something that is not LSF's JSON ({exc}):\n"
+                             f"{text.strip()[:2000]}") from None
+    out: Dict[str, Dict[str, str]] = {}
+    for rec in records:
+        jid = str(rec.get("JOBID", "")).strip()
+        if "ERROR" in rec:
+            if "not found" in str(rec["ERROR"]).lower() and jid:
+                continue
+            raise LsfOutputError(f"bjobs reported an error for job {jid or '?'}: {rec['ERROR']}")
+        if not jid.isdigit():
+            raise LsfOutputError(f"bjobs -json record without a job id: {rec}")
+        out[jid] = {str(k): str(v) for k, v in rec.items()}
+    return out
 
 
 PLAIN_ROW = re.compile(r"^(?P<jobid>\*?\d+)\s+(?P<user>\S+)\s+(?P<stat>" + "|".join(STATES) +

@@ -17,6 +17,7 @@ import json
 import os
 import posixpath
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Dict, List, Optional
@@ -28,6 +29,8 @@ from summit_jobs.hosts import Host
 
 RECORD = "run.json"
 SCRIPT = "job.lsf"
+#: LSF's largest job id.
+MAX_JOB_ID = 2147483646
 
 
 def index_dir() -> Path:
@@ -120,15 +123,90 @@ def save(host: Host, record: Dict[str, object]) -> None:
     _save_index(record)
 
 
+def _job_id(value: object) -> Optional[str]:
+    """A job id as text, or None when ``value`` is not one (a positive whole number up to LSF's largest)."""
+    if isinstance(value, bool):
+        return None
+    text = str(value) if isinstance(value, (int, str)) else ""
+    if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= MAX_JOB_ID:
+        return None
+    return str(int(text))
+
+
+def _check_ids(rec: Dict[str, object], key: str, where: str, required: bool) -> None:
+    if key not in rec and not required:
+        return
+    ids = rec.get(key)
+    if not isinstance(ids, list):
+        raise UserError(f"{where}: '{key}' must be a list of job ids, not {ids!r}; the run record is damaged. "
+                        "Fix or restore the file, or name the job ids directly.")
+    clean = [_job_id(j) for j in ids]
+    bad = [j for j, c in zip(ids, clean) if c is None]
+    if bad:
+        raise UserError(f"{where}: '{key}' holds {bad[0]!r}, which is not a job id (a whole number from 1 to "
+                        f"{MAX_JOB_ID}); the run record is damaged. Fix or restore the file.")
+    rec[key] = clean
+
+
+def _check_ssh(ssh: object, where: str) -> None:
+    if ssh is None:
+        return
+    if not isinstance(ssh, dict) or not isinstance(ssh.get("host"), str) or not ssh["host"].strip():
+        raise UserError(f"{where}: 'ssh' must be null or a mapping with a 'host' name, not {ssh!r}.")
+    port = ssh.get("port")
+    if port is not None and (isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535):
+        raise UserError(f"{where}: ssh port {port!r} is not a port number (1 to 65535).")
+    for key in ("user", "key_file", "known_hosts"):
+        if ssh.get(key) is not None and not isinstance(ssh[key], str):
+            raise UserError(f"{where}: ssh {key} {ssh[key]!r} must be text.")
+
+
+def check_record(rec: object, where: str) -> Dict[str, object]:
+    """A run record as read from ``where``, checked: the fields the lifecycle commands act on.
+
+    Why so strict: run.json files are edited by hand, copied between machines
+    and left half-written by killed tools; job ids out of such a file go to
+    bkill, so anything that is not plainly a job id is refused with the file named.
+    """
+    if not isinstance(rec, dict):
+        raise UserError(f"{where} is not a run record (a JSON object), it holds {type(rec).__name__}; "
+                        "the run record is damaged.")
+    if not isinstance(rec.get("run_dir"), str) or not rec["run_dir"]:
+        raise UserError(f"{where}: 'run_dir' {rec.get('run_dir')!r} is not a folder name; the run record is "
+                        "damaged.")
+    if rec.get("name") is not None and not isinstance(rec["name"], str):
+        raise UserError(f"{where}: 'name' {rec['name']!r} must be text.")
+    _check_ids(rec, "job_ids", where, required=True)
+    _check_ids(rec, "cancelled", where, required=False)
+    _check_ssh(rec.get("ssh"), where)
+    return rec
+
+
+def parse_record(data: Optional[bytes], where: str) -> Dict[str, object]:
+    """Decode, parse and check a run record's bytes; a clean error naming ``where`` otherwise."""
+    if data is None:
+        raise UserError(f"{where} does not exist; give a run directory that holds a run.json.")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UserError(f"{where} is not UTF-8 text (byte {exc.start}); the run record is damaged.") from None
+    try:
+        rec = json.loads(text)
+    except ValueError as exc:
+        raise UserError(f"{where} is not valid JSON ({exc}); the run record is damaged.") from None
+    return check_record(rec, where)
+
+
 def indexed() -> List[Dict[str, object]]:
+    """The runs this machine submitted. A damaged index entry is skipped with a warning naming it."""
     out = []
     d = index_dir()
     if d.is_dir():
         for p in sorted(d.glob("*.json")):
             try:
-                out.append(json.loads(p.read_text()))
-            except ValueError:
-                continue
+                out.append(parse_record(p.read_bytes(), str(p)))
+            except (UserError, OSError) as exc:
+                print(f"summit-jobs: warning: skipping run index entry {p}: {exc}", file=sys.stderr)
     return sorted(out, key=lambda r: str(r.get("created", "")))
 
 
@@ -136,10 +214,7 @@ def find(target: str) -> List[Dict[str, object]]:
     """Run records matching a run directory, a run name, or a job id (empty list when none)."""
     local = Path(target).expanduser()
     if (local / RECORD).is_file():
-        try:
-            rec = json.loads((local / RECORD).read_text())
-        except ValueError:
-            raise UserError(f"{local / RECORD} is not valid JSON; the run record is damaged.") from None
+        rec = parse_record((local / RECORD).read_bytes(), str(local / RECORD))
         if not rec.get("ssh"):
             rec["run_dir"] = str(local.resolve())
         return [rec]

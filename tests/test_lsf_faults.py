@@ -210,3 +210,85 @@ def test_full_disk_is_one_clean_line_and_leaves_nothing_behind(tmp_path, lsf_env
     assert not [p for p in home.rglob(".*.tmp*")]
     jid = submitted_id(run(["bsub", str(script)], lsf_env, cwd=tmp_path).stdout)
     assert wait_state(jid, lsf_env)["STAT"] == "DONE"
+
+
+# -- the lifecycle commands on top of the embedded LSF ------------------------------------------------
+
+#: A rank like the trainer: on the kill's TERM it checkpoints and exits 0.
+CLEAN_ON_TERM = r'''
+import os, signal, sys, time
+def on_term(signum, frame):
+    print("TERM: checkpoint saved, exiting 0", flush=True)
+    sys.exit(0)
+signal.signal(signal.SIGTERM, on_term)
+print("RANK", os.environ.get("JSM_NAMESPACE_RANK"), flush=True)
+deadline = time.time() + float(os.environ.get("PROG_SLEEP", "0"))
+while time.time() < deadline:
+    time.sleep(0.05)
+'''
+
+
+def submit_run(tmp_path: Path, env: Dict[str, str], program: str, name: str, *extra: str) -> tuple:
+    from conftest_lsf import cli, write_template
+    import re
+    prog = tmp_path / f"{name}.py"
+    prog.write_text(program)
+    templates = write_template(tmp_path / f"templates-{name}", prog)
+    res = cli(["submit", "--nodes", "1", "--template-dir", str(templates), "--runs-dir", str(tmp_path / "runs"),
+               "--job-name", name, *extra], env)
+    assert res.returncode == 0, res.stderr
+    ids = re.search(r"^job ([\d ]+) submitted", res.stdout, re.M).group(1).split()
+    run_dir = Path(re.search(r"^run directory: (.+)$", res.stdout, re.M).group(1))
+    return ids, run_dir
+
+
+def test_cancelled_job_is_exit_and_cancelled_even_when_the_trainer_exits_0(tmp_path, lsf_env):
+    from conftest_lsf import cli
+    env = dict(lsf_env, PROG_SLEEP="60")
+    ids, run_dir = submit_run(tmp_path, env, CLEAN_ON_TERM, "gentle", "--walltime", "10")
+    jid = ids[0]
+    out = run_dir / f"gentle.{jid}.out"
+    wait_for(lambda: out.exists() and "RANK" in out.read_text(), 30, "the ranks to start")
+    res = cli(["cancel", run_dir.name], env)
+    assert res.returncode == 0 and f"job {jid}: being killed" in res.stdout, res.stderr
+    wait_for(lambda: (run_dir / f"exitcode.{jid}").exists(), 20, "the exit-code file")
+    assert wait_state(jid, env)["STAT"] == "EXIT"
+    assert "TERM: checkpoint saved, exiting 0" in out.read_text()
+    # Whether the step's 0 reaches the exit-code file depends on how the TERM meets the script's wait;
+    # the trainer's clean exit is the case at hand, so the file says 0 here.
+    (run_dir / f"exitcode.{jid}").write_text("0\n")
+    res = cli(["status", "--json", run_dir.name], env)
+    row = json.loads(res.stdout)[0]
+    assert row["state"] == "EXIT" and row["cancelled"] is True and row["reason"].startswith("CANCELLED")
+    table = cli(["status", run_dir.name], env).stdout
+    assert "EXIT" in table and "CANCELLED" in table and "DONE" not in table
+    watch = cli(["status", "--watch", "--interval", "0.2", run_dir.name], env)
+    assert watch.returncode == 1 and "cancelled" in watch.stderr
+    # Once LSF has forgotten the job, the run record still says it was cancelled.
+    forgetful = dict(env, SUMMIT_JOBS_LSF_CLEAN_PERIOD="0.01")
+    row = json.loads(cli(["status", "--json", jid], forgetful).stdout)[0]
+    assert row["state"] == "EXIT" and row["cancelled"] is True
+
+
+def test_cancel_never_kills_another_runs_job_that_got_the_same_id(tmp_path, lsf_env):
+    """The state folder (and the id high-water mark beside it) deleted: LSF hands an old run's id to a new,
+    unrelated job. Cancelling the old run must refuse, and the new job keeps running."""
+    from conftest_lsf import cli
+    import shutil
+    env = dict(lsf_env, PROG_SLEEP="0", SUMMIT_JOBS_LSF_FIRST_ID="300")
+    ids, run_dir = submit_run(tmp_path, env, CLEAN_ON_TERM, "old")
+    assert wait_state(ids[0], env)["STAT"] == "DONE"
+    home = Path(env["SUMMIT_JOBS_LSF_HOME"])
+    shutil.rmtree(home)
+    for mark in home.parent.glob(f".{home.name}.last-job-id"):
+        mark.unlink()
+    other = tmp_path / "elsewhere"
+    other.mkdir()
+    new = submitted_id(run(["bsub", "-J", "old", "-o", "new.%J.out", "sleep", "60"], env, cwd=other).stdout)
+    assert new == ids[0]
+    res = cli(["cancel", run_dir.name], env)
+    assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
+    assert f"job(s) {new} were not killed" in res.stderr and str(other) in res.stderr
+    time.sleep(0.5)
+    assert bjobs_state(new, env)["STAT"] == "RUN"
+    run(["bkill", new], env)
