@@ -129,7 +129,7 @@ def test_trust_new_host_key_accepts_loudly_and_remembers(world, tmp_path):
 def test_cancel_over_ssh(world):
     env = dict(world["env"])
     res = cli(["--machine", "viassh", "submit", "--nodes", "1", "--job-name", "tocancel", "--walltime", "10",
-               "--chain", "2", "--template-dir", str(world["templates"])], dict(env))
+               "--chain", "2", "--env", "PROG_SLEEP=30", "--template-dir", str(world["templates"])], dict(env))
     assert res.returncode == 0, res.stderr
     ids = re.search(r"^job ([\d ]+) submitted", res.stdout, re.M).group(1).split()
     run_dir = Path(re.search(r"^run directory: (.+)$", res.stdout, re.M).group(1))
