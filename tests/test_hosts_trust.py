@@ -1,0 +1,140 @@
+"""Which known_hosts files may vouch for a host, and known_hosts files as sites write them, against a real
+OpenSSH server on 127.0.0.1; a connection that drops during `status --watch`."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest_lsf import BIN, cli, lsf_environment, run, submitted_id, wait_for
+from helpers_sshd import start_sshd
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    base = tmp_path_factory.mktemp("trust")
+    remote_env = {
+        "PATH": f"{BIN}:/usr/local/bin:/usr/bin:/bin",
+        "SUMMIT_JOBS_PYTHON": sys.executable,
+        "SUMMIT_JOBS_LSF_HOME": str(base / "lsf"),
+        "SUMMIT_JOBS_LSF_MINUTE": "2",
+        "SUMMIT_JOBS_LSF_KILL_GRACE": "1",
+    }
+    for sshd in start_sshd(base / "sshd", remote_env):
+        yield {"sshd": sshd, "base": base, "remote_env": remote_env}
+
+
+@pytest.fixture
+def laptop(server, tmp_path):
+    """A user whose own ~/.ssh/known_hosts is empty; the embedded LSF is the server's."""
+    env = lsf_environment(tmp_path / "laptop")
+    env["SUMMIT_JOBS_LSF_HOME"] = server["remote_env"]["SUMMIT_JOBS_LSF_HOME"]
+    env["HOME"] = str(tmp_path / "home")
+    (tmp_path / "home" / ".ssh").mkdir(parents=True)
+    (tmp_path / "home" / ".ssh" / "known_hosts").write_text("")
+    return env
+
+
+def make_run(folder: Path, sshd, known_hosts, job_ids=("1",)) -> Path:
+    """A run folder whose run.json sends status/logs/cancel to the test's sshd."""
+    folder.mkdir(parents=True, exist_ok=True)
+    record = {"name": folder.name, "run_dir": str(folder), "machine": "local", "job_name": "tsm",
+              "job_ids": list(job_ids),
+              "ssh": {"host": "127.0.0.1", "port": sshd.port, "user": sshd.user, "key_file": str(sshd.user_key),
+                      "known_hosts": str(known_hosts) if known_hosts else None}}
+    (folder / "run.json").write_text(json.dumps(record))
+    return folder
+
+
+def test_run_record_cannot_bring_its_own_known_hosts(server, laptop, tmp_path):
+    sshd = server["sshd"]
+    attacker = tmp_path / "attacker_known_hosts"
+    attacker.write_text(sshd.known_hosts_line())
+    run_dir = make_run(tmp_path / "shared" / "run1", sshd, attacker)
+    res = cli(["status", str(run_dir)], laptop)
+    assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
+    assert "not in your known_hosts" in res.stderr
+    assert f"names the known_hosts file {attacker}" in res.stderr and "ignored" in res.stderr
+    for command in (["logs", str(run_dir)], ["cancel", str(run_dir)]):
+        res = cli(command, laptop)
+        assert res.returncode == 2 and "not in your known_hosts" in res.stderr, res.stderr
+    # The same file given by the user on the command line vouches for the host.
+    res = cli(["--known-hosts", str(attacker), "status", "--json", str(run_dir)], laptop)
+    assert res.returncode == 0, res.stderr
+    # And so does the user's own known_hosts.
+    Path(laptop["HOME"], ".ssh", "known_hosts").write_text(sshd.known_hosts_line())
+    res = cli(["status", "--json", str(run_dir)], laptop)
+    assert res.returncode == 0, res.stderr
+
+
+def test_cert_authority_lines_are_skipped_with_a_warning(server, laptop, tmp_path):
+    sshd = server["sshd"]
+    ca = " ".join((sshd.folder / "id_ed25519.pub").read_text().split()[:2])
+    Path(laptop["HOME"], ".ssh", "known_hosts").write_text(
+        "# site file\n"
+        f"@cert-authority *.olcf.ornl.gov {ca}\n"
+        "not-a-valid-line\n"
+        f"[127.0.0.1]:{sshd.port} ssh-ed25519 !!!notbase64!!!\n"
+        + sshd.known_hosts_line())
+    run_dir = make_run(tmp_path / "run2", sshd, None)
+    res = cli(["status", "--json", str(run_dir)], laptop)
+    assert res.returncode == 0, res.stderr
+    assert "@cert-authority lines (host certificates) are not supported" in res.stderr
+    assert "Traceback" not in res.stderr
+
+
+def test_revoked_key_is_never_accepted(server, laptop, tmp_path):
+    sshd = server["sshd"]
+    known = Path(laptop["HOME"], ".ssh", "known_hosts")
+    known.write_text(sshd.known_hosts_line() + f"@revoked * {sshd.host_key_pub}\n")
+    run_dir = make_run(tmp_path / "run3", sshd, None)
+    for extra in ([], ["--trust-new-host-key"]):
+        res = cli([*extra, "status", str(run_dir)], laptop)
+        assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
+        assert "IS REVOKED" in res.stderr and f"{known}:2" in res.stderr
+    assert "@revoked" in known.read_text() and known.read_text().count(sshd.host_key_pub) == 2
+
+
+def test_non_utf8_known_hosts_is_skipped_with_a_warning(server, laptop, tmp_path):
+    sshd = server["sshd"]
+    known = Path(laptop["HOME"], ".ssh", "known_hosts")
+    known.write_bytes(b"\xff\xfe garbage \x80\n" + sshd.known_hosts_line().encode())
+    run_dir = make_run(tmp_path / "run4", sshd, None)
+    res = cli(["status", str(run_dir)], laptop)
+    assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
+    assert f"known_hosts file {known} is not UTF-8" in res.stderr and "not in your known_hosts" in res.stderr
+
+
+def _session_processes(sshd) -> list:
+    """The per-connection processes of the test's sshd (children of the listener)."""
+    main = int((sshd.folder / "sshd.pid").read_text())
+    out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(main)], capture_output=True, text=True).stdout
+    return [int(p) for p in out.split()]
+
+
+def test_connection_dropping_during_watch_is_clean(server, laptop, tmp_path):
+    sshd = server["sshd"]
+    Path(laptop["HOME"], ".ssh", "known_hosts").write_text(sshd.known_hosts_line())
+    run_dir = tmp_path / "run5"
+    run_dir.mkdir()
+    jid = submitted_id(run(["bsub", "-o", "/dev/null", "sleep", "6"], laptop, cwd=run_dir).stdout)
+    make_run(run_dir, sshd, None, job_ids=[jid])
+    watch = subprocess.Popen([sys.executable, "-m", "summit_jobs", "status", "--watch", "--interval", "0.3",
+                              str(run_dir)], env=laptop, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: _session_processes(sshd), 20, "the watch's SSH session")
+        time.sleep(1.0)
+        for pid in _session_processes(sshd):
+            os.kill(pid, signal.SIGKILL)            # the connection drops
+        out, err = watch.communicate(timeout=60)
+    finally:
+        watch.kill()
+    assert "Traceback" not in err, err
+    assert "dropped" in err and "Reconnecting (1/3)" in err, err
+    assert watch.returncode == 0 and "DONE" in out, (out, err)
