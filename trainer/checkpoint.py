@@ -49,6 +49,24 @@ def _atomic_alias(src: Path, dst: Path) -> None:
     os.replace(tmp, dst)
 
 
+def step_path(run_dir: os.PathLike, step: int) -> Path:
+    """Where the checkpoint of optimiser step ``step`` lives (the name ranks agree on)."""
+    return ckpt_dir(run_dir) / f"ckpt-{step:09d}.pt"
+
+
+def epoch_path(run_dir: os.PathLike, epoch: int) -> Path:
+    """Where the end-of-epoch checkpoint of (0-based) ``epoch`` lives."""
+    return ckpt_dir(run_dir) / f"epoch-{epoch:04d}.pt"
+
+
+def number(path: os.PathLike) -> int:
+    """The step or epoch number in a checkpoint's name: what travels between ranks instead of a path."""
+    m = CKPT_RE.match(Path(path).name) or EPOCH_RE.match(Path(path).name)
+    if m is None:
+        raise ValueError(f"{path} is not a step or epoch checkpoint name")
+    return int(m.group(1))
+
+
 def list_checkpoints(run_dir: os.PathLike) -> List[Path]:
     d = ckpt_dir(run_dir)
     if not d.is_dir():
@@ -73,10 +91,10 @@ def save(run_dir: os.PathLike, state: Dict, step: int, keep: int, epoch_end: Opt
     """Write ckpt-<step>.pt; alias it as epoch-<e>.pt / best.pt; prune old ones."""
     d = ckpt_dir(run_dir)
     d.mkdir(parents=True, exist_ok=True)
-    path = d / f"ckpt-{step:09d}.pt"
+    path = step_path(run_dir, step)
     _atomic_save(state, path)
     if epoch_end is not None:
-        _atomic_alias(path, d / f"epoch-{epoch_end:04d}.pt")
+        _atomic_alias(path, epoch_path(run_dir, epoch_end))
         for old in list_epoch_checkpoints(run_dir)[:-max(1, keep_epochs)]:
             old.unlink(missing_ok=True)
     if best:

@@ -22,7 +22,7 @@ import sys
 import threading
 import warnings
 from dataclasses import dataclass
-from typing import Dict, List, Mapping, Optional, Tuple
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import torch
 from torch import nn
@@ -141,6 +141,37 @@ class Engine:
 
     def barrier(self) -> None:
         self.allreduce_sum(torch.zeros(1, device=self.device))
+
+    def broadcast_ints(self, values: Sequence[int], capacity: int) -> List[int]:
+        """Rank 0's list of at most ``capacity`` integers, on every rank (the others' ``values`` are ignored).
+
+        Why: decisions that read the file system (which checkpoints exist) must be
+        taken once and shared, or ranks that list a folder at different moments
+        disagree and then run different collectives. It rides on ``allreduce_sum``
+        (rank 0 contributes the list, the others zeros), so every engine has it.
+        Integers below 2**53 travel exactly in float64.
+        """
+        if self.rank == 0 and len(values) > capacity:
+            raise ValueError(f"{len(values)} values do not fit a broadcast of {capacity}")
+        t = torch.zeros(capacity + 1, dtype=torch.float64, device=self.device)
+        if self.rank == 0:
+            t[0] = len(values)
+            if values:
+                t[1:1 + len(values)] = torch.tensor([float(v) for v in values], dtype=torch.float64)
+        t = self.allreduce_sum(t).tolist()
+        return [int(v) for v in t[1:1 + int(t[0])]]
+
+    def any_rank(self, flag: bool) -> bool:
+        """True on every rank when ``flag`` is true on at least one: a stop decision all ranks share."""
+        t = torch.tensor([1.0 if flag else 0.0], dtype=torch.float64, device=self.device)
+        return self.allreduce_sum(t).item() > 0
+
+    def agree(self, value: int) -> bool:
+        """Whether every rank passed the same ``value`` (the same answer on every rank)."""
+        t = torch.zeros(self.size, dtype=torch.float64, device=self.device)
+        t[self.rank] = float(value)
+        seen = self.allreduce_sum(t)
+        return bool((seen == seen[0]).all())
 
     def shutdown(self) -> None:
         pass

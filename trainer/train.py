@@ -170,7 +170,7 @@ class Trainer:
 
         self.global_step, self.epoch, self.step_in_epoch = 0, 0, 0
         self.best_top1 = -1.0
-        latest = ckpt.latest(self.run_dir)
+        latest = self._resume_checkpoint()
         state = None
         if latest is not None:
             state = ckpt.load(latest)
@@ -200,6 +200,19 @@ class Trainer:
             tmp = self.run_dir / f".{RUN_CONFIG}.tmp{os.getpid()}"
             tmp.write_text(json.dumps(self.run_config, indent=1, sort_keys=True) + "\n")
             os.replace(tmp, self.run_dir / RUN_CONFIG)
+
+    def _resume_checkpoint(self) -> Optional[Path]:
+        """The checkpoint every rank resumes from: rank 0's newest, shared with the others.
+
+        Why not each rank's own listing: ranks that resumed from different steps
+        would train on as if nothing were wrong (see ``_test_checkpoints``).
+        """
+        mine: List[int] = []
+        if self.is_main:
+            newest = ckpt.latest(self.run_dir)
+            mine = [ckpt.number(newest)] if newest is not None else []
+        got = self.engine.broadcast_ints(mine, 1)
+        return ckpt.step_path(self.run_dir, got[0]) if got else None
 
     def _run_config(self) -> Dict:
         """What the run record shows: the methods in force and the communication settings
@@ -560,18 +573,35 @@ class Trainer:
             log(f"all {a.epochs} epochs done: wrote {self.run_dir / COMPLETE}")
         return 0
 
+    def _test_checkpoints(self) -> List[Path]:
+        """The epoch checkpoints every rank tests: rank 0 lists them, the others receive the list.
+
+        Why rank 0 alone: it writes the checkpoints, and it reaches this point
+        only after its last save has landed; another rank listing the folder on
+        its own may see an older set (its last epoch not yet there) and then run
+        a different number of evaluations, hanging in a collective. No rank
+        writes or prunes checkpoints during the final test.
+        """
+        n = max(self.args.test_last, 1)
+        mine = [ckpt.number(p) for p in ckpt.list_epoch_checkpoints(self.run_dir)[-n:]] if self.is_main else []
+        return [ckpt.epoch_path(self.run_dir, ep) for ep in self.engine.broadcast_ints(mine, n)]
+
     def final_test(self) -> bool:
         """Multi-clip test of the last epochs' checkpoints; mean and std as the paper reports."""
-        a = self.args
+        a, e = self.args, self.engine
         views = a.test_clips * a.test_crops
         test_set = EvalClips(a.data, self.spec, a.test_clips, "val")
-        paths = ckpt.list_epoch_checkpoints(self.run_dir)[-max(a.test_last, 1):]
+        paths = self._test_checkpoints()
+        log(f"final test on rank {e.rank} of {e.size}: {' '.join(p.name for p in paths)}")
         results = []
         for p in paths:
-            if self.stop:
+            if e.any_rank(bool(self.stop)):  # one rank's signal stops all, before the next collective
                 log("signal during the final test: exiting; the next run repeats the test", self.is_main)
                 return False
             state = ckpt.load(p)
+            if not e.agree(state["step"]):
+                raise SystemExit(f"trainer: the ranks read different contents from {p} (rank {e.rank} sees "
+                                 f"step {state['step']}): is the run directory on a shared file system?")
             unwrap(self.model).load_state_dict(state["model"])
             r = self.evaluate(test_set, views)
             results.append(r)
@@ -579,18 +609,23 @@ class Trainer:
             log(f"test {p.name}: top1 {100 * r['top1']:.2f}% top5 {100 * r['top5']:.2f}% "
                 f"({a.test_clips} clips x {a.test_crops} crops)", self.is_main)
         if results:
-            t1 = np.array([r["top1"] for r in results])
-            t5 = np.array([r["top5"] for r in results])
-            self.metrics.write("test", summary=True, step=self.global_step, epoch=a.epochs - 1,
-                               loss=float(np.mean([r["loss"] for r in results])), top1=float(t1.mean()),
-                               top5=float(t5.mean()), top1_std=float(t1.std()), top5_std=float(t5.std()),
-                               checkpoints=[p.name for p in paths], lr=0.0,
-                               clips_per_s=float(np.mean([r["clips_per_s"] for r in results])),
-                               data_wait_frac=float(np.mean([r["data_wait_frac"] for r in results])),
-                               step_time=float(sum(r["step_time"] for r in results)), views=views)
-            log(f"final test over {len(results)} checkpoints: top1 {100 * t1.mean():.2f} +- {100 * t1.std():.2f}%",
-                self.is_main)
+            self._test_summary(results, paths, views)
         return True
+
+    def _test_summary(self, results: List[Dict], paths: List[Path], views: int) -> None:
+        """Mean and standard deviation over the tested checkpoints (the paper's report)."""
+        a = self.args
+        t1 = np.array([r["top1"] for r in results])
+        t5 = np.array([r["top5"] for r in results])
+        self.metrics.write("test", summary=True, step=self.global_step, epoch=a.epochs - 1,
+                           loss=float(np.mean([r["loss"] for r in results])), top1=float(t1.mean()),
+                           top5=float(t5.mean()), top1_std=float(t1.std()), top5_std=float(t5.std()),
+                           checkpoints=[p.name for p in paths], lr=0.0,
+                           clips_per_s=float(np.mean([r["clips_per_s"] for r in results])),
+                           data_wait_frac=float(np.mean([r["data_wait_frac"] for r in results])),
+                           step_time=float(sum(r["step_time"] for r in results)), views=views)
+        log(f"final test over {len(results)} checkpoints: top1 {100 * t1.mean():.2f} +- {100 * t1.std():.2f}%",
+            self.is_main)
 
     def close(self) -> None:
         self.metrics.close()
