@@ -18,6 +18,7 @@ job name). An id LSF has since given to another job is refused, never killed.
 from __future__ import annotations
 
 import json
+import math
 import os
 import posixpath
 import sys
@@ -61,6 +62,15 @@ def _targets(state: State, target: Optional[str]) -> List[Tuple[Optional[Dict], 
     known = ", ".join(sorted({str(r.get('name')) for r in runs.indexed()})[-10:]) or "none"
     raise UserError(f"no run named {target!r} and no run directory there. Give a run directory, a run name "
                     f"(recent: {known}) or a job id.")
+
+
+def _seconds(ctx: click.Context, param: click.Parameter, value: float) -> float:
+    """--interval: a finite, positive number of seconds (nan or a negative would poll without pause)."""
+    if value is None:
+        return value
+    if not math.isfinite(value) or value <= 0:
+        raise UserError(f"--interval {value!r} is not a number of seconds: give a positive number such as 10.")
+    return value
 
 
 def _host_key(record: Optional[Dict]) -> str:
@@ -202,7 +212,7 @@ def _table(rows: List[Dict[str, object]]) -> str:
 @click.option("--watch", is_flag=True,
               help="Repeat until every job has ended; print the table when it changes. Exit status 0 when "
                    "all jobs are DONE, 1 otherwise.")
-@click.option("--interval", type=float, default=10.0, show_default=True, metavar="SECONDS",
+@click.option("--interval", type=float, default=10.0, show_default=True, metavar="SECONDS", callback=_seconds,
               help="Seconds between checks with --watch (keep it polite on a shared login node).")
 @click.pass_obj
 def status_cmd(state: State, target: Optional[str], as_json: bool, watch: bool, interval: float) -> None:
@@ -376,7 +386,7 @@ def _outputs(host, record: Dict, job_id: str) -> List[str]:
 @click.argument("target", metavar="RUN|JOBID")
 @click.option("--follow", "-f", is_flag=True,
               help="Keep printing new output until the job (every link of a chain) has ended.")
-@click.option("--interval", type=float, default=2.0, show_default=True, metavar="SECONDS",
+@click.option("--interval", type=float, default=2.0, show_default=True, metavar="SECONDS", callback=_seconds,
               help="Seconds between reads with --follow.")
 @click.pass_obj
 def logs_cmd(state: State, target: str, follow: bool, interval: float) -> None:
