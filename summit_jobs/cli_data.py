@@ -91,8 +91,6 @@ def pack_cmd(src: str, out: str, layout: str, shard_size: str, short_side: int, 
       summit-jobs pack /data/kinetics400/videos /gpfs/.../k400-shards --fps 25
     """
     from summit_jobs import pack as pack_mod
-    if workers < 0:
-        raise UserError(f"--workers {workers} must be 0 (one per core) or more.")
     opts = pack_mod.PackOptions(src=src, out=out, layout=layout, shard_size=pack_mod.parse_size(shard_size),
                                 short_side=short_side, fps=fps, quality=quality, workers=workers, name=name,
                                 algo=algo)
@@ -163,8 +161,7 @@ def stage_data_cmd(state: State, manifest: str, nodes: int, policy: str, transpo
 
     manifest_path, data = staging.load_manifest(manifest)
     profile = state.profile
-    if jobs < 1:
-        raise UserError(f"--jobs {jobs} must be at least 1.")
+    staging.check_transfer_options(jobs, retries, retry_delay)
     if htar and transport != "hpss":
         raise UserError("--htar names an archive in HPSS: use it with --transport hpss.")
     if transport == "hpss" and not (source or htar):

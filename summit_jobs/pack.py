@@ -139,7 +139,7 @@ def read_classes(src: Path, classes_file: Optional[str]) -> Optional[List[str]]:
         if classes_file:
             raise UserError(f"class list {p} does not exist.")
         return None
-    names = [line.strip() for line in p.read_text().splitlines() if line.strip()]
+    names = [line.strip() for line in read_text(p, "class list").splitlines() if line.strip()]
     if len(set(names)) != len(names):
         raise UserError(f"class list {p} names a class twice.")
     return names
@@ -164,7 +164,7 @@ def list_rawframes(src: Path, classes: Optional[List[str]]) -> Tuple[List[Sample
         if not lst.is_file():
             continue
         found = True
-        for n, line in enumerate(lst.read_text().splitlines(), 1):
+        for n, line in enumerate(read_text(lst, "sample list").splitlines(), 1):
             if not line.strip() or line.lstrip().startswith("#"):
                 continue
             parts = line.split()
@@ -288,18 +288,54 @@ def _fingerprint(o: PackOptions, samples: Sequence[Sample], classes: Sequence[st
 
 
 def _write_json(path: Path, data: object) -> None:
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
-    os.replace(tmp, path)
+    shards.write_atomic(path, (json.dumps(data, indent=1, sort_keys=True) + "\n").encode())
+
+
+def max_workers() -> int:
+    """More worker processes than this only costs memory and start-up time: each decodes one sample."""
+    return min(256, 4 * (os.cpu_count() or 1))
+
+
+def read_text(p: Path, what: str) -> str:
+    """A UTF-8 text file the user gave us; a file in another encoding is refused naming the file."""
+    data = p.read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[:exc.start].count(b"\n") + 1
+        raise UserError(f"{what} {p} is not UTF-8 text (byte {data[exc.start:exc.start + 1]!r} on line {line}): "
+                        "save it as UTF-8.") from None
+
+
+def check_options(o: PackOptions) -> None:
+    """Refuse options that cannot work, naming the value and the range, before anything is written."""
+    if not Path(o.src).is_dir():
+        raise UserError(f"input folder {o.src} does not exist." if not Path(o.src).exists()
+                        else f"input {o.src} is a file, not a folder of videos or frame folders.")
+    if Path(o.out).exists() and not Path(o.out).is_dir():
+        raise UserError(f"output {o.out} is a file, not a folder: choose a folder for the shards.")
+    if not 0 <= o.workers <= max_workers():
+        raise UserError(f"--workers {o.workers} must be between 0 (one per CPU core) and {max_workers()} "
+                        f"(4 per core on this machine, at most 256).")
+    if o.quality < 1 or o.quality > 100:
+        raise UserError(f"--quality {o.quality} must be between 1 and 100.")
+    if o.short_side < 0:
+        raise UserError(f"--short-side {o.short_side} must be 0 (keep) or a positive number of pixels.")
+    if o.fps is not None and not o.fps > 0:
+        raise UserError(f"--fps {o.fps} must be positive.")
+    try:
+        shards.new_hash(o.algo)
+    except shards.ShardError as exc:
+        raise UserError(str(exc).replace("the manifest's hash is", "--hash is") + ".") from None
 
 
 def _load_state(out: Path, fingerprint: str, force: bool) -> Dict[str, object]:
-    fresh = {"fingerprint": fingerprint, "done": 0, "shards": [], "skipped": []}
+    fresh = {"fingerprint": fingerprint, "done": 0, "kept": []}
     p = out / STATE_NAME
     if not p.is_file():
         return fresh
     try:
-        state = json.loads(p.read_text())
+        state = json.loads(p.read_text(encoding="utf-8"))
         state["shards"], state["consumed"], state["skipped_by_shard"]  # noqa: B018 - shape check
     except (ValueError, KeyError, TypeError):
         return fresh                       # unreadable or from another version: start over
@@ -310,7 +346,7 @@ def _load_state(out: Path, fingerprint: str, force: bool) -> Dict[str, object]:
         return fresh
     # Trust a finished shard only if it is there with the recorded size and hash.
     algo = state.get("algo", shards.HASH_ALGO)
-    kept, done, skipped = [], 0, []
+    kept, done = [], 0
     for entry, consumed, skipped_here in zip(state["shards"], state["consumed"], state["skipped_by_shard"]):
         f = out / entry["name"]
         if not f.is_file() or f.stat().st_size != entry["bytes"] or shards.file_hash(f, algo) != entry[algo]:
@@ -320,120 +356,173 @@ def _load_state(out: Path, fingerprint: str, force: bool) -> Dict[str, object]:
     return {"fingerprint": fingerprint, "done": done, "kept": kept}
 
 
-def pack(o: PackOptions, *, force: bool = False, progress: bool = True,
-         classes_file: Optional[str] = None) -> Dict[str, object]:
-    src, out = Path(o.src), Path(o.out)
-    if not src.is_dir():
-        raise UserError(f"input folder {src} does not exist.")
-    if o.quality < 1 or o.quality > 100:
-        raise UserError(f"--quality {o.quality} must be between 1 and 100.")
-    if o.short_side < 0:
-        raise UserError(f"--short-side {o.short_side} must be 0 (keep) or a positive number of pixels.")
-    if o.fps is not None and o.fps <= 0:
-        raise UserError(f"--fps {o.fps} must be positive.")
-    try:
-        shards.new_hash(o.algo)
-    except shards.ShardError as exc:
-        raise UserError(str(exc).replace("the manifest's hash is", "--hash is") + ".") from None
+def _list_samples(o: PackOptions, classes_file: Optional[str]) -> Tuple[str, List[Sample], List[str]]:
+    src = Path(o.src)
     layout = detect_layout(src) if o.layout == "auto" else o.layout
     classes = read_classes(src, classes_file)
     samples, classes = (list_rawframes if layout == "rawframes" else list_videos)(src, classes)
     if not samples:
         raise UserError(f"{src} lists no samples to pack.")
-    keys = {}
+    keys: Dict[Tuple[str, str], str] = {}
     for s in samples:
         if (s.split, s.key) in keys:
             raise UserError(f"{s.path} and {keys[(s.split, s.key)]} map to the same sample key {s.key!r}; "
                             "rename one of them.")
         keys[(s.split, s.key)] = s.path
-    fp = _fingerprint(o, samples, classes)
+    return layout, samples, classes
+
+
+def _open_output(out: Path, fp: str, force: bool) -> Dict[str, object]:
+    """The resume state, after clearing what a killed run left (the caller holds out's lock).
+
+    Packing again over a finished pack (``--force``) removes its manifest FIRST:
+    the shards about to be rewritten keep their names, and a manifest left in
+    place by a kill would list the old hashes over the new bytes.
+    """
+    shards.remove_stale_tmp(out)
+    for stray in out.glob("*.tar.partial"):
+        stray.unlink(missing_ok=True)
     manifest_path = out / shards.MANIFEST_NAME
     if manifest_path.exists():
         if not force:
             raise UserError(f"{manifest_path} already exists: {out} holds a finished pack. Pass --force to pack "
                             "again into it, or choose another output folder.")
-        state = {"fingerprint": fp, "done": 0, "kept": []}
+        manifest_path.unlink()
         (out / STATE_NAME).unlink(missing_ok=True)
-    else:
-        out.mkdir(parents=True, exist_ok=True)
-        state = _load_state(out, fp, force)
-    kept = state.get("kept", [])
-    entries = [k[0] for k in kept]
-    consumed_marks = [k[1] for k in kept]
-    skipped_by_shard = [k[2] for k in kept]
-    start = state["done"]
-    name = o.name or src.resolve().name
+    return _load_state(out, fp, force)
 
-    def save_state() -> None:
-        _write_json(out / STATE_NAME, {
-            "fingerprint": fp, "algo": o.algo, "shards": entries, "consumed": consumed_marks,
-            "skipped_by_shard": skipped_by_shard})
 
-    counters: Dict[str, int] = {}
-    for e in entries:
-        counters[e["split"]] = counters.get(e["split"], 0) + 1
-    bar = Progress("pack", len(samples), " videos", progress)
-    skipped_pending: List[Dict[str, str]] = []
-    writer: Optional[shards.ShardWriter] = None
-    workers = o.workers or os.cpu_count() or 1
-    t0 = time.monotonic()
-
-    def close_writer(consumed: int) -> None:
-        nonlocal writer, skipped_pending
-        if writer is None:
-            return
-        entries.append(writer.close())
-        consumed_marks.append(consumed)
-        skipped_by_shard.append(skipped_pending)
-        skipped_pending = []
-        writer = None
-        save_state()
-
-    jobs = ((i, samples[i], o) for i in range(start, len(samples)))
-    pool = multiprocessing.get_context("spawn").Pool(workers) if workers > 1 else None
+def _ignore_interrupts(parent: int) -> None:
+    """Worker start-up: Ctrl-C is the parent's to handle (one message, not one traceback per worker),
+    and a worker whose parent was killed exits instead of decoding for nobody."""
+    import signal
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
-        results: Iterator = pool.imap(_work, jobs, chunksize=1) if pool else map(_work, jobs)
-        packed = 0
-        for i, frames, meta, error in results:
-            s = samples[i]
-            if writer is not None and writer.split != s.split:
-                close_writer(i)
-            if error is not None:
-                skipped_pending.append({"key": s.key, "source": s.path, "error": error})
-            else:
-                if writer is None:
-                    n = counters.get(s.split, 0)
-                    counters[s.split] = n + 1
-                    writer = shards.ShardWriter(out / f"{s.split}-{n:05d}.tar", s.split, o.algo)
-                writer.add(s.key, s.label, frames, meta)
-                packed += 1
-                if writer.bytes_written >= o.shard_size:
-                    close_writer(i + 1)
-            bar.update(i + 1, f"{sum(len(x) for x in skipped_by_shard) + len(skipped_pending)} skipped")
-        if writer is not None:
-            close_writer(len(samples))
-    finally:
-        if pool:
-            pool.terminate()
-            pool.join()
-        if writer is not None:
-            writer.abort()
-        bar.update(len(samples), force=True)
-        bar.close()
-    # Samples skipped after the last shard were not recorded in the state: a rerun retries them.
-    skipped = [x for group in skipped_by_shard for x in group] + skipped_pending
-    if not entries:
-        raise UserError(f"none of the {len(samples)} samples of {src} could be decoded; nothing was packed "
-                        f"(first error: {skipped[0]['error'] if skipped else 'none'}).")
-    manifest = {"format": shards.FORMAT, "name": name, "classes": list(classes), "hash": o.algo,
-                "shards": entries, "frame_short_side": o.short_side}
-    _write_json(out / REPORT_NAME, {"samples": len(samples), "packed": len(samples) - len(skipped),
-                                    "skipped": skipped})
-    shards.write_manifest(manifest_path, manifest)
+        import ctypes
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)   # PR_SET_PDEATHSIG (Linux)
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() != parent:
+        os._exit(1)
+
+
+class _Packer:
+    """The parent side of a pack: writes shards in input order and records progress after each."""
+
+    def __init__(self, o: PackOptions, samples: List[Sample], fp: str, state: Dict[str, object], progress: bool):
+        self.o, self.samples, self.fp, self.out = o, samples, fp, Path(o.out)
+        kept = state.get("kept", [])
+        self.resumed = len(kept)
+        self.entries = [k[0] for k in kept]
+        self.consumed_marks = [k[1] for k in kept]
+        self.skipped_by_shard = [k[2] for k in kept]
+        self.start = int(state["done"])
+        self.counters: Dict[str, int] = {}
+        for e in self.entries:
+            self.counters[e["split"]] = self.counters.get(e["split"], 0) + 1
+        self.bar = Progress("pack", len(samples), " videos", progress)
+        self.skipped_pending: List[Dict[str, str]] = []
+        self.writer: Optional[shards.ShardWriter] = None
+
+    def save_state(self) -> None:
+        _write_json(self.out / STATE_NAME, {
+            "fingerprint": self.fp, "algo": self.o.algo, "shards": self.entries, "consumed": self.consumed_marks,
+            "skipped_by_shard": self.skipped_by_shard})
+
+    def close_writer(self, consumed: int) -> None:
+        if self.writer is None:
+            return
+        self.entries.append(self.writer.close())
+        self.consumed_marks.append(consumed)
+        self.skipped_by_shard.append(self.skipped_pending)
+        self.skipped_pending = []
+        self.writer = None
+        self.save_state()
+
+    def take(self, i: int, frames, meta, error: Optional[str]) -> None:
+        s = self.samples[i]
+        if self.writer is not None and self.writer.split != s.split:
+            self.close_writer(i)
+        if error is not None:
+            self.skipped_pending.append({"key": s.key, "source": s.path, "error": error})
+        else:
+            if self.writer is None:
+                n = self.counters.get(s.split, 0)
+                self.counters[s.split] = n + 1
+                self.writer = shards.ShardWriter(self.out / f"{s.split}-{n:05d}.tar", s.split, self.o.algo)
+            self.writer.add(s.key, s.label, frames, meta)
+            if self.writer.bytes_written >= self.o.shard_size:
+                self.close_writer(i + 1)
+        skipped = sum(len(x) for x in self.skipped_by_shard) + len(self.skipped_pending)
+        self.bar.update(i + 1, f"{skipped} skipped")
+
+    def run(self, workers: int) -> None:
+        jobs = ((i, self.samples[i], self.o) for i in range(self.start, len(self.samples)))
+        pool = (multiprocessing.get_context("spawn").Pool(workers, _ignore_interrupts, (os.getpid(),))
+                if workers > 1 else None)
+        try:
+            results: Iterator = pool.imap(_work, jobs, chunksize=1) if pool else map(_work, jobs)
+            for i, frames, meta, error in results:
+                self.take(i, frames, meta, error)
+            self.close_writer(len(self.samples))
+        finally:
+            if pool:
+                pool.terminate()
+                pool.join()
+            if self.writer is not None:
+                self.writer.abort()
+            self.bar.update(len(self.samples), force=True)
+            self.bar.close()
+
+    def skipped(self) -> List[Dict[str, str]]:
+        # Samples skipped after the last shard were not recorded in the state: a rerun retries them.
+        return [x for group in self.skipped_by_shard for x in group] + self.skipped_pending
+
+
+def _finish(out: Path, manifest: Dict[str, object], report: Dict[str, object]) -> None:
+    """Report, manifest (the commit point), then the resume state and shards no manifest lists."""
+    _write_json(out / REPORT_NAME, report)
+    shards.write_manifest(out / shards.MANIFEST_NAME, manifest)
     (out / STATE_NAME).unlink(missing_ok=True)
-    for stray in out.glob("*.tar.partial"):   # left by a killed run; never listed anywhere
-        stray.unlink(missing_ok=True)
-    elapsed = time.monotonic() - t0
-    return {"manifest": str(manifest_path), "shards": len(entries), "samples": len(samples) - len(skipped),
-            "skipped": len(skipped), "skipped_samples": skipped, "bytes": sum(e["bytes"] for e in entries),
-            "resumed_shards": len(kept), "seconds": round(elapsed, 2), "workers": workers, "layout": layout}
+    listed = {e["name"] for e in manifest["shards"]}
+    for old in out.glob("*.tar"):          # a larger earlier pack's tail, replaced with --force
+        if re.fullmatch(r"(train|val|test)-\d{5}\.tar", old.name) and old.name not in listed:
+            old.unlink(missing_ok=True)
+
+
+def pack(o: PackOptions, *, force: bool = False, progress: bool = True,
+         classes_file: Optional[str] = None) -> Dict[str, object]:
+    """Pack ``o.src`` into shards and a manifest in ``o.out`` (see the module docstring).
+
+    Holds ``o.out``'s FolderLock throughout: a second pack into the same folder is
+    refused instead of writing the same shard names at the same time.
+    """
+    check_options(o)
+    src, out = Path(o.src), Path(o.out)
+    layout, samples, classes = _list_samples(o, classes_file)
+    fp = _fingerprint(o, samples, classes)
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+        lock = shards.FolderLock(out, "summit-jobs pack").acquire()
+    except shards.FolderBusy as exc:
+        raise UserError(f"{exc}.") from None
+    try:
+        packer = _Packer(o, samples, fp, _open_output(out, fp, force), progress)
+        workers = o.workers or os.cpu_count() or 1
+        t0 = time.monotonic()
+        packer.run(workers)
+        skipped = packer.skipped()
+        if not packer.entries:
+            raise UserError(f"none of the {len(samples)} samples of {src} could be decoded; nothing was packed "
+                            f"(first error: {skipped[0]['error'] if skipped else 'none'}).")
+        manifest = {"format": shards.FORMAT, "name": o.name or src.resolve().name, "classes": list(classes),
+                    "hash": o.algo, "shards": packer.entries, "frame_short_side": o.short_side}
+        _finish(out, manifest, {"samples": len(samples), "packed": len(samples) - len(skipped),
+                                "skipped": skipped})
+    finally:
+        lock.release()
+    entries = packer.entries
+    return {"manifest": str(out / shards.MANIFEST_NAME), "shards": len(entries),
+            "samples": len(samples) - len(skipped), "skipped": len(skipped), "skipped_samples": skipped,
+            "bytes": sum(e["bytes"] for e in entries), "resumed_shards": packer.resumed,
+            "seconds": round(time.monotonic() - t0, 2), "workers": workers, "layout": layout}

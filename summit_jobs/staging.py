@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -43,6 +44,16 @@ from trainer import stage as node_stage
 PARTIAL = node_stage.PARTIAL_TAG
 #: Messages of hsi/htar that mean "it is not there": retrying cannot help.
 NOT_FOUND = ("no such file", "enoent", "not found", "does not exist")
+#: Messages that mean the local destination cannot take the file: retrying cannot help either.
+LOCAL_WRITE = ("no space left", "enospc", "read-only file system", "erofs", "disk quota exceeded",
+               "permission denied")
+#: What may reach hsi/htar's command line: hsi reads its arguments as commands, where ';' starts
+#: another request, '!' runs a local shell command and spaces or ':' split paths.
+HPSS_ARG_RE = re.compile(r"[A-Za-z0-9_./+=,@%~][A-Za-z0-9_./+=,@%~-]*")
+#: Retries and parallel transfers beyond these are mistakes, not tuning.
+MAX_RETRIES = 20
+MAX_JOBS = 256
+MAX_RETRY_DELAY = 3600.0
 
 
 def load_manifest(path: str) -> Tuple[Path, Dict[str, object]]:
@@ -185,12 +196,34 @@ def _said(cp: subprocess.CompletedProcess) -> str:
     return text[-400:] or f"exit {cp.returncode}"
 
 
+def check_hpss_arg(value: str, option: str) -> None:
+    """Refuse a path that hsi would not read as one plain path (see HPSS_ARG_RE)."""
+    if not HPSS_ARG_RE.fullmatch(value):
+        raise UserError(f"{option} {value!r} cannot be passed to HPSS's hsi/htar: they read their arguments as "
+                        "commands, where ';', '!', spaces, quotes and ':' have meaning. Use a path of letters, "
+                        "digits and . _ / + = , @ % ~ - (not starting with '-').")
+
+
+def check_transfer_options(jobs: int, retries: int, retry_delay: float) -> None:
+    """Parallel transfers, retries and the first delay: each within a sane range, named when not."""
+    if not 1 <= jobs <= MAX_JOBS:
+        raise UserError(f"--jobs {jobs} must be between 1 and {MAX_JOBS} parallel transfers.")
+    if not 0 <= retries <= MAX_RETRIES:
+        raise UserError(f"--retries {retries} must be between 0 and {MAX_RETRIES}.")
+    if not 0 <= retry_delay <= MAX_RETRY_DELAY:   # also refuses nan
+        raise UserError(f"--retry-delay {retry_delay:g} must be between 0 and {MAX_RETRY_DELAY:g} seconds.")
+
+
 class Hop1:
     """Copies the manifest's shards from a source into ``dest`` (see the module docstring)."""
 
     def __init__(self, manifest: Dict[str, object], transport: str, source: str, dest: Path,
                  htar: Optional[str] = None, jobs: int = 4, retries: int = 3, retry_delay: float = 2.0,
                  timeout: float = 6 * 3600, progress: bool = True):
+        if transport == "hpss":
+            for value, option in ((source, "--source"), (str(dest), "--dest"), (htar, "--htar")):
+                if value is not None:
+                    check_hpss_arg(value, option)
         self.manifest, self.transport, self.source, self.dest = manifest, transport, source, dest
         self.htar, self.jobs, self.retries, self.retry_delay = htar, max(1, jobs), max(0, retries), retry_delay
         self.timeout = timeout
@@ -248,10 +281,12 @@ class Hop1:
         if cp.returncode != 0 or not tmp.is_file():
             tmp.unlink(missing_ok=True)
             said = _said(cp)
-            permanent = any(k in said.lower() for k in NOT_FOUND)
-            raise TransferError(f"shard {name} could not be fetched from HPSS {self.remote(name)}"
-                                + (" (it does not exist there)" if permanent else "") + f"; hsi said: {said}",
-                                permanent)
+            missing = any(k in said.lower() for k in NOT_FOUND)
+            local = any(k in said.lower() for k in LOCAL_WRITE)
+            why = (f" (it cannot be written into {self.dest}: free space there or choose another --dest)" if local
+                   else " (it does not exist there)" if missing else "")
+            raise TransferError(f"shard {name} could not be fetched from HPSS {self.remote(name)}{why}; "
+                                f"hsi said: {said}", missing or local)
         self._advance(int(entry["bytes"]))
         self._verify_into_place(tmp, entry)
 
@@ -279,78 +314,114 @@ class Hop1:
             if cp.returncode != 0 or missing:
                 said = _said(cp)
                 gone = [n for n in missing if n in said] or missing
-                permanent = any(k in said.lower() for k in NOT_FOUND)
+                absent = any(k in said.lower() for k in NOT_FOUND)
+                local = any(k in said.lower() for k in LOCAL_WRITE)
+                why = (f" (they cannot be written into {self.dest}: free space there or choose another --dest)"
+                       if local else " (not in the archive)" if absent else "")
                 raise TransferError(
                     f"archive member{'s' if len(gone) > 1 else ''} {', '.join(gone)} could not be extracted from "
-                    f"{self.htar}" + (" (not in the archive)" if permanent else "") + f"; htar said: {said}",
-                    permanent)
+                    f"{self.htar}{why}; htar said: {said}", absent or local)
             for e in entries:
                 self._advance(int(e["bytes"]))
                 self._verify_into_place(work / str(e["name"]), e)
         finally:
             shutil.rmtree(work, ignore_errors=True)
 
-    def run(self, force: bool = False) -> Dict[str, object]:
+    def _check_dest(self, force: bool) -> None:
+        """``dest`` must be a folder, and any manifest in it this dataset's (or replaced with --force)."""
+        if self.dest.exists() and not self.dest.is_dir():
+            raise UserError(f"--dest {self.dest} is a file, not a folder: give the folder on the parallel file "
+                            "system the shards go to.")
         self.dest.mkdir(parents=True, exist_ok=True)
-        for stray in self.dest.glob(f".*{PARTIAL}*"):      # left by a killed earlier run
-            if stray.is_dir():
-                shutil.rmtree(stray, ignore_errors=True)
-            else:
-                stray.unlink(missing_ok=True)
-        target_manifest = self.dest / shards.MANIFEST_NAME
-        if target_manifest.exists():
+        target = self.dest / shards.MANIFEST_NAME
+        if target.exists():
             try:
-                existing = json.loads(target_manifest.read_text())
+                existing = json.loads(target.read_text(encoding="utf-8"))
             except ValueError:
                 existing = None
             if existing is not None and existing != self.manifest and not force:
-                raise UserError(f"{target_manifest} already exists and describes another dataset; pass --force "
+                raise UserError(f"{target} already exists and describes another dataset; pass --force "
                                 "to replace it, or choose another --dest.")
-        entries = list(self.manifest["shards"])
-        t0 = time.monotonic()
+
+    def _sort(self, entries: List[Dict[str, object]]) -> Tuple[List[Dict[str, object]], List[Dict[str, object]]]:
+        """(to fetch, present and verified): a shard with the wrong size or hash is fetched again."""
         todo, present = [], []
         for e in entries:
             f = self.dest / str(e["name"])
-            if node_stage.present_and_verified(f, self.algo, str(e[self.algo]), int(e["bytes"])):
-                present.append(e)
-            else:
-                if f.exists():
-                    f.unlink()     # wrong size or hash: fetch again
-                todo.append(e)
+            ok = node_stage.present_and_verified(f, self.algo, str(e[self.algo]), int(e["bytes"]))
+            (present if ok else todo).append(e)
+        return todo, present
+
+    def _transfer_htar(self, todo: List[Dict[str, object]]) -> None:
+        remaining = list(todo)
+
+        def batch() -> None:
+            nonlocal remaining
+            try:
+                self._fetch_htar(remaining)
+            finally:
+                remaining = [e for e in remaining if not (self.dest / str(e["name"])).is_file()]
+        self._with_retries(f"{len(todo)} archive members", batch)
+
+    def _transfer_each(self, todo: List[Dict[str, object]]) -> None:
+        with ThreadPoolExecutor(max_workers=self.jobs) as pool:
+            futures = [pool.submit(self._with_retries, str(e["name"]), self._fetch_one, e) for e in todo]
+            errors = []
+            for fut in futures:
+                try:
+                    fut.result()
+                except TransferError as exc:
+                    errors.append(str(exc))
+            if errors:
+                more = f" (and {len(errors) - 1} more failed shards)" if len(errors) > 1 else ""
+                raise TransferError(errors[0] + more, True)
+
+    def _transfer(self, todo: List[Dict[str, object]]) -> None:
         total = sum(int(e["bytes"]) for e in todo)
         self._bar = Progress("stage-data", total, "B", self.progress_enabled)
         try:
             if self.transport == "hpss" and self.htar and todo:
-                remaining = list(todo)
-
-                def batch() -> None:
-                    nonlocal remaining
-                    try:
-                        self._fetch_htar(remaining)
-                    finally:
-                        remaining = [e for e in remaining if not (self.dest / str(e["name"])).is_file()]
-                self._with_retries(f"{len(todo)} archive members", batch)
+                self._transfer_htar(todo)
             elif todo:
-                with ThreadPoolExecutor(max_workers=self.jobs) as pool:
-                    futures = [pool.submit(self._with_retries, str(e["name"]), self._fetch_one, e) for e in todo]
-                    errors = []
-                    for fut in futures:
-                        try:
-                            fut.result()
-                        except TransferError as exc:
-                            errors.append(str(exc))
-                    if errors:
-                        more = f" (and {len(errors) - 1} more failed shards)" if len(errors) > 1 else ""
-                        raise TransferError(errors[0] + more, True)
+                self._transfer_each(todo)
         except TransferError as exc:
-            self._bar.close()
             raise UserError(f"stage-data: {exc}. Shards already verified in {self.dest} are kept; rerun the same "
                             "command to fetch the rest.") from None
-        self._bar.update(total, force=True)
-        self._bar.close()
-        shards.write_manifest(target_manifest, self.manifest)
+        else:
+            self._bar.update(total, force=True)
+        finally:
+            self._bar.close()
+
+    def run(self, force: bool = False) -> Dict[str, object]:
+        """Fetch what is missing, verify it, then write the manifest into ``dest``.
+
+        Holds ``dest``'s FolderLock throughout: a second run into the same folder is
+        refused with the first one's process id, instead of deleting its transfers.
+        A manifest already in ``dest`` is removed before any shard there changes,
+        so it never lists a shard that is missing or holds other bytes.
+        """
+        self._check_dest(force)
+        try:
+            lock = shards.FolderLock(self.dest, "summit-jobs stage-data").acquire()
+        except shards.FolderBusy as exc:
+            raise UserError(f"{exc}.") from None
+        try:
+            node_stage.remove_partials(self.dest, lock.supported)       # left by a killed earlier run
+            target = self.dest / shards.MANIFEST_NAME
+            t0 = time.monotonic()
+            entries = list(self.manifest["shards"])
+            todo, present = self._sort(entries)
+            if todo:
+                target.unlink(missing_ok=True)      # first: it must never list what is being replaced
+                for e in todo:
+                    (self.dest / str(e["name"])).unlink(missing_ok=True)
+            self._transfer(todo)
+            shards.write_manifest(target, self.manifest)
+        finally:
+            lock.release()
+        total = sum(int(e["bytes"]) for e in todo)
         dt = time.monotonic() - t0
-        return {"dest": str(self.dest), "manifest": str(target_manifest), "shards": len(entries),
+        return {"dest": str(self.dest), "manifest": str(target), "shards": len(entries),
                 "fetched": len(todo), "present": len(present), "fetched_bytes": total,
                 "seconds": round(dt, 3), "rate_bytes_per_s": round(total / max(dt, 1e-9))}
 

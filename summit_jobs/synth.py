@@ -21,6 +21,7 @@ same seed gives the same pixels (and, for rawframes, the same bytes).
 """
 from __future__ import annotations
 
+import errno
 import io
 import math
 import os
@@ -33,6 +34,7 @@ import numpy as np
 from PIL import Image, ImageDraw
 
 from summit_jobs.errors import UserError
+from trainer import shards
 
 CLASSES: Tuple[str, ...] = (
     "moving_right", "moving_left", "moving_down", "moving_up",
@@ -59,9 +61,17 @@ class SynthOptions:
     quality: int = 90
 
 
+MAX_VIDEOS_PER_CLASS = 10_000
+
+
 def check_options(o: SynthOptions) -> None:
-    if o.videos_per_class < 2:
-        raise UserError(f"--videos-per-class {o.videos_per_class} must be at least 2 (one train, one val).")
+    """Refuse what cannot work (or would run for days), naming the value and its range."""
+    if not 2 <= o.videos_per_class <= MAX_VIDEOS_PER_CLASS:
+        raise UserError(f"--videos-per-class {o.videos_per_class} must be between 2 (one train, one val) and "
+                        f"{MAX_VIDEOS_PER_CLASS:,}.")
+    if o.seed < 0:
+        raise UserError(f"--seed {o.seed} must be 0 or more (it seeds numpy's generator, which takes no "
+                        "negative numbers).")
     if not 0.0 < o.val_fraction < 1.0:
         raise UserError(f"--val-fraction {o.val_fraction} must be between 0 and 1 (exclusive).")
     if not 4 <= o.frames <= 300:
@@ -132,10 +142,9 @@ def _jpeg(frame: np.ndarray, quality: int) -> bytes:
     return buf.getvalue()
 
 
-def _write_mp4(path: Path, frames: Sequence[np.ndarray]) -> None:
+def _encode_mp4(tmp: Path, frames: Sequence[np.ndarray]) -> None:
     import av  # optional dependency (extra "video"): only needed for the videos layout
 
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     with av.open(str(tmp), mode="w", format="mp4") as container:
         stream = container.add_stream("libx264", rate=FPS)
         stream.width, stream.height = frames[0].shape[1], frames[0].shape[0]
@@ -147,13 +156,44 @@ def _write_mp4(path: Path, frames: Sequence[np.ndarray]) -> None:
                 container.mux(packet)
         for packet in stream.encode():
             container.mux(packet)
-    os.replace(tmp, path)
+
+
+def _write_mp4(path: Path, frames: Sequence[np.ndarray]) -> None:
+    """Encode under a temporary name, then rename; a full disk leaves nothing behind.
+
+    PyAV reports a failed write as its own error type (an OSError subclass for
+    errno failures, FFmpegError otherwise): both become one OSError naming the file.
+    """
+    import av.error
+
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    try:
+        _encode_mp4(tmp, frames)
+        os.replace(tmp, path)
+    except (OSError, av.error.FFmpegError) as exc:
+        shards.discard(tmp)
+        code = getattr(exc, "errno", None) or errno.EIO
+        raise OSError(code, getattr(exc, "strerror", None) or os.strerror(code), str(path)) from None
+    except BaseException:
+        shards.discard(tmp)
+        raise
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
+    shards.write_atomic(path, data)
+
+
+def _prepare_out(root: Path, force: bool) -> None:
+    """Refuse a file or a non-empty folder (unless --force); clear a killed run's temporary files."""
+    if root.exists() and not root.is_dir():
+        raise UserError(f"output {root} is a file, not a folder: choose a folder for the dataset.")
+    if root.exists() and any(root.iterdir()) and not force:
+        raise UserError(f"{root} already exists and is not empty; pass --force to write into it, "
+                        "or choose another output folder.")
+    root.mkdir(parents=True, exist_ok=True)
+    for stray in root.rglob(".*.tmp*"):
+        if stray.is_file() and stray.name.rsplit(".tmp", 1)[-1].isdigit():
+            stray.unlink(missing_ok=True)
 
 
 def plan_videos(o: SynthOptions) -> List[Tuple[str, int, str]]:
@@ -171,10 +211,7 @@ def synth(o: SynthOptions, force: bool = False, progress: bool = True) -> Dict[s
     """Write the dataset under ``o.out``; returns a summary (counts and paths)."""
     check_options(o)
     root = Path(o.out)
-    if root.exists() and any(root.iterdir()) and not force:
-        raise UserError(f"{root} already exists and is not empty; pass --force to write into it, "
-                        "or choose another output folder.")
-    root.mkdir(parents=True, exist_ok=True)
+    _prepare_out(root, force)
     _atomic_write(root / "classes.txt", ("\n".join(CLASSES) + "\n").encode())
     videos = plan_videos(o)
     lists: Dict[str, List[str]] = {"train": [], "val": []}

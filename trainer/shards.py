@@ -16,10 +16,13 @@ No torch here: the login node (pack, stage-data) imports this module too.
 """
 from __future__ import annotations
 
+import errno
+import fcntl
 import hashlib
 import json
 import os
 import re
+import socket
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +33,11 @@ INDEX_MEMBER = "__index__.json"
 MANIFEST_NAME = "manifest.json"
 HASH_ALGO = "sha256"
 KEY_RE = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,79}$")
+#: Shard names reach the HPSS client's command line (where ';' separates requests and '!' runs a
+#: local command), htar's member list and file paths: letters, digits, '.', '_', '-' only, never
+#: starting with '.' (hidden, '.', '..') or '-' (an option).
+SHARD_NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,254}")
+LOCK_NAME = ".summit-jobs.lock"
 BLOCK = 512
 _HASH_CHUNK = 4 << 20
 
@@ -57,6 +65,22 @@ def new_hash(algo: str):
 
 def digest_hex_len(algo: str) -> int:
     return 64 if algo == "blake3" else hashlib.new(algo).digest_size * 2
+
+
+def discard(path: os.PathLike) -> None:
+    """Remove a temporary file while handling another error: a read-only or vanished folder must
+    not replace that error with its own."""
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def named(exc: OSError, path: os.PathLike) -> OSError:
+    """The same error naming ``path``: a write to a full disk reports no file name of its own."""
+    if exc.filename and not os.path.basename(os.fsdecode(exc.filename)).startswith("."):
+        return exc
+    return OSError(exc.errno, exc.strerror or str(exc), os.fspath(path))
 
 
 def _header(name: str, size: int) -> bytes:
@@ -95,7 +119,10 @@ class ShardWriter:
         self.split = split
         self.algo = algo
         self._tmp = self.path.with_name(self.path.name + ".partial")
-        self._f = open(self._tmp, "wb")
+        try:
+            self._f = open(self._tmp, "wb")
+        except OSError as exc:
+            raise named(exc, self.path) from None
         self._hash = new_hash(algo)
         self._offset = 0
         self._samples: List[SampleIndex] = []
@@ -109,7 +136,10 @@ class ShardWriter:
         return len(self._samples)
 
     def _write(self, data: bytes) -> None:
-        self._f.write(data)
+        try:
+            self._f.write(data)
+        except OSError as exc:
+            raise named(exc, self.path) from None
         self._hash.update(data)
         self._offset += len(data)
 
@@ -143,10 +173,13 @@ class ShardWriter:
         data = json.dumps(index, separators=(",", ":")).encode()
         index_offset, index_bytes = self._member(INDEX_MEMBER, data)
         self._write(b"\0" * (2 * BLOCK))  # end-of-archive marker
-        self._f.flush()
-        os.fsync(self._f.fileno())
-        self._f.close()
-        os.replace(self._tmp, self.path)
+        try:
+            self._f.flush()
+            os.fsync(self._f.fileno())
+            self._f.close()
+            os.replace(self._tmp, self.path)
+        except OSError as exc:
+            raise named(exc, self.path) from None
         return {
             "name": self.path.name, "split": self.split, "bytes": self._offset,
             "samples": len(self._samples), self.algo: self._hash.hexdigest(),
@@ -154,8 +187,12 @@ class ShardWriter:
         }
 
     def abort(self) -> None:
-        self._f.close()
-        self._tmp.unlink(missing_ok=True)
+        """Drop the partial file; closing may fail again on a full disk, which must not keep it."""
+        try:
+            self._f.close()
+        except OSError:
+            pass
+        discard(self._tmp)
 
 
 def file_hash(path: os.PathLike, algo: str = HASH_ALGO) -> str:
@@ -186,6 +223,19 @@ def hash_algo(manifest: Dict[str, object]) -> str:
 
 def shard_digest(manifest: Dict[str, object], shard: Dict[str, object]) -> str:
     return str(shard[hash_algo(manifest)])
+
+
+def check_shard_name(name: object, where: str) -> None:
+    """Refuse a shard name that is not a plain file name of safe characters (see SHARD_NAME_RE).
+
+    Why so strict: the name becomes an argument of ``hsi`` (which reads its arguments as
+    commands: ``;`` starts another, ``!`` runs a shell command) and a path under the
+    destination, so anything else could run a command or write outside the folder.
+    """
+    if isinstance(name, str) and SHARD_NAME_RE.fullmatch(name):
+        return
+    raise ShardError(f"{where} name {name!r} is not a plain file name: a shard name is 1-255 letters, digits, "
+                     "'.', '_' or '-', not starting with '.' or '-'; fix the manifest or pack the data again")
 
 
 def validate_manifest(data: object, where: str) -> Dict[str, object]:
@@ -219,8 +269,7 @@ def validate_manifest(data: object, where: str) -> Dict[str, object]:
             raise ShardError(f"{where}: shards[{i}] has unknown key '{sorted(extra)[0]}' "
                              f"(a shard entry holds {', '.join(sorted(shard_keys))})")
         name = s["name"]
-        if not isinstance(name, str) or not name or "/" in name or name.startswith(".") or "\n" in name:
-            raise ShardError(f"{where}: shards[{i}] name {name!r} must be a plain file name")
+        check_shard_name(name, f"{where}: shards[{i}]")
         if name in names:
             raise ShardError(f"{where}: shard {name!r} is listed twice")
         names.add(name)
@@ -242,7 +291,7 @@ def read_manifest(path: os.PathLike) -> Dict[str, object]:
     if p.is_dir():
         p = p / MANIFEST_NAME
     try:
-        data = json.loads(p.read_text())
+        data = json.loads(p.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ShardError(f"manifest {p} does not exist") from None
     except (OSError, ValueError) as exc:
@@ -254,9 +303,119 @@ def write_manifest(path: os.PathLike, manifest: Dict[str, object]) -> None:
     """Atomic: a reader sees the old manifest or the new one, never half of one."""
     p = Path(path)
     validate_manifest(manifest, str(p))
-    tmp = p.with_name(f".{p.name}.tmp{os.getpid()}")
-    tmp.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
-    os.replace(tmp, p)
+    write_atomic(p, (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode())
+
+
+def tmp_name(path: Path) -> Path:
+    """The hidden temporary name ``path`` is written under before the rename (see remove_stale_tmp)."""
+    return path.with_name(f".{path.name}.tmp{os.getpid()}")
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write under a temporary name, then rename: a full disk or a kill never leaves half a file."""
+    tmp = tmp_name(path)
+    try:
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+    except OSError as exc:
+        discard(tmp)
+        raise named(exc, path) from None
+    except BaseException:
+        discard(tmp)
+        raise
+
+
+def remove_stale_tmp(folder: Path, pattern: str = ".*.tmp*") -> None:
+    """Remove temporary files a killed run left in ``folder`` (the caller holds its FolderLock)."""
+    for stray in folder.glob(pattern):
+        if re.fullmatch(r"\..+\.tmp\d+", stray.name) and stray.is_file():
+            stray.unlink(missing_ok=True)
+
+
+class FolderBusy(ShardError):
+    """Another process holds the folder's lock; the message names it."""
+
+
+class FolderLock:
+    """An exclusive lock on a folder that one process writes shards into (pack, staging).
+
+    Why: two runs writing one folder delete each other's temporary files and
+    overwrite each other's shards. The lock is a POSIX record lock (fcntl) on
+    ``LOCK_NAME`` in the folder, which parallel file systems honour across
+    nodes; the kernel drops it when its process dies, even by SIGKILL, so a
+    killed run never blocks the next. The file records who holds it, for the
+    refusal message, and is removed on release. Where the file system cannot
+    lock (``supported`` is then False) callers fall back to checking process ids.
+    """
+
+    def __init__(self, folder: Path, what: str):
+        self.folder, self.what = Path(folder), what
+        self.path = self.folder / LOCK_NAME
+        self.fd: Optional[int] = None
+        self.supported = True
+
+    def _open(self) -> int:
+        try:
+            return os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise OSError(exc.errno, exc.strerror, str(self.folder)) from None
+
+    def _busy(self, fd: int) -> FolderBusy:
+        try:
+            holder = os.pread(fd, 300, 0).decode("utf-8", "replace").strip()
+        except OSError:
+            holder = ""
+        return FolderBusy(f"{self.folder} is in use by another run ({holder or 'a process that just started'}; "
+                          f"lock file {self.path}): wait for it to finish, or choose another folder")
+
+    def acquire(self) -> "FolderLock":
+        for _ in range(20):
+            fd = self._open()
+            try:
+                fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as exc:
+                err = self._busy(fd) if exc.errno in (errno.EACCES, errno.EAGAIN) else None
+                os.close(fd)
+                if err is not None:
+                    raise err from None
+                if exc.errno in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
+                    self.supported = False
+                    return self
+                raise
+            try:
+                same = os.stat(self.path).st_ino == os.fstat(fd).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:          # not a file its last holder unlinked after we opened it
+                self.fd = fd
+                self._record()
+                return self
+            os.close(fd)
+        raise FolderBusy(f"{self.folder}: could not take the lock {self.path}; try again")
+
+    def _record(self) -> None:
+        text = f"{self.what}, pid {os.getpid()} on {socket.gethostname()}\n".encode()
+        try:
+            os.ftruncate(self.fd, 0)
+            os.pwrite(self.fd, text, 0)
+        except OSError:
+            pass              # a full disk: the lock holds anyway, only the message loses the holder
+
+    def release(self) -> None:
+        if self.fd is None:
+            return
+        try:
+            self.path.unlink(missing_ok=True)
+        except OSError:
+            pass
+        os.close(self.fd)
+        self.fd = None
+
+    def __enter__(self) -> "FolderLock":
+        return self.acquire()
+
+    def __exit__(self, *exc) -> None:
+        self.release()
 
 
 class ShardDataset:
