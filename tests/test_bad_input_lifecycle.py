@@ -87,6 +87,11 @@ LSF_CASES: List[Tuple[str, List[str], Dict[str, str], List[str]]] = [
     ("jsrun", ["-n", "abc", "true"], {"LSB_MCPU_HOSTS": "batch1 1 vnode01 2"}, ["'abc'"]),
     ("jsrun", ["-g", "1", "true"], {"LSB_MCPU_HOSTS": "batch1 1 vnode01 2"}, ["-g 1"]),
     ("jsrun", ["--bogus", "1", "true"], {"LSB_MCPU_HOSTS": "batch1 1 vnode01 2"}, ["'--bogus'"]),
+    ("jsrun", ["-n", "1", "true"], {"LSB_MCPU_HOSTS": "batch1 1 vnode01 2", "SUMMIT_JOBS_LSF_HOME": "/dev/null/lsf"},
+     ["/dev/null/lsf", "Not a directory"]),
+    ("bsub", ["true"], {"SUMMIT_JOBS_LSF_HOME": "/dev/null/lsf"}, ["/dev/null/lsf", "Not a directory"]),
+    ("bjobs", ["-a"], {"SUMMIT_JOBS_LSF_HOME": "/dev/null/lsf"}, ["/dev/null/lsf", "Not a directory"]),
+    ("bkill", ["7"], {"SUMMIT_JOBS_LSF_HOME": "/dev/null/lsf"}, ["/dev/null/lsf", "Not a directory"]),
 ]
 
 

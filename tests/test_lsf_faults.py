@@ -107,6 +107,20 @@ def test_killed_supervisor_takes_the_whole_job_with_it(tmp_path, lsf_env, also_k
     assert "alive at start: []" in out, out
 
 
+def test_state_folder_deleted_mid_job_then_supervisor_killed(tmp_path, lsf_env):
+    """The watchdog knows the job's process group without the state: the job still ends with its supervisor."""
+    import shutil
+    env = dict(lsf_env, SUMMIT_JOBS_LSF_KILL_GRACE="1")
+    jid, pids = start_long_job(tmp_path, env)
+    record = job_record(env, jid)
+    shutil.rmtree(env["SUMMIT_JOBS_LSF_HOME"])
+    time.sleep(0.5)
+    assert alive(record["supervisor_pid"]) and all(alive(p) for p in pids)
+    os.kill(record["supervisor_pid"], signal.SIGKILL)
+    wait_for(lambda: not any(alive(p) for p in pids), 10, "every process of the job to end")
+    assert not alive(record["watchdog_pid"])
+
+
 def test_ids_are_not_reused_after_the_state_folder_is_deleted(tmp_path, lsf_env):
     """Job ids survive the state folder: a new job never gets an old id."""
     env = dict(lsf_env)

@@ -26,6 +26,7 @@ import time
 from typing import Dict, List, Optional, Tuple
 
 from summit_jobs.embedded import state
+from summit_jobs.errors import describe_os_error
 
 VALUE_OPTS = {
     "-n": "nrs", "--nrs": "nrs", "-r": "rs_per_host", "--rs_per_host": "rs_per_host",
@@ -136,10 +137,14 @@ def main(argv: Optional[List[str]] = None) -> int:
         cwd = str(opts.get("chdir") or os.getcwd())
         if not os.path.isdir(cwd):
             raise JsrunError(f"-h {cwd}: no such folder")
+        lsf_home = state.home()
+        nvme = {host: str(state.nvme_dir(lsf_home, host)) for host in hosts}
     except JsrunError as exc:
         print(f"jsrun: error: {exc}", file=sys.stderr)
         return 255
-    lsf_home = state.home()
+    except OSError as exc:
+        print(f"jsrun: error: embedded LSF state: {describe_os_error(exc)}", file=sys.stderr)
+        return 255
     size = len(placement)
     local_sizes: Dict[str, int] = {}
     for host, _ in placement:
@@ -164,7 +169,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             "OMPI_COMM_WORLD_RANK": str(rank), "OMPI_COMM_WORLD_SIZE": str(size),
             "OMPI_COMM_WORLD_LOCAL_RANK": str(local), "OMPI_COMM_WORLD_LOCAL_SIZE": str(local_sizes[host]),
             "PMIX_RANK": str(rank), "SUMMIT_JOBS_VNODE": host,
-            "SUMMIT_JOBS_NVME": str(state.nvme_dir(lsf_home, host)),
+            "SUMMIT_JOBS_NVME": nvme[host],
             "SUMMIT_JOBS_RENDEZVOUS_ADDR": "127.0.0.1",
         })
         env.update(extra)

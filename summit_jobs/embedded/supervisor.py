@@ -104,6 +104,24 @@ def _open(path: Optional[str], overwrite: bool, fallback: Path):
     return open(fallback, "ab")
 
 
+def _update(lsf_home: Path, job_id: int, **fields) -> Optional[Dict]:
+    """Change the job's record under the lock; None when the record (or the state folder) is gone.
+
+    The state folder can be deleted while a job runs; the supervisor must then
+    still see its job to the end (and end its processes), not die halfway.
+    """
+    try:
+        with state.locked(lsf_home):
+            rec = state.load_job(lsf_home, job_id)
+            if rec is None:
+                return None
+            rec.update(fields)
+            state.save_job(lsf_home, rec)
+            return rec
+    except OSError:
+        return None
+
+
 def _killpg(pgid: int, sig: int) -> None:
     try:
         os.killpg(pgid, sig)
@@ -121,10 +139,8 @@ def _start(lsf_home: Path, job: Dict) -> Optional[subprocess.Popen]:
                                 stdin=subprocess.DEVNULL, stdout=out, stderr=err, start_new_session=True)
     except OSError as exc:
         out.write(f"embedded LSF: cannot start the job: {exc}\n".encode())
-        with state.locked(lsf_home):
-            rec = state.load_job(lsf_home, job["id"])
-            rec.update(state="EXIT", exit_code=127, exit_reason=f"cannot start: {exc}", finish_time=time.time())
-            state.save_job(lsf_home, rec)
+        _update(lsf_home, job["id"], state="EXIT", exit_code=127, exit_reason=f"cannot start: {exc}",
+                finish_time=time.time())
         return None
     finally:
         out.close()
@@ -132,12 +148,13 @@ def _start(lsf_home: Path, job: Dict) -> Optional[subprocess.Popen]:
             err.close()
 
 
-def _start_watchdog(lsf_home: Path, job_id: int) -> Tuple[Optional[int], Optional[int]]:
+def _start_watchdog(lsf_home: Path, job: Dict, pgid: int) -> Tuple[Optional[int], Optional[int]]:
     """The watchdog that ends the job if this supervisor dies: (its pid, the pipe's write end)."""
     read_end, write_end = os.pipe()
     try:
         proc = subprocess.Popen([sys.executable, "-m", "summit_jobs.embedded.watchdog", str(lsf_home),
-                                 str(job_id), str(read_end)], stdin=subprocess.DEVNULL, pass_fds=(read_end,))
+                                 str(job["id"]), str(read_end), str(pgid), str(job["kill_grace"])],
+                                stdin=subprocess.DEVNULL, pass_fds=(read_end,))
     except OSError:
         os.close(write_end)
         return None, None
@@ -146,18 +163,12 @@ def _start_watchdog(lsf_home: Path, job_id: int) -> Tuple[Optional[int], Optiona
     return proc.pid, write_end
 
 
-def _record_start(lsf_home: Path, job_id: int, proc: subprocess.Popen) -> Tuple[Dict, Optional[int]]:
+def _record_start(lsf_home: Path, job: Dict, proc: subprocess.Popen) -> Tuple[Dict, Optional[int]]:
     """Save the job's pid and process group (for whoever must end it), then start its watchdog."""
-    with state.locked(lsf_home):
-        job = state.load_job(lsf_home, job_id)
-        job.update(pid=proc.pid, pgid=proc.pid)
-        state.save_job(lsf_home, job)
-    watchdog_pid, pipe = _start_watchdog(lsf_home, job_id)
-    with state.locked(lsf_home):
-        job = state.load_job(lsf_home, job_id)
-        job["watchdog_pid"] = watchdog_pid
-        state.save_job(lsf_home, job)
-    return job, pipe
+    job_id = job["id"]
+    job = _update(lsf_home, job_id, pid=proc.pid, pgid=proc.pid) or job
+    watchdog_pid, pipe = _start_watchdog(lsf_home, job, proc.pid)
+    return _update(lsf_home, job_id, watchdog_pid=watchdog_pid) or job, pipe
 
 
 def _supervise(lsf_home: Path, job: Dict, proc: subprocess.Popen) -> Optional[str]:
@@ -174,15 +185,15 @@ def _supervise(lsf_home: Path, job: Dict, proc: subprocess.Popen) -> Optional[st
             warn_at = None
             with contextlib.suppress(ProcessLookupError):
                 os.kill(proc.pid, job["warn_signal"])
-            with state.locked(lsf_home):
-                rec = state.load_job(lsf_home, job["id"])
-                rec["warning_sent"] = now
-                state.save_job(lsf_home, rec)
+            _update(lsf_home, job["id"], warning_sent=now)
         if kill_reason is None and limit and now >= start + limit:
             kill_reason = "TERM_RUNLIMIT: job killed after reaching LSF run time limit"
         if kill_reason is None and now - last_check >= 0.1:
             last_check = now
-            rec = state.load_job(lsf_home, job["id"])
+            try:
+                rec = state.load_job(lsf_home, job["id"])
+            except OSError:
+                rec = None
             if rec and rec.get("kill_requested"):
                 kill_reason = OWNER_KILL
         if kill_reason and term_sent_at is None:
@@ -200,14 +211,19 @@ def _finish(lsf_home: Path, job_id: int, proc: subprocess.Popen, kill_reason: Op
     code = 128 - rc if rc < 0 else rc
     # Like LSF, nothing of a job outlives it.
     _killpg(proc.pid, signal.SIGKILL)
-    with state.locked(lsf_home):
-        rec = state.load_job(lsf_home, job_id)
-        if kill_reason is None and rec.get("kill_requested"):
-            kill_reason = OWNER_KILL
-        rec.update(exit_code=code, finish_time=time.time(),
-                   state="DONE" if code == 0 and kill_reason is None else "EXIT",
-                   exit_reason=kill_reason or (None if code == 0 else f"exited with exit code {code}"))
-        state.save_job(lsf_home, rec)
+    try:
+        with state.locked(lsf_home):
+            rec = state.load_job(lsf_home, job_id)
+            if rec is None:
+                return                      # the state folder was deleted: nothing left to record
+            if kill_reason is None and rec.get("kill_requested"):
+                kill_reason = OWNER_KILL
+            rec.update(exit_code=code, finish_time=time.time(),
+                       state="DONE" if code == 0 and kill_reason is None else "EXIT",
+                       exit_reason=kill_reason or (None if code == 0 else f"exited with exit code {code}"))
+            state.save_job(lsf_home, rec)
+    except OSError:
+        pass
 
 
 def run(lsf_home: Path, job_id: int) -> int:
@@ -217,7 +233,7 @@ def run(lsf_home: Path, job_id: int) -> int:
     proc = _start(lsf_home, job)
     if proc is None:
         return 0
-    job, pipe = _record_start(lsf_home, job_id, proc)
+    job, pipe = _record_start(lsf_home, job, proc)
     kill_reason = _supervise(lsf_home, job, proc)
     _finish(lsf_home, job_id, proc, kill_reason)
     if pipe is not None:

@@ -25,23 +25,26 @@ from summit_jobs.embedded import state
 FINISHED = b"f"
 
 
-def watch(lsf_home: Path, job_id: int, fd: int) -> int:
-    """Block until the supervisor finishes or dies; in the second case end the job."""
+def watch(lsf_home: Path, job_id: int, fd: int, pgid: int, grace: float) -> int:
+    """Block until the supervisor finishes or dies; in the second case end the job.
+
+    The process group and grace come from the command line, not the state, so
+    the job is ended even when the state folder was deleted under it.
+    """
     try:
         word = os.read(fd, 1)
     except OSError:
         word = b""
     if word == FINISHED:
         return 0
-    with state.locked(lsf_home):
-        job = state.load_job(lsf_home, job_id)
-    if job is None or job.get("state") != "RUN":
-        return 0
-    ended = state.end_job_group(job, float(job.get("kill_grace") or state.kill_grace()))
-    with state.locked(lsf_home):
-        job = state.load_job(lsf_home, job_id)
-        if job is not None and job.get("state") == "RUN" and ended:
-            state.mark_lost(lsf_home, job, "; its processes were killed")
+    ended = state.end_job_group({"id": job_id, "pgid": pgid}, grace)
+    try:
+        with state.locked(lsf_home):
+            job = state.load_job(lsf_home, job_id)
+            if job is not None and job.get("state") == "RUN" and ended:
+                state.mark_lost(lsf_home, job, "; its processes were killed")
+    except OSError:
+        pass                             # the state folder is gone: nothing left to record
     return 0 if ended else 1
 
 
@@ -49,7 +52,7 @@ def main() -> int:
     for sig in (signal.SIGHUP, signal.SIGINT):
         signal.signal(sig, signal.SIG_IGN)
     lsf_home, job_id, fd = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
-    return watch(lsf_home, job_id, fd)
+    return watch(lsf_home, job_id, fd, int(sys.argv[4]), float(sys.argv[5]))
 
 
 if __name__ == "__main__":
