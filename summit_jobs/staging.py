@@ -328,7 +328,11 @@ class Hop1:
             shutil.rmtree(work, ignore_errors=True)
 
     def _check_dest(self, force: bool) -> None:
-        """``dest`` must be a folder, and any manifest in it this dataset's (or replaced with --force)."""
+        """``dest`` must be a folder, and any manifest in it this dataset's (or replaced with --force);
+        a posix source must be a folder too (checked before anything is created)."""
+        if self.transport == "posix" and not Path(self.source).is_dir():
+            raise UserError(f"source folder {self.source} does not exist: give --source the folder that holds the "
+                            "shards (default: the manifest's folder).")
         if self.dest.exists() and not self.dest.is_dir():
             raise UserError(f"--dest {self.dest} is a file, not a folder: give the folder on the parallel file "
                             "system the shards go to.")

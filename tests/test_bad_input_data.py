@@ -70,7 +70,7 @@ def world(tmp_path_factory):
     (root / "classes-latin1.txt").write_bytes("caf\u00e9\nthe\n".encode("latin-1"))
     (root / "classes-dup.txt").write_text("a\nb\na\n")
     lists = {"latin1": "d\u00e9j\u00e0 4 0\n".encode("latin-1"), "badline": b"only-two 3\n",
-             "label": b"train/x 4 99\n", "neglabel": b"train/x 4 -3\n"}
+             "label": b"train/x 4 99\n", "neglabel": b"train/x 4 -3\n", "missing": b"train/gone 4 0\n"}
     for name, data in lists.items():
         (root / f"list-{name}").mkdir()
         (root / f"list-{name}" / "train_list.txt").write_bytes(data)
@@ -124,6 +124,8 @@ CASES = [
     ("pack-list-label-range", "cli", ["pack", "{r}/list-label", "{r}/p1", "--classes", "{r}/classes-dup.txt"],
      ["{r}/classes-dup.txt"], CLI),
     ("pack-list-label-negative", "cli", ["pack", "{r}/list-neglabel", "{r}/p1"], ["label -3"], CLI),
+    ("pack-frames-missing", "cli", ["pack", "{r}/list-missing", "{r}/p1"],
+     ["none of the 1 samples", "{r}/list-missing/train/gone"], CLI),
     ("pack-hash-unknown", "cli", ["pack", "{r}/s/rawframes", "{r}/p1", "--hash", "md5"], ["'md5'"], None),
     ("pack-layout-unknown", "cli", ["pack", "{r}/s/rawframes", "{r}/p1", "--layout", "frames"], ["'frames'"], None),
     # ---- stage-data
@@ -184,6 +186,8 @@ CASES = [
                                        "--htar", "-rf", "--dest", "{r}/d1"], ["'-rf'"], CLI),
     ("stage-htar-with-posix", "cli", ["stage-data", "-M", "{r}/good.json", "--nodes", "1", "--htar", "/k.tar"],
      ["--htar"], CLI),
+    ("stage-source-missing", "cli", ["stage-data", "-M", "{r}/good.json", "--nodes", "1", "--source",
+                                     "{r}/nowhere", "--dest", "{r}/d2"], ["{r}/nowhere", "does not exist"], CLI),
     ("stage-policy-unknown", "cli", ["stage-data", "-M", "{r}/good.json", "--nodes", "1", "--policy", "spread"],
      ["'spread'"], None),
     # ---- python -m trainer.stage (hop 2)

@@ -485,3 +485,25 @@ def test_shard_name_that_would_run_a_command_in_hsi(hpss, tmp_path):
         no_traceback(proc)
     with pytest.raises(shards.ShardError, match="not a plain file name"):
         shards.read_manifest(bad)
+
+
+def test_without_a_lock_only_the_partial_files_of_dead_processes_are_removed(tmp_path):
+    """Where the file system cannot lock, a run in progress keeps its files: only those of
+    processes that are gone are cleaned up."""
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        names = [f".train-00000.tar{stage.PARTIAL_TAG}{gone.pid}", f".train-00001.tar{stage.PARTIAL_TAG}{alive.pid}",
+                 f".manifest.json.tmp{gone.pid}", f".manifest.json.tmp{alive.pid}", ".notes.partial.x",
+                 ".notes.tmp"]
+        for n in names:
+            (tmp_path / n).write_bytes(b"x")
+        (tmp_path / f".htar{stage.PARTIAL_TAG}{gone.pid}").mkdir()
+        stage.remove_partials(tmp_path, locked=False)
+        assert sorted(p.name for p in tmp_path.iterdir()) == sorted(names[1:4:2] + names[4:])  # live, not ours
+        stage.remove_partials(tmp_path, locked=True)        # under the lock every one is a leftover
+        assert sorted(p.name for p in tmp_path.iterdir()) == [".notes.partial.x", ".notes.tmp"]
+    finally:
+        alive.kill()
+        alive.wait()
