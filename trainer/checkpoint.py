@@ -10,8 +10,10 @@ only on node-local NVMe, which is erased when the job ends.
 from __future__ import annotations
 
 import os
+import pickle
 import re
 import shutil
+import zipfile
 from pathlib import Path
 from typing import Dict, List, Optional
 
@@ -104,5 +106,36 @@ def save(run_dir: os.PathLike, state: Dict, step: int, keep: int, epoch_end: Opt
     return path
 
 
+class CheckpointError(SystemExit):
+    """A checkpoint that cannot be read or written: the trainer ends with this one line, no traceback."""
+
+
+def _unpickle_reason(exc: BaseException) -> str:
+    """The line of torch's long weights-only refusal that says what was refused."""
+    for line in str(exc).splitlines():
+        if "nsupported" in line:
+            return line.strip().rstrip(".").replace("WeightsUnpickler error: ", "")
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+
+
 def load(path: os.PathLike) -> Dict:
-    return torch.load(path, map_location="cpu", weights_only=False)
+    """A checkpoint's contents, read as data only (``weights_only=True``).
+
+    Why: a checkpoint is a pickle, and a pickle may name any function to call
+    while it is read. Run directories are shared, copied and downloaded; a file
+    in one must not be able to run code in every rank of a job. Our checkpoints
+    hold only tensors and plain values (see ``Trainer._state``).
+    """
+    try:
+        if not zipfile.is_zipfile(path):  # torch.save writes a zip archive; anything else is not ours
+            raise ValueError("not a torch archive: empty, cut short or another kind of file")
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as exc:
+        raise CheckpointError(f"trainer: refusing to load {path}: it holds more than tensors and plain values "
+                              f"({_unpickle_reason(exc)}); move it out of {Path(path).parent} if it is not "
+                              "this trainer's, or delete it to resume from an older checkpoint") from None
+    except (EOFError, RuntimeError, ValueError, KeyError) as exc:
+        raise CheckpointError(f"trainer: {path} is not a readable checkpoint ("
+                              f"{_unpickle_reason(exc)}); delete it to resume from an older checkpoint") from None
+    except OSError as exc:
+        raise CheckpointError(f"trainer: cannot read checkpoint {path}: {exc.strerror or exc}") from None

@@ -78,6 +78,41 @@ class StopFlag:
         return self.signum is not None
 
 
+def rng_states() -> Dict:
+    """torch, numpy and python RNG states as a tensor and plain lists and numbers.
+
+    Why not the objects the libraries return: checkpoints are read with
+    ``weights_only=True``, which refuses numpy arrays; a numpy state stored as
+    plain values restores the same stream bit for bit.
+    """
+    name, keys, pos, has_gauss, gauss = np.random.get_state()
+    version, internal, py_gauss = random.getstate()
+    return {"torch": torch.get_rng_state(),
+            "numpy": {"name": str(name), "keys": [int(k) for k in keys], "pos": int(pos),
+                      "has_gauss": int(has_gauss), "gauss": float(gauss)},
+            "python": {"version": int(version), "state": [int(v) for v in internal], "gauss": py_gauss}}
+
+
+def set_rng_states(rng: Dict) -> None:
+    """The inverse of ``rng_states``."""
+    torch.set_rng_state(rng["torch"])
+    n = rng["numpy"]
+    np.random.set_state((n["name"], np.array(n["keys"], dtype=np.uint32), n["pos"], n["has_gauss"], n["gauss"]))
+    p = rng["python"]
+    random.setstate((p["version"], tuple(p["state"]), p["gauss"]))
+
+
+def plain_args(args: argparse.Namespace) -> Dict:
+    """The options as plain values (strings, numbers, booleans, None, lists of them) for the checkpoint."""
+    def plain(v):
+        if v is None or isinstance(v, (str, int, float, bool)):
+            return v
+        if isinstance(v, (list, tuple)):
+            return [plain(x) for x in v]
+        return str(v)
+    return {k: plain(v) for k, v in vars(args).items()}
+
+
 def write_marker(run_dir: Path, name: str, text: str) -> None:
     tmp = run_dir / f".{name}.tmp{os.getpid()}"
     tmp.write_text(text)
@@ -297,9 +332,7 @@ class Trainer:
         self.best_top1 = state.get("best_top1", -1.0)
         rng = state.get("rng", {})
         if "torch" in rng:
-            torch.set_rng_state(rng["torch"])
-            np.random.set_state(rng["numpy"])
-            random.setstate(rng["python"])
+            set_rng_states(rng)
         if state.get("steps_per_epoch") != self.steps_per_epoch:
             log(f"warning: {path.name} was written with {state.get('steps_per_epoch')} steps/epoch, now "
                 f"{self.steps_per_epoch} (different ranks/batch): the epoch restarts at step 0", self.is_main)
@@ -312,19 +345,18 @@ class Trainer:
             self.is_main)
 
     def _state(self) -> Dict:
+        """Tensors and plain values only: what ``checkpoint.load`` (weights_only) accepts."""
         extra = {}
         if self.aavg:
             c = self.controller
-            extra["aavg"] = {"epoch_batch": self.epoch_batch, "avg_rounds": self.avg_rounds,
-                             "controller": {"batch": c.batch, "best": c.best, "history": c.history}
-                             if c is not None else None}
+            ctl = {"batch": c.batch, "best": c.best, "history": [list(h) for h in c.history]} if c else None
+            extra["aavg"] = {"epoch_batch": self.epoch_batch, "avg_rounds": self.avg_rounds, "controller": ctl}
         return {**extra,
             "model": unwrap(self.model).state_dict(), "optimizer": self.opt.state_dict(),
             "scaler": self.scaler.state_dict() if self.scaler is not None else None,
             "step": self.global_step, "epoch": self.epoch, "step_in_epoch": self.step_in_epoch,
             "steps_per_epoch": self.steps_per_epoch, "best_top1": self.best_top1,
-            "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()},
-            "args": vars(self.args),
+            "rng": rng_states(), "args": plain_args(self.args),
         }
 
     def save(self, epoch_end: Optional[int] = None, best: bool = False) -> None:
