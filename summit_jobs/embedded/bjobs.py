@@ -77,8 +77,8 @@ def parse_fields(text: str) -> List[str]:
     return names
 
 
-def main(argv: Optional[List[str]] = None) -> int:
-    args = list(sys.argv[1:] if argv is None else argv)
+def parse_args(args: List[str]):
+    """(show all, json, no header, fields, ids) from bjobs' arguments; SystemExit with LSF's words otherwise."""
     show_all = as_json = noheader = False
     fields: Optional[List[str]] = None
     ids: List[int] = []
@@ -95,16 +95,24 @@ def main(argv: Optional[List[str]] = None) -> int:
             pass
         elif a == "-o":
             if i + 1 >= len(args):
-                print("bjobs: -o needs a field list", file=sys.stderr)
-                return 255
+                raise SystemExit("bjobs: -o needs a field list")
             fields = parse_fields(args[i + 1])
             i += 1
-        elif a.isdigit():
+        elif a.isascii() and a.isdigit():
             ids.append(int(a))
         else:
-            print(f"bjobs: illegal option or job id {a!r}", file=sys.stderr)
-            return 255
+            raise SystemExit(f"bjobs: illegal option or job id {a!r}")
         i += 1
+    return show_all, as_json, noheader, fields, ids
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        show_all, as_json, noheader, fields, ids = parse_args(args)
+    except SystemExit as exc:
+        print(exc, file=sys.stderr)
+        return 255
     try:
         lsf_home = state.home()
         with state.locked(lsf_home):

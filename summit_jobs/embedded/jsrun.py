@@ -122,23 +122,29 @@ def layout(opts: Dict[str, object], hosts: List[str], cores: int) -> List[Tuple[
     return placement
 
 
+def _prepare(args: List[str]):
+    """Everything checked before a rank starts: (command, placement, -E variables, folder, NVMe folders)."""
+    opts, command = parse(args)
+    if not command:
+        raise JsrunError("no program to run")
+    hosts, cores = allocation()
+    placement = layout(opts, hosts, cores)
+    extra = {}
+    for item in opts["env"]:
+        name, eq, value = str(item).partition("=")
+        extra[name] = value if eq else os.environ.get(name, "")
+    cwd = str(opts.get("chdir") or os.getcwd())
+    if not os.path.isdir(cwd):
+        raise JsrunError(f"-h {cwd}: no such folder")
+    lsf_home = state.home()
+    nvme = {host: str(state.nvme_dir(lsf_home, host)) for host in hosts}
+    return command, placement, extra, cwd, nvme
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     try:
-        opts, command = parse(args)
-        if not command:
-            raise JsrunError("no program to run")
-        hosts, cores = allocation()
-        placement = layout(opts, hosts, cores)
-        extra = {}
-        for item in opts["env"]:
-            name, eq, value = str(item).partition("=")
-            extra[name] = value if eq else os.environ.get(name, "")
-        cwd = str(opts.get("chdir") or os.getcwd())
-        if not os.path.isdir(cwd):
-            raise JsrunError(f"-h {cwd}: no such folder")
-        lsf_home = state.home()
-        nvme = {host: str(state.nvme_dir(lsf_home, host)) for host in hosts}
+        command, placement, extra, cwd, nvme = _prepare(args)
     except JsrunError as exc:
         print(f"jsrun: error: {exc}", file=sys.stderr)
         return 255
@@ -179,6 +185,11 @@ def main(argv: Optional[List[str]] = None) -> int:
             print(f"jsrun: error: cannot start {command[0]!r} for rank {rank}: {exc}", file=sys.stderr)
             forward(signal.SIGKILL, None)
             return 255
+    return _wait(procs, forward)
+
+
+def _wait(procs: List[subprocess.Popen], forward) -> int:
+    """Wait for every rank; when one fails, TERM the others (KILL after the grace); that rank's status."""
     failed: Optional[int] = None
     term_at: Optional[float] = None
     grace = state.kill_grace()
