@@ -263,19 +263,24 @@ def _children(pid: int):
     return kids
 
 
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_text(errors="replace")
+    except OSError:
+        return ""
+
+
 def test_pack_main_process_killed_alone_its_workers_exit_quietly(frames, tmp_path):
     src, _, env = frames
     out = tmp_path / "out"
     log = tmp_path / "pack.log"
     p = start(PY + ["summit_jobs", "pack", str(src), str(out), *PACK_OPTS], env, log)
     assert wait_for(lambda: state_shards(out) >= 1 and _children(p.pid), p=p)
-    workers = [k for k in _children(p.pid) if "spawn_main" in Path(f"/proc/{k}/cmdline").read_text()]
+    workers = [k for k in _children(p.pid) if "spawn_main" in _cmdline(k)]
     assert workers
     p.send_signal(signal.SIGKILL)                  # the main process only, as the OOM killer would
     p.wait(timeout=30)
-    assert wait_for(lambda: not any(Path(f"/proc/{w}").exists() and "spawn_main" in
-                                    Path(f"/proc/{w}/cmdline").read_text(errors="replace")
-                                    for w in workers if Path(f"/proc/{w}/cmdline").exists()), 10)
+    assert wait_for(lambda: not any("spawn_main" in _cmdline(w) for w in workers), 10), "workers outlived pack"
     time.sleep(0.2)
     kill_group(p)                                  # the rest of the group (multiprocessing's tracker)
     assert "Traceback" not in log.read_text(errors="replace")
@@ -289,19 +294,23 @@ def test_stage_data_hop1_killed_at_several_points_then_finishes(hpss, tmp_path):
     args = ["stage-data", "-M", str(tmp_path / "hpss" / "k" / "manifest.json"), "--nodes", "1", "--transport",
             "hpss", "--source", "/k", "--dest", str(dest), "-j", "2", "--quiet"]
     landed = 0
-    for when in (0.4, 0.8, 1.2):
+    # During start-up, then once 1 and 3 shards have landed (a transfer is under way each time).
+    for k in (0, 1, 3):
         p = start(PY + ["summit_jobs", *args], env, tmp_path / "stage.log")
-        time.sleep(when)
+        if k:
+            wait_for(lambda: sum(verifies(dest / e["name"], e) for e in m["shards"]) >= k, p=p)
+        else:
+            time.sleep(0.3)
         landed += p.poll() is None
         kill_group(p)
         if dest.exists():
             assert_dest_consistent(dest, m)
-    assert landed >= 2, "stage-data finished before the kills"
+    assert landed == 3, "stage-data finished before the kills"
     r = clean_rerun(args + ["--json"], hpss)
     assert_dest_consistent(dest, m)
     assert all(verifies(dest / e["name"], e) for e in m["shards"])
     assert shards.read_manifest(dest)["shards"] == m["shards"] and not leftovers(dest)
-    assert json.loads(r.stdout)["hop1"]["present"] >= 1     # what the killed runs verified was kept
+    assert json.loads(r.stdout)["hop1"]["present"] >= 3     # what the killed runs verified was kept
 
 
 def test_stage_data_force_over_another_dataset_killed_never_leaves_a_lying_manifest(hpss, cli_env, tmp_path):
@@ -444,16 +453,19 @@ def test_read_only_destinations(frames, hpss, read_only, tmp_path):
 # ---- two runs, one folder ---------------------------------------------------------------------------
 
 def test_two_stage_data_runs_into_one_folder(hpss, tmp_path):
-    m = blobs(tmp_path / "hpss" / "k", 4, 1, seed=8)
+    m = blobs(tmp_path / "hpss" / "k", 3, 1, seed=8)
     dest = tmp_path / "pfs"
     args = ["stage-data", "-M", str(tmp_path / "hpss" / "k" / "manifest.json"), "--nodes", "1", "--transport",
             "hpss", "--source", "/k", "--dest", str(dest), "-j", "2", "--quiet"]
-    first = start(PY + ["summit_jobs", *args], dict(hpss, FAKE_HPSS_RATE=str(3 << 20)), tmp_path / "first.log")
+    first = start(PY + ["summit_jobs", *args], dict(hpss, FAKE_HPSS_RATE=str(1 << 19)), tmp_path / "first.log")
     assert wait_for(lambda: dest.is_dir() and any(stage.PARTIAL_TAG in p.name for p in dest.iterdir()), p=first)
-    second = run_cli(args, hpss)
-    hop2 = subprocess.run(PY + ["trainer.stage", "--manifest", str(tmp_path / "hpss" / "k"), "--dest", str(dest),
-                                "--nodes", "1", "--node", "0"],      # hop 2 pointed at the same folder by mistake
-                          capture_output=True, text=True, timeout=60)
+    procs = [subprocess.Popen(argv, env=hpss, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for argv in (PY + ["summit_jobs", *args],
+                          PY + ["trainer.stage", "--manifest", str(tmp_path / "hpss" / "k"), "--dest", str(dest),
+                                "--nodes", "1", "--node", "0"])]    # hop 2 pointed at the same folder by mistake
+    second, hop2 = (subprocess.CompletedProcess(p.args, 0, *p.communicate(timeout=60)) for p in procs)
+    second.returncode, hop2.returncode = (p.returncode for p in procs)
+    assert first.poll() is None, "the first run ended before the others started: too fast to test"
     assert first.wait(timeout=120) == 0, (tmp_path / "first.log").read_text()
     assert second.returncode == 2 and "in use by another run" in second.stderr, second.stderr
     assert f"pid {first.pid}" in second.stderr and "summit-jobs stage-data" in second.stderr
