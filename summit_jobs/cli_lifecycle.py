@@ -46,18 +46,18 @@ def _targets(state: State, target: Optional[str]) -> List[Tuple[Optional[Dict], 
             raise UserError("no runs recorded yet on this machine; submit one with `summit-jobs submit`, or "
                             "name a job id.")
         return [(r, [str(j) for j in r.get("job_ids") or []]) for r in records]
-    if target.isdigit() and runs._job_id(target) is None:
+    if target.isdecimal() and runs._job_id(target) is None:
         raise UserError(f"{target!r} is not a job id (a whole number from 1 to {runs.MAX_JOB_ID}); give a run "
                         "directory, a run name or a job id.")
     found = runs.find(target)
     if found:
-        if target.isdigit():
+        if target.isdecimal():
             return [(r, [target]) for r in found[-1:]]
         if len(found) > 1:
             where = "; ".join(f"{r.get('host')}:{r.get('run_dir')}" for r in found)
             raise UserError(f"{len(found)} runs are named {target!r} ({where}); give the run directory instead.")
         return [(found[0], [str(j) for j in found[0].get("job_ids") or []])]
-    if target.isdigit():
+    if target.isdecimal():
         return [(None, [target])]
     known = ", ".join(sorted({str(r.get('name')) for r in runs.indexed()})[-10:]) or "none"
     raise UserError(f"no run named {target!r} and no run directory there. Give a run directory, a run name "
@@ -150,7 +150,7 @@ def collect(state: State, pairs, hosts_: _Hosts) -> List[Dict[str, object]]:
             code: Optional[int] = None
             if record is not None:
                 text = host.read_text(_join(host, str(record["run_dir"]), f"exitcode.{jid}"))
-                if text is not None and text.strip().lstrip("-").isdigit():
+                if text is not None and text.strip().lstrip("-").isdecimal():
                     code = int(text.strip())
             row = {"run": (record or {}).get("name", "-"), "job_id": jid, "host": host.label,
                    "run_dir": (record or {}).get("run_dir"), "exit_code": code, "source": "exit-code file",

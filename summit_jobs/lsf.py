@@ -64,7 +64,7 @@ def bsub_argv(script_name: str, submit_mode: str, depends_on: Optional[str] = No
     """The bsub command line and whether the script goes on stdin (``bsub < script``)."""
     argv = ["bsub"]
     if depends_on:
-        if not str(depends_on).isdigit():
+        if not str(depends_on).isdecimal():
             raise ValueError(f"job id {depends_on!r} is not a number")
         argv += ["-w", f"ended({depends_on})"]
     if submit_mode == "file":
@@ -76,7 +76,7 @@ def bsub_argv(script_name: str, submit_mode: str, depends_on: Optional[str] = No
 
 def bjobs_argv(job_ids: Sequence[str], fields: Sequence[str] = STATUS_FIELDS) -> List[str]:
     for j in job_ids:
-        if not str(j).isdigit():
+        if not str(j).isdecimal():
             raise ValueError(f"job id {j!r} is not a number")
     return ["bjobs", "-a", "-o", " ".join(fields), "-json", *[str(j) for j in job_ids]]
 
@@ -84,7 +84,7 @@ def bjobs_argv(job_ids: Sequence[str], fields: Sequence[str] = STATUS_FIELDS) ->
 def bkill_argv(job_ids: Iterable[str]) -> List[str]:
     ids = [str(j) for j in job_ids]
     for j in ids:
-        if not j.isdigit():
+        if not j.isdecimal():
             raise ValueError(f"job id {j!r} is not a number")
     return ["bkill", *ids]
 
@@ -153,7 +153,7 @@ def parse_bjobs_owner(text: str) -> Dict[str, Dict[str, str]]:
             if "not found" in str(rec["ERROR"]).lower() and jid:
                 continue
             raise LsfOutputError(f"bjobs reported an error for job {jid or '?'}: {rec['ERROR']}")
-        if not jid.isdigit():
+        if not jid.isdecimal():
             raise LsfOutputError(f"bjobs -json record without a job id: {rec}")
         out[jid] = {str(k): str(v) for k, v in rec.items()}
     return out

@@ -127,7 +127,7 @@ def _key(rel: str) -> str:
     """A shard key from a relative path: readable, unique, within the 80-character rule."""
     stem = re.sub(r"\.[A-Za-z0-9]+$", "", rel) if not rel.endswith("/") else rel
     key = re.sub(r"[^A-Za-z0-9_.-]", "_", stem.replace("/", "__")).lstrip(".")
-    if not key or len(key) > 80 or not shards.KEY_RE.match(key):
+    if not key or len(key) > 80 or not shards.KEY_RE.fullmatch(key):
         digest = hashlib.sha1(rel.encode()).hexdigest()[:16]
         key = (key[:63].strip("._") or "sample") + "-" + digest
     return key

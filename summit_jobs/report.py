@@ -232,7 +232,7 @@ def _jobs(host, run_dir: str, record: Optional[Dict]) -> List[Dict]:
     out = []
     for jid in ids:
         text = host.read_text(_join(host, run_dir, f"exitcode.{jid}"))
-        code = int(text.strip()) if text is not None and text.strip().lstrip("-").isdigit() else None
+        code = int(text.strip()) if text is not None and text.strip().lstrip("-").isdecimal() else None
         output = "".join(host.read_text(_join(host, run_dir, f)) or "" for f in runs.output_files(script, jid))
         resumed, how = _job_ending(output)
         if code is None:

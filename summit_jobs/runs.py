@@ -128,7 +128,7 @@ def _job_id(value: object) -> Optional[str]:
     if isinstance(value, bool):
         return None
     text = str(value) if isinstance(value, (int, str)) else ""
-    if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= MAX_JOB_ID:
+    if not (text.isascii() and text.isdecimal()) or not 1 <= int(text) <= MAX_JOB_ID:
         return None
     return str(int(text))
 
@@ -219,7 +219,7 @@ def find(target: str) -> List[Dict[str, object]]:
             rec["run_dir"] = str(local.resolve())
         return [rec]
     records = indexed()
-    if target.isdigit():
+    if target.isdecimal():
         return [r for r in records if target in [str(j) for j in r.get("job_ids") or []]]
     stripped = target.rstrip("/")
     return [r for r in records if r.get("name") == stripped or r.get("run_dir") == stripped]

@@ -151,7 +151,7 @@ class ShardWriter:
         return start, len(data)
 
     def add(self, key: str, label: int, frames: Sequence[bytes], meta: Optional[Dict[str, object]] = None) -> None:
-        if not KEY_RE.match(key):
+        if not KEY_RE.fullmatch(key):
             raise ShardError(f"sample key {key!r} must be 1-80 characters of letters, digits, '_', '-', '.'")
         if key in self._keys:
             raise ShardError(f"sample key {key!r} appears twice in shard {self.path.name}")

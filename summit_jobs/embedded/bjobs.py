@@ -98,7 +98,7 @@ def parse_args(args: List[str]):
                 raise SystemExit("bjobs: -o needs a field list")
             fields = parse_fields(args[i + 1])
             i += 1
-        elif a.isascii() and a.isdigit():
+        elif a.isascii() and a.isdecimal():
             ids.append(int(a))
         else:
             raise SystemExit(f"bjobs: illegal option or job id {a!r}")

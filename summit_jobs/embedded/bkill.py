@@ -33,7 +33,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                 return 255
             i += 2
             continue
-        if not a.isdigit():
+        if not a.isdecimal():
             print(f"bkill: illegal option or job id {a!r}", file=sys.stderr)
             return 255
         ids.append(int(a))

@@ -122,7 +122,7 @@ def directives(script: str) -> List[str]:
 
 def minutes(text: str, what: str) -> int:
     parts = str(text).split(":")
-    if not (1 <= len(parts) <= 2 and all(p.isdigit() for p in parts)):
+    if not (1 <= len(parts) <= 2 and all(p.isdecimal() for p in parts)):
         raise BsubError(f"{what} {text!r}: give [hours:]minutes")
     value = int(parts[0]) * 60 + int(parts[1]) if len(parts) == 2 else int(parts[0])
     if value <= 0:
@@ -133,7 +133,7 @@ def minutes(text: str, what: str) -> int:
 def signal_number(name: str) -> int:
     import signal
     text = name.upper()
-    if text.isdigit():
+    if text.isdecimal():
         return int(text)
     if not text.startswith("SIG"):
         text = "SIG" + text
@@ -158,14 +158,14 @@ def build_job(opts: Dict[str, object], command: List[str], script: Optional[str]
     nnodes = 1
     if "-nnodes" in opts:
         text = str(opts["-nnodes"])
-        if not text.isdigit() or int(text) < 1:
+        if not text.isdecimal() or int(text) < 1:
             raise BsubError(f"-nnodes {text!r} is not a positive whole number")
         nnodes = int(text)
     if nnodes > nodes_total:
         raise BsubError(f"-nnodes {nnodes} is larger than the {nodes_total} virtual nodes of this embedded LSF "
                         "(SUMMIT_JOBS_LSF_NODES); the job could never start")
     queue = str(opts.get("-q") or DEFAULT_QUEUE)
-    if not QUEUE_RE.match(queue):
+    if not QUEUE_RE.fullmatch(queue):
         raise BsubError(f"queue {queue!r} is not a valid queue name")
     scale = state.seconds_per_minute()
     limit_min = minutes(str(opts["-W"]), "-W") if "-W" in opts else None

@@ -24,7 +24,7 @@ def parse_dependency(text: str) -> List[Tuple[str, int]]:
     """The terms of a condition, in order (syntax checked)."""
     terms = []
     for part in re.split(r"&&|\|\|", text):
-        m = TERM_RE.match(part)
+        m = TERM_RE.fullmatch(part)
         if not m:
             raise DependencyError(f"cannot read {part.strip()!r} in {text!r} (use done(ID), exit(ID), "
                                   "ended(ID), started(ID) joined by && or ||)")

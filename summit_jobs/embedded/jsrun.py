@@ -78,7 +78,7 @@ def _int(opts: Dict[str, object], key: str, default: Optional[int]) -> int:
         if default is None:
             raise JsrunError(f"-{key[0]} / --{key} is required")
         return default
-    if not str(raw).isdigit():
+    if not str(raw).isdecimal():
         raise JsrunError(f"--{key} {raw!r} is not a whole number")
     return int(raw)
 

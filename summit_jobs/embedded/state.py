@@ -174,7 +174,7 @@ def clean_leftovers(lsf_home: Path) -> List[Path]:
     folders = [lsf_home] + [d for d in (lsf_home / "jobs").iterdir() if d.is_dir()]
     for folder in folders:
         for entry in folder.iterdir():
-            if TMP_RE.match(entry.name) and entry.is_file():
+            if TMP_RE.fullmatch(entry.name) and entry.is_file():
                 with contextlib.suppress(FileNotFoundError):
                     entry.unlink()
                     removed.append(entry)
@@ -201,7 +201,7 @@ def save_job(lsf_home: Path, job: Dict) -> None:
 def all_jobs(lsf_home: Path) -> List[Dict]:
     jobs = []
     for entry in (lsf_home / "jobs").iterdir():
-        if entry.name.isdigit():
+        if entry.name.isdecimal():
             job = load_job(lsf_home, int(entry.name))
             if job is not None:
                 jobs.append(job)
@@ -214,7 +214,7 @@ def first_id() -> int:
     if raw is None or raw.strip() == "":
         return max(1, int((time.time() - _ID_EPOCH) // _ID_SECONDS))
     text = raw.strip()
-    if not text.isdigit() or not 1 <= int(text) <= MAX_JOB_ID:
+    if not text.isdecimal() or not 1 <= int(text) <= MAX_JOB_ID:
         raise LsfError(f"SUMMIT_JOBS_LSF_FIRST_ID={raw!r} must be a whole number from 1 to {MAX_JOB_ID} "
                        "(LSF's largest job id); unset it for time-based ids")
     return int(text)
@@ -231,12 +231,12 @@ def _read_id(path: Path) -> int:
         text = path.read_text().strip()
     except (FileNotFoundError, NotADirectoryError, UnicodeDecodeError):
         return 0
-    return int(text) if text.isdigit() else 0
+    return int(text) if text.isdecimal() else 0
 
 
 def next_job_id(lsf_home: Path) -> int:
     """Allocate a job id never handed out before by this LSF (caller holds the lock)."""
-    seen = [int(e.name) for e in (lsf_home / "jobs").iterdir() if e.name.isdigit()]
+    seen = [int(e.name) for e in (lsf_home / "jobs").iterdir() if e.name.isdecimal()]
     value = max([_read_id(lsf_home / "next_id"), _read_id(high_water_path(lsf_home)) + 1, first_id()]
                 + [s + 1 for s in seen])
     if value > MAX_JOB_ID:
@@ -284,7 +284,7 @@ def group_members(pgid: int) -> List[int]:
         return [pgid]
     members = []
     for entry in os.listdir("/proc"):
-        if entry.isdigit():
+        if entry.isdecimal():
             fields = _proc_stat(int(entry))
             if fields and len(fields) > 2 and fields[2] == str(pgid) and fields[0] not in ("Z", "X"):
                 members.append(int(entry))
