@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import os
 import random
+import signal
+import subprocess
+import time
 
 import numpy as np
 import pytest
 import torch
 
 from badinput import assert_refused, run_module
-from trainer_utils import REPO, make_dataset, run_ranks, tiny_args
+from trainer_utils import REPO, make_dataset, run_ranks, start_ranks, tiny_args, wait_ranks
 
 from trainer import checkpoint as ckpt
 from trainer.train import rng_states, set_rng_states
@@ -86,3 +89,98 @@ def test_rng_states_round_trip_through_a_checkpoint(tmp_path):
     want = (random.random(), np.random.normal(), np.random.rand(), torch.rand(1).item())
     set_rng_states(ckpt.load(path)["rng"])
     assert (random.random(), np.random.normal(), np.random.rand(), torch.rand(1).item()) == want
+
+
+# -- interrupted and failed saves ------------------------------------------------------------
+
+LEFTOVERS = ("checkpoints/.ckpt-000000002.pt.tmp4242", "checkpoints/.epoch-0000.pt.tmp17",
+             "checkpoints/.best.pt.tmp999999", ".run_config.json.tmp31337", ".COMPLETE.tmp8")
+
+
+def final_names(run):
+    """Files under the names a reader trusts."""
+    d = ckpt.ckpt_dir(run)
+    return sorted(p.name for p in d.iterdir() if not p.name.startswith(".")) if d.is_dir() else []
+
+
+def temporaries(run):
+    return sorted(str(p.relative_to(run)) for p in run.rglob(".*.tmp*"))
+
+
+def test_leftovers_of_a_killed_run_are_removed_and_others_files_kept(data, tmp_path):
+    run = tmp_path / "run"
+    for name in LEFTOVERS:
+        (run / name).parent.mkdir(parents=True, exist_ok=True)
+        (run / name).write_bytes(b"half written")
+    foreign = [run / ".run.json.tmp77", run / "notes.txt", run / "checkpoints" / "README"]
+    for p in foreign:
+        p.write_text("not the trainer's\n")
+    run_ranks(1, tiny_args(run, data, epochs=1) + ["--no-test"], tmp_path / "logs", timeout=120)
+    assert temporaries(run) == [".run.json.tmp77"]
+    assert all(p.exists() for p in foreign) and (run / "COMPLETE").exists()
+
+
+@pytest.fixture
+def small_fs(tmp_path):
+    """A real 512 KiB file system (tmpfs): a checkpoint of the tiny model (about 1.5 MB) does not fit."""
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    res = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=512k", "tmpfs", str(mnt)], capture_output=True,
+                         text=True)
+    if res.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here ({res.stderr.strip()}): the full-disk case needs one")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def test_a_full_disk_during_a_save_leaves_no_file_and_one_clear_line(data, tmp_path, small_fs):
+    run = small_fs / "run"
+    args = tiny_args(run, data, epochs=1) + ["--no-test"]
+    res = run_module("trainer", args, trainer_env(), cwd=str(REPO))
+    assert_refused(res, ["No space left on device", str(ckpt.step_path(run, 4))], prefix="trainer: cannot write")
+    assert final_names(run) == [] and temporaries(run) == []
+    assert not (run / "COMPLETE").exists()
+    # Room again: the same command finishes.
+    subprocess.run(["mount", "-o", "remount,size=16m", str(small_fs)], check=True)
+    run_ranks(1, args, tmp_path / "logs", timeout=120)
+    assert (run / "COMPLETE").exists() and temporaries(run) == []
+
+
+def test_kill_9_during_saves_then_the_rerun_resumes_cleanly(data, tmp_path):
+    """SIGKILL the moment a checkpoint temporary appears (a save is under way), three times; every file
+    under a final name still loads, and the next run cleans up, resumes and finishes."""
+    run = tmp_path / "run"
+    args = tiny_args(run, data, epochs=12, ckpt_every_steps=1) + ["--no-test"]
+    caught = 0
+    for attempt in range(3):
+        (proc,) = start_ranks(1, args, tmp_path / f"logs{attempt}")
+        deadline = time.time() + 90
+        while time.time() < deadline and proc.poll() is None:
+            names = os.listdir(ckpt.ckpt_dir(run)) if ckpt.ckpt_dir(run).is_dir() else []
+            if any(n.startswith("ckpt-") for n in names) and any(n.startswith(".ckpt-") for n in names):
+                break  # a save under way, with an earlier checkpoint to resume from
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        caught += any(".ckpt-" in t for t in temporaries(run))
+        for name in final_names(run):
+            ckpt.load(ckpt.ckpt_dir(run) / name)  # whole, or not there at all
+    assert caught, "no kill landed inside a save"
+    run_ranks(1, args, tmp_path / "logs", timeout=150)
+    assert (run / "COMPLETE").exists() and temporaries(run) == []
+    text = (tmp_path / "logs" / "rank0.log").read_text()
+    assert "resumed from" in text and "left by an interrupted run" in text
+
+
+def test_a_full_disk_on_two_ranks_ends_every_rank_with_one_line(data, tmp_path, small_fs):
+    """Rank 0 says what failed; rank 1, cut off in its next allreduce, says that another rank ended."""
+    run = small_fs / "run"
+    procs = start_ranks(2, tiny_args(run, data, epochs=2) + ["--no-test"], tmp_path / "logs")
+    codes = wait_ranks(procs, tmp_path / "logs", timeout=120)
+    assert all(c != 0 for c in codes), codes
+    rank0, rank1 = ((tmp_path / "logs" / f"rank{r}.log").read_text() for r in (0, 1))
+    assert "Traceback" not in rank0 + rank1, rank0 + rank1
+    assert "trainer: cannot write checkpoint" in rank0 and "No space left on device" in rank0
+    assert "trainer: rank 1 of 2 stops: another rank ended" in rank1, rank1
+    assert final_names(run) == [] and temporaries(run) == []

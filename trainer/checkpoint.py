@@ -15,7 +15,7 @@ import re
 import shutil
 import zipfile
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 import torch
 
@@ -24,31 +24,80 @@ EPOCH_RE = re.compile(r"^epoch-(\d{4})\.pt$")
 BEST = "best.pt"
 
 
+class CheckpointError(SystemExit):
+    """A checkpoint that cannot be read or written: the trainer ends with this one line, no traceback."""
+
+
 def ckpt_dir(run_dir: os.PathLike) -> Path:
     return Path(run_dir) / "checkpoints"
 
 
+def _tmp_name(path: Path) -> Path:
+    """The temporary a save writes first: hidden, in the same folder, named after the final file and the pid."""
+    return path.with_name(f".{path.name}.tmp{os.getpid()}")
+
+
+def _write_failure(path: Path, exc: BaseException) -> "CheckpointError":
+    """One line for a save that failed (full disk, quota, permissions): what, where, and what to do."""
+    cause: Optional[BaseException] = exc
+    while cause is not None and not isinstance(cause, OSError):
+        cause = cause.__cause__ or cause.__context__  # torch.save wraps the OSError of a short write
+    why = (cause.strerror or str(cause)) if isinstance(cause, OSError) else str(exc).splitlines()[0]
+    return CheckpointError(f"trainer: cannot write checkpoint {path}: {why}; nothing was left under a final "
+                           f"name: free space in {path.parent} (or use a --run-dir elsewhere) and run again to "
+                           "resume from the newest checkpoint")
+
+
 def _atomic_save(obj: Dict, path: Path) -> None:
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp = _tmp_name(path)
     try:
         with open(tmp, "wb") as f:
             torch.save(obj, f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+    except (OSError, RuntimeError) as exc:
+        raise _write_failure(path, exc) from None
     finally:
         tmp.unlink(missing_ok=True)
 
 
 def _atomic_alias(src: Path, dst: Path) -> None:
     """dst becomes the same content as src (hard link when possible: no extra space)."""
-    tmp = dst.with_name(f".{dst.name}.tmp{os.getpid()}")
+    tmp = _tmp_name(dst)
     tmp.unlink(missing_ok=True)
     try:
-        os.link(src, tmp)
-    except OSError:
-        shutil.copyfile(src, tmp)
-    os.replace(tmp, dst)
+        try:
+            os.link(src, tmp)
+        except OSError:
+            shutil.copyfile(src, tmp)
+        os.replace(tmp, dst)
+    except OSError as exc:
+        raise _write_failure(dst, exc) from None
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def clean_leftovers(run_dir: os.PathLike, run_files: Tuple[str, ...] = ()) -> List[Path]:
+    """Remove the temporaries of saves that a killed run (SIGKILL, node failure, full disk) left behind.
+
+    Why all of them, whatever their pid: only rank 0 of the one job that owns
+    the run directory writes these names, and it calls this before it writes
+    anything, so no live writer can own one. Only the trainer's own names go
+    (checkpoints, and ``run_files`` in the run directory): other programs'
+    temporaries in the folder are theirs to handle.
+    """
+    own = re.compile(r"^\.(?:ckpt-\d{9}\.pt|epoch-\d{4}\.pt|best\.pt)\.tmp\d+$")
+    mine = re.compile(r"^\.(?:%s)\.tmp\d+$" % "|".join(re.escape(n) for n in run_files)) if run_files else None
+    removed = []
+    for folder, pattern in ((ckpt_dir(run_dir), own), (Path(run_dir), mine)):
+        if pattern is None or not folder.is_dir():
+            continue
+        for p in folder.iterdir():
+            if pattern.match(p.name):
+                p.unlink(missing_ok=True)
+                removed.append(p)
+    return removed
 
 
 def step_path(run_dir: os.PathLike, step: int) -> Path:
@@ -104,10 +153,6 @@ def save(run_dir: os.PathLike, state: Dict, step: int, keep: int, epoch_end: Opt
     for old in list_checkpoints(run_dir)[:-max(1, keep)]:
         old.unlink(missing_ok=True)
     return path
-
-
-class CheckpointError(SystemExit):
-    """A checkpoint that cannot be read or written: the trainer ends with this one line, no traceback."""
 
 
 def _unpickle_reason(exc: BaseException) -> str:

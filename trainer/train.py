@@ -18,6 +18,7 @@ import json
 import math
 import os
 import random
+import re
 import signal
 import time
 from contextlib import nullcontext
@@ -114,9 +115,13 @@ def plain_args(args: argparse.Namespace) -> Dict:
 
 
 def write_marker(run_dir: Path, name: str, text: str) -> None:
+    """``run_dir/name`` holds ``text`` whole or not at all (temp name, then rename; no temp left on failure)."""
     tmp = run_dir / f".{name}.tmp{os.getpid()}"
-    tmp.write_text(text)
-    os.replace(tmp, run_dir / name)
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, run_dir / name)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 class Trainer:
@@ -134,6 +139,9 @@ class Trainer:
         self.is_main = e.rank == 0
         self.device = e.device
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        if self.is_main:  # before anything is written: a killed run's half-written files go
+            for p in ckpt.clean_leftovers(self.run_dir, (RUN_CONFIG, COMPLETE)):
+                log(f"removed {p}, left by an interrupted run")
         self.metrics = MetricsWriter(self.run_dir, self.is_main)
         cuda = self.device.type == "cuda"
         self.amp_dtype = None
@@ -232,9 +240,7 @@ class Trainer:
             log(f"multigrid: {self.mg.total_steps} iterations instead of {self.total_steps} "
                 f"({self.mg.speedup():.2f}x fewer)", self.is_main)
         if self.is_main:
-            tmp = self.run_dir / f".{RUN_CONFIG}.tmp{os.getpid()}"
-            tmp.write_text(json.dumps(self.run_config, indent=1, sort_keys=True) + "\n")
-            os.replace(tmp, self.run_dir / RUN_CONFIG)
+            write_marker(self.run_dir, RUN_CONFIG, json.dumps(self.run_config, indent=1, sort_keys=True) + "\n")
 
     def _resume_checkpoint(self) -> Optional[Path]:
         """The checkpoint every rank resumes from: rank 0's newest, shared with the others.
@@ -665,9 +671,30 @@ class Trainer:
 
 
 def main(args: argparse.Namespace) -> int:
+    """Train; a file-system failure (full disk, permissions, a missing file) ends with one line naming the path."""
+    try:
+        return _train(args)
+    except OSError as exc:
+        where = f"{exc.filename}: " if exc.filename else ""
+        raise SystemExit(f"trainer: {where}{exc.strerror or exc}") from None
+
+
+#: How a collective reports that another rank is gone (gloo, NCCL, Horovod), rather than a fault of its own.
+LOST_PEER = re.compile(r"Connection (closed|reset) by peer|Broken pipe|gloo|nccl|horovod", re.I)
+
+
+def _train(args: argparse.Namespace) -> int:
     trainer = Trainer(args)
     try:
         return trainer.run()
+    except RuntimeError as exc:
+        e = trainer.engine
+        if e.size > 1 and LOST_PEER.search(f"{type(exc).__name__} {exc}"):
+            # The rank that ended first printed the cause; a traceback from every other rank would bury it.
+            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise SystemExit(f"trainer: rank {e.rank} of {e.size} stops: another rank ended while they were "
+                             f"exchanging data ({first}); the first rank to end says why") from None
+        raise
     finally:
         # The work is saved (checkpoint or COMPLETE): a late warning signal must not turn a clean exit
         # into a kill. Python resets handlers to the default action while the interpreter shuts down,
