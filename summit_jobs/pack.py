@@ -17,6 +17,10 @@ Why it is built this way:
   listed (ShardWriter also writes to ``*.partial`` and renames).
 - A video or JPEG that cannot be decoded is skipped, counted and listed in
   ``pack-report.json``: one broken file in 240k must not stop a pack.
+- ``--force`` over a finished pack removes its manifest before the first shard
+  is rewritten (the new shards reuse the names), so a kill never leaves a
+  manifest whose hashes describe other bytes. One pack at a time per folder
+  (a FolderLock): a second is refused, naming the first.
 """
 from __future__ import annotations
 

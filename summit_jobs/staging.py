@@ -17,7 +17,10 @@ Every shard lands under a hidden temporary name, is verified against the
 manifest's hash, and only then renamed: a killed or failed transfer never
 leaves a file under a shard's name. Shards already present and verified are
 skipped, transient failures are retried with exponential backoff, a missing
-archive member fails at once with its name.
+archive member fails at once with its name. A manifest already in ``dest`` is
+removed before a shard there is replaced and written again last; one run at a
+time per ``dest`` (a FolderLock), and shard names and HPSS paths are checked
+before they reach hsi, which reads its arguments as commands.
 """
 from __future__ import annotations
 

@@ -19,6 +19,9 @@ Why it is shaped this way:
   survives it), and a node crash ends the job, whose NVMe is erased anyway.
 - A missing or corrupt shard fails the rank with a message naming it: training
   on silently wrong data would waste the allocation.
+- The node-local manifest is removed before anything in the folder changes and
+  written last, and one run at a time holds the folder (a FolderLock): a full,
+  read-only or busy folder fails with one line naming it, never a traceback.
 
 Also: ``python -m trainer.stage collect --src S --dest D`` copies what a rank
 left on NVMe (checkpoints, logs) to D/<node name> before the NVMe is erased.
