@@ -11,14 +11,67 @@ from __future__ import annotations
 import dataclasses
 import multiprocessing
 import os
-from typing import List, Optional, Tuple
+import re
+from typing import Callable, List, Optional, Sequence, Tuple
 
+import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from . import transforms
 from .clips import ClipSpec, sample_rng, eval_clip, eval_frame_indices, train_clip, train_frame_indices
 from .sampler import MicroBatchSampler, ShapeBatchSampler
 from .shards import ShardDataset
+
+
+class SampleError(ValueError):
+    """A sample with a frame that cannot be decoded; the message names the shard file and the tar member."""
+
+
+def error_line(exc: BaseException) -> str:
+    """The message of ``exc`` without a DataLoader worker's traceback around it.
+
+    Why: an error raised in a worker reaches the training process as the same
+    type whose message is the worker's whole traceback; the line that says what
+    is wrong is its last one, after the exception's name.
+    """
+    text = str(exc)
+    if "Traceback (most recent call last)" not in text:
+        return text
+    last = [line for line in text.splitlines() if line.strip()][-1]
+    return re.sub(r"^[\w.]+: ", "", last.strip(), count=1)
+
+
+def _bad_frame(frames: Sequence[bytes], indices: Sequence[int], num_frames: int) -> Optional[Tuple[int, str]]:
+    """(frame number, why) of the first frame of a clip that does not decode on its own, else None."""
+    for j, data in zip(indices, frames):
+        try:
+            transforms.decode(data)
+        except Exception as exc:  # PIL raises OSError, SyntaxError, ValueError, DecompressionBombError...
+            why = re.sub(r"\s*<_io\.BytesIO object at 0x[0-9a-f]+>", "", str(exc))  # an address says nothing
+            return min(max(int(j), 0), num_frames - 1), f"{type(exc).__name__}: {why}"
+    return None
+
+
+def decoded(shards: ShardDataset, i: int, indices: Sequence[int], make: Callable[[List[bytes]], np.ndarray]):
+    """``make(frames)`` for sample ``i``; a frame that cannot be decoded is reported by shard file and member.
+
+    Why here: the decode runs in a DataLoader worker, where PIL's own error names
+    neither the video nor the file it came from. Only a frame that fails on its
+    own is blamed on the data; any other failure is raised as it is.
+    """
+    frames = shards.frames(i, indices)
+    try:
+        return make(frames)
+    except Exception:
+        bad = _bad_frame(frames, indices, shards.num_frames(i))
+        if bad is None:
+            raise
+        key, (j, why) = shards.key(i), bad
+        si = shards._samples[i][0]  # the shard holding sample i (ShardDataset keeps no public accessor)
+        path = shards.root / shards._shards[si]["name"]
+        raise SampleError(f"trainer: shard {path}: member {key}.{j:05d}.jpg (sample {key}, frame {j}) cannot be "
+                          f"decoded ({why}); re-pack that video or re-stage the shard") from None
 
 
 class TrainClips(Dataset):
@@ -37,7 +90,7 @@ class TrainClips(Dataset):
         spec = self.spec if len(item) == 2 else self.shaped(item[2], item[3])
         rng = sample_rng(self.seed, epoch, i)
         idx = train_frame_indices(self.shards.num_frames(i), spec.num_segments, spec.mode, spec.stride, rng)
-        clip = train_clip(self.shards.frames(i, idx), spec, rng)
+        clip = decoded(self.shards, i, idx, lambda frames: train_clip(frames, spec, rng))
         return torch.from_numpy(clip), self.shards.label(i)
 
     def shaped(self, frames: int, size: int) -> ClipSpec:
@@ -62,7 +115,8 @@ class EvalClips(Dataset):
         clip, crop = divmod(view, self.spec.test_crops)
         idx = eval_frame_indices(self.shards.num_frames(i), self.spec.num_segments, self.spec.mode,
                                  self.spec.stride, clip, self.clips)
-        return torch.from_numpy(eval_clip(self.shards.frames(i, idx), self.spec, crop)), self.shards.label(i)
+        clip = decoded(self.shards, i, idx, lambda frames: eval_clip(frames, self.spec, crop))
+        return torch.from_numpy(clip), self.shards.label(i)
 
 
 def _context(workers: int) -> Optional[multiprocessing.context.BaseContext]:
@@ -118,4 +172,4 @@ def class_count(root: str) -> int:
     return len(ShardDataset(root, "train").classes)
 
 
-__all__ = ["TrainClips", "EvalClips", "train_loader", "shape_loader", "eval_loader"]
+__all__ = ["TrainClips", "EvalClips", "SampleError", "error_line", "train_loader", "shape_loader", "eval_loader"]

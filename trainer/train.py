@@ -33,14 +33,14 @@ from . import checkpoint as ckpt
 from .aavg import BatchSizeController, average_learners, should_average
 from .clips import ClipSpec, normalize
 from .config import LR_PER_8_CLIPS
-from .data import EvalClips, TrainClips, eval_loader, shape_loader, train_loader
+from .data import EvalClips, SampleError, TrainClips, error_line, eval_loader, shape_loader, train_loader
 from .engines import Engine, make_engine, unwrap
 from .metrics import MetricsWriter, log, progress_line, topk_correct
 from .mgsteps import MultigridSteps
 from .model import build_model
 from .optim import build_optimizer
 from .sampler import eval_indices, steps_per_epoch
-from .shards import ShardDataset
+from .shards import ShardDataset, ShardError
 from .subbn import convert_to_sub_bn
 
 COMPLETE = "COMPLETE"
@@ -676,7 +676,10 @@ def main(args: argparse.Namespace) -> int:
         return _train(args)
     except OSError as exc:
         where = f"{exc.filename}: " if exc.filename else ""
-        raise SystemExit(f"trainer: {where}{exc.strerror or exc}") from None
+        raise SystemExit(f"trainer: {where}{exc.strerror or error_line(exc)}") from None
+    except (ShardError, SampleError) as exc:  # bad data: the message names the shard (and the sample)
+        line = error_line(exc)
+        raise SystemExit(line if line.startswith("trainer: ") else f"trainer: {line}") from None
 
 
 #: How a collective reports that another rank is gone (gloo, NCCL, Horovod), rather than a fault of its own.
