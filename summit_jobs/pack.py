@@ -172,7 +172,7 @@ def list_rawframes(src: Path, classes: Optional[List[str]]) -> Tuple[List[Sample
             if not line.strip() or line.lstrip().startswith("#"):
                 continue
             parts = line.split()
-            if len(parts) < 3 or not parts[-1].lstrip("-").isdigit() or not parts[-2].isdigit():
+            if len(parts) < 3 or not parts[-1].lstrip("-").isdecimal() or not parts[-2].isdecimal():
                 raise UserError(f"{lst}:{n}: expected '<folder> <num_frames> <label>', got {line!r}.")
             folder, nf, label = " ".join(parts[:-2]), int(parts[-2]), int(parts[-1])
             if label < 0 or (classes is not None and label >= len(classes)):

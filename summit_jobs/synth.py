@@ -192,7 +192,7 @@ def _prepare_out(root: Path, force: bool) -> None:
                         "or choose another output folder.")
     root.mkdir(parents=True, exist_ok=True)
     for stray in root.rglob(".*.tmp*"):
-        if stray.is_file() and stray.name.rsplit(".tmp", 1)[-1].isdigit():
+        if stray.is_file() and stray.name.rsplit(".tmp", 1)[-1].isdecimal():
             stray.unlink(missing_ok=True)
 
 
