@@ -58,3 +58,84 @@ def test_a_corrupt_jpeg_names_the_shard_and_the_member(corrupt_data, tmp_path, s
     args = tiny_args(tmp_path / "run", root, epochs=1, workers=workers, eval_every=1, test_clips=1)
     res = run_module("trainer", args, trainer_env(), cwd=str(REPO), timeout=180)
     assert_refused(res, [str(shard), f"member {key}.00002.jpg", f"sample {key}"], prefix="trainer: shard ")
+
+
+# -- options argparse accepts but the trainer cannot use --------------------------------------
+
+#: (arguments after --run-dir/--data, what the refusal must name)
+BAD_OPTIONS = [
+    (["--lr", "nan"], "--lr nan"), (["--lr", "inf"], "--lr inf"), (["--lr", "-1"], "--lr -1"),
+    (["--lr", "0"], "--lr 0"), (["--lr", "1e999"], "--lr inf"), (["--lr", "0.1", "--lr", "nan"], "--lr nan"),
+    (["--warmup-epochs", "nan"], "--warmup-epochs nan"), (["--warmup-epochs", "-1"], "--warmup-epochs -1"),
+    (["--warmup-epochs", "inf"], "--warmup-epochs inf"),
+    (["--momentum", "nan"], "--momentum nan"), (["--momentum", "1"], "--momentum 1"),
+    (["--momentum", "-0.1"], "--momentum -0.1"),
+    (["--weight-decay=-1e-4"], "--weight-decay -0.0001"), (["--weight-decay", "nan"], "--weight-decay nan"),
+    (["--clip-grad", "-1"], "--clip-grad -1"), (["--clip-grad", "inf"], "--clip-grad inf"),
+    (["--dropout", "1"], "--dropout 1"), (["--dropout", "-0.5"], "--dropout -0.5"),
+    (["--dropout", "nan"], "--dropout nan"),
+    (["--width", "0"], "--width 0"), (["--width", "-1"], "--width -1"), (["--width", "nan"], "--width nan"),
+    (["--width", "100"], "--width 100"),
+    (["--trust-coefficient", "0"], "--trust-coefficient 0"),
+    (["--trust-coefficient", "nan"], "--trust-coefficient nan"),
+    (["--ckpt-every-minutes", "-5"], "--ckpt-every-minutes -5"),
+    (["--ckpt-every-minutes", "nan"], "--ckpt-every-minutes nan"),
+    (["--aavg-b1", "nan"], "--aavg-b1 nan"), (["--aavg-b2", "0.5"], "--aavg-b2 0.5"),
+    (["--aavg-b2", "inf"], "--aavg-b2 inf"),
+    (["--num-classes", "-5"], "--num-classes -5"), (["--epochs", "0"], "--epochs 0"),
+    (["--epochs", "-3"], "--epochs -3"), (["--workers", "-1"], "--workers -1"),
+    (["--prefetch", "0"], "--prefetch 0"), (["--keep", "0"], "--keep 0"),
+    (["--test-clips", "0"], "--test-clips 0"), (["--test-last", "0"], "--test-last 0"),
+    (["--test-last", "-2"], "--test-last -2"), (["--log-every", "0"], "--log-every 0"),
+    (["--threads", "-1"], "--threads -1"), (["--max-steps", "-1"], "--max-steps -1"),
+    (["--seed", "-1"], "--seed -1"), (["--seed", str(2 ** 63)], f"--seed {2 ** 63}"),
+    (["--batch-per-gpu", "0"], "--batch-per-gpu 0"), (["--accum-steps", "0"], "--accum-steps 0"),
+    (["--num-segments", "0"], "--num-segments 0"), (["--fold-div", "1"], "--fold-div 1"),
+    (["--fold-div", "0"], "--fold-div 0"), (["--frame-stride", "0"], "--frame-stride 0"),
+    (["--input-size", "0"], "--input-size 0"), (["--input-size", "32", "--scale-size", "16"], "--scale-size 16"),
+    (["--scale-size", "-1"], "--scale-size -1"), (["--eval-every", "-1"], "--eval-every -1"),
+    (["--ckpt-every-steps", "-1"], "--ckpt-every-steps -1"), (["--bn-clips", "0"], "--bn-clips 0"),
+    (["--aavg-eval-every", "-1"], "--aavg-eval-every -1"), (["--aavg-max-batch", "0"], "--aavg-max-batch 0"),
+    (["--arch", "resnet19"], "resnet19"), (["--epochs", "two"], "two"),
+    (["--optimizer-sync", "aavg", "--avg-interval", "0"], "--avg-interval 0"),
+    (["--optimizer-sync", "aavg", "--batch-per-gpu", "8", "--aavg-max-batch", "4"], "--aavg-max-batch 4"),
+    (["--schedule", "multigrid", "--epochs", "2"], "got 2"),
+]
+
+
+@pytest.mark.parametrize("extra,needle", BAD_OPTIONS, ids=[" ".join(a) for a, _ in BAD_OPTIONS])
+def test_an_unusable_option_is_refused_before_anything_starts(tmp_path, extra, needle):
+    run = tmp_path / "run"
+    res = run_module("trainer", ["--run-dir", str(run), "--data", str(tmp_path / "data"), *extra], trainer_env(),
+                     cwd=str(REPO), timeout=60)
+    assert_refused(res, [needle], prefix="python -m trainer: error: ")
+    assert res.returncode == 2 and not run.exists()
+
+
+UNSET = [(["--run-dir", "$SUMMIT_JOBS_UNSET_VARIABLE/run", "--data", "DATA"], "$SUMMIT_JOBS_UNSET_VARIABLE"),
+         (["--run-dir", "RUN", "--data", "${SUMMIT_JOBS_UNSET_NVME}/data"], "${SUMMIT_JOBS_UNSET_NVME}"),
+         (["--run-dir", " ", "--data", "DATA"], "--run-dir ''")]
+
+
+@pytest.mark.parametrize("argv,needle", UNSET, ids=["run-dir", "data", "blank-run-dir"])
+def test_a_path_naming_an_unset_variable_is_refused(tmp_path, argv, needle):
+    argv = [a.replace("RUN", str(tmp_path / "run")).replace("DATA", str(tmp_path / "data")) for a in argv]
+    res = run_module("trainer", argv, trainer_env(), cwd=str(tmp_path), timeout=60)
+    assert_refused(res, [needle])
+    assert list(tmp_path.iterdir()) == []  # no folder named after the variable
+
+
+def test_the_login_side_parser_refuses_the_same_and_accepts_the_recipe():
+    """``trainer.config.parse`` is what submit calls on the arguments after --: same refusals, exit 2."""
+    base = ["--run-dir", "/r", "--data", "/d"]
+    assert parse(base).lr is None and parse(base + ["--lr", "0.1", "--warmup-epochs", "0"]).lr == 0.1
+    for extra, _ in BAD_OPTIONS[:6]:
+        with pytest.raises(SystemExit) as exc:
+            parse(base + extra)
+        assert exc.value.code == 2
+
+
+def test_the_arch_choices_are_the_models():
+    from trainer.config import ARCHS
+    from trainer.model import ARCHS as BUILT
+    assert tuple(BUILT) == ARCHS

@@ -5,8 +5,12 @@ catch_early()  # before the slow imports: a stop request during start-up is kept
 
 import sys  # noqa: E402
 
-from .config import parse  # noqa: E402
-from .train import main  # noqa: E402
+from .config import parse, unset_variables  # noqa: E402
 
 if __name__ == "__main__":
-    sys.exit(main(parse()))
+    args = parse()  # before torch is imported: a refused option costs no start-up time
+    problem = unset_variables(args)
+    if problem:
+        sys.exit(problem)
+    from .train import main
+    sys.exit(main(args))

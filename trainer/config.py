@@ -8,10 +8,14 @@ planner's (``summit-jobs submit ... -- --epochs 3``) override them.
 from __future__ import annotations
 
 import argparse
+import math
 import os
-from typing import List, Optional
+import re
+from typing import Callable, Dict, List, Optional, Tuple
 
 LR_PER_8_CLIPS = 0.00125
+#: The depths trainer.model builds (listed here too: this module must not import torch).
+ARCHS = ("resnet18", "resnet34", "resnet50", "resnet101", "resnet152")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -33,7 +37,7 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--log-every", type=int, default=10, help="optimiser steps between metrics records")
     g.add_argument("--threads", type=int, default=0, help="torch CPU threads per rank (0 = torch's default)")
     g = p.add_argument_group("model")
-    g.add_argument("--arch", default="resnet50", help="resnet18|resnet34|resnet50|resnet101|resnet152")
+    g.add_argument("--arch", choices=ARCHS, default="resnet50", help="the ResNet depth (the paper: resnet50)")
     g.add_argument("--num-segments", type=int, default=8, help="frames per clip (T)")
     g.add_argument("--num-classes", type=int, default=0, help="0 = the number of classes in the data's manifest")
     g.add_argument("--width", type=float, default=1.0, help="channel width multiplier (tiny test models)")
@@ -103,29 +107,117 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def parse(argv: Optional[List[str]] = None) -> argparse.Namespace:
-    p = parser()
-    args = p.parse_args(argv)
-    args.run_dir = os.path.expandvars(args.run_dir)
-    if args.data:
-        args.data = os.path.expandvars(args.data)
-    for name in ("batch_per_gpu", "accum_steps", "epochs", "num_segments", "input_size"):
-        if getattr(args, name) < 1:
-            p.error(f"--{name.replace('_', '-')} must be at least 1")
+def _finite(lo: float, hi: float = math.inf, lo_open: bool = False, hi_open: bool = False):
+    """A check that a float is finite and within [lo, hi] (ends open where asked)."""
+    def ok(v: float) -> bool:
+        return (math.isfinite(v) and (v > lo if lo_open else v >= lo) and (v < hi if hi_open else v <= hi))
+    return ok
+
+
+#: Float options: (check, what the value must be). argparse's float() takes 'nan', 'inf' and '1e999'; a NaN
+#: learning rate trains for hours on NaN weights, so they are refused here with the option and its value.
+FLOATS: Dict[str, Tuple[Callable[[float], bool], str]] = {
+    "lr": (_finite(0, lo_open=True), "a finite learning rate above 0 (leave it out for "
+           f"{LR_PER_8_CLIPS} per 8 clips of the global batch)"),
+    "warmup_epochs": (_finite(0), "a finite number of epochs, 0 or more"),
+    "momentum": (_finite(0, 1, hi_open=True), "at least 0 and below 1 (the recipe: 0.9)"),
+    "weight_decay": (_finite(0), "a finite number, 0 or more (the recipe: 1e-4)"),
+    "clip_grad": (_finite(0), "a finite gradient norm, or 0 for no clipping"),
+    "dropout": (_finite(0, 1, hi_open=True), "a probability, at least 0 and below 1"),
+    "width": (_finite(0, 16, lo_open=True), "a channel multiplier above 0 and at most 16 (1 = the real network)"),
+    "trust_coefficient": (_finite(0, lo_open=True), "a finite number above 0 (the usual: 0.001)"),
+    "ckpt_every_minutes": (_finite(0), "a finite number of minutes, or 0 for none"),
+    "aavg_b1": (_finite(0, lo_open=True), "a finite factor above 0"),
+    "aavg_b2": (_finite(1), "a finite growth factor of at least 1"),
+}
+#: Integer options: (smallest value, what to do instead).
+INTS: Dict[str, Tuple[int, str]] = {
+    "seed": (0, "a seed is 0 or more"), "max_steps": (0, "0 means no limit"),
+    "log_every": (1, "records every N optimiser steps"), "threads": (0, "0 keeps torch's default"),
+    "num_segments": (1, "frames per clip"), "num_classes": (0, "0 takes the count from the manifest"),
+    "fold_div": (2, "1/N of the channels is shifted each way, so N is at least 2"),
+    "batch_per_gpu": (1, "clips per rank"), "accum_steps": (1, "micro-batches per optimiser step"),
+    "epochs": (1, "at least one epoch"), "bn_clips": (1, "clips per BatchNorm group"),
+    "aavg_eval_every": (0, "0 turns the batch rule off"), "aavg_max_batch": (1, "clips per learner"),
+    "frame_stride": (1, "frames between sampled frames"), "input_size": (1, "pixels"),
+    "scale_size": (0, "0 means input-size x 256/224"), "workers": (0, "0 decodes in the rank itself"),
+    "prefetch": (1, "batches each worker keeps ready"), "eval_every": (0, "0 means never"),
+    "test_clips": (1, "clips per video"), "test_last": (1, "use --no-test to skip the final test"),
+    "keep": (1, "the newest checkpoint is always kept"), "ckpt_every_steps": (0, "0 means off"),
+}
+MAX_SEED = 2 ** 63 - 1
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _shown(v: object) -> str:
+    return format(v, "g") if isinstance(v, float) else str(v)
+
+
+def _check_numbers(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Refuse numbers argparse accepts but the trainer cannot use, naming the option and its value."""
+    for name, (ok, what) in FLOATS.items():
+        v = getattr(args, name)
+        if v is not None and not ok(v):
+            p.error(f"{_flag(name)} {_shown(v)}: must be {what}")
+    for name, (lo, hint) in INTS.items():
+        v = getattr(args, name)
+        if v < lo:
+            p.error(f"{_flag(name)} {v}: must be at least {lo} ({hint})")
+    if args.seed > MAX_SEED:
+        p.error(f"--seed {args.seed}: must be at most {MAX_SEED}")
+    if 0 < args.scale_size < args.input_size:
+        p.error(f"--scale-size {args.scale_size}: the test crops --input-size {args.input_size} from a shorter side "
+                f"of this size; use at least {args.input_size}, or 0 for input-size x 256/224")
+
+
+def _check_methods(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Combinations the methods cannot run with."""
     if args.optimizer_sync == "aavg":
         if args.avg_interval == 0 or args.avg_interval < -1:
             p.error(f"--avg-interval {args.avg_interval}: use a number of local steps >= 1, or -1 (once per epoch)")
         if args.accum_steps != 1:
             p.error("--optimizer-sync aavg has no gradient allreduce to accumulate for: use --accum-steps 1")
-        if args.aavg_b2 < 1 or args.aavg_max_batch < args.batch_per_gpu:
-            p.error("--aavg-b2 must be >= 1 and --aavg-max-batch at least --batch-per-gpu")
-    if args.bn_clips < 1:
-        p.error("--bn-clips must be at least 1")
+        if args.aavg_max_batch < args.batch_per_gpu:
+            p.error(f"--aavg-max-batch {args.aavg_max_batch}: must be at least --batch-per-gpu "
+                    f"{args.batch_per_gpu}")
     if args.schedule == "multigrid" and args.epochs < 3:
         p.error(f"--schedule multigrid needs at least 3 epochs (LR stages at 40% and 80% and a final phase); "
                 f"got {args.epochs}")
-    if args.warmup_epochs < 0:
-        p.error("--warmup-epochs must not be negative")
+
+
+def parse(argv: Optional[List[str]] = None) -> argparse.Namespace:
+    """The trainer's options, checked; a bad value exits 2 with usage and one line naming it (argparse's way).
+
+    Pure and torch-free: the login side calls it at submit time on the exact
+    arguments a rank will get, so a typo fails there and not after the queue wait.
+    """
+    p = parser()
+    args = p.parse_args(argv)
+    if not args.run_dir.strip():
+        p.error("--run-dir '': give the folder for checkpoints and metrics")
+    args.run_dir = os.path.expandvars(args.run_dir)
+    if args.data:
+        args.data = os.path.expandvars(args.data)
+    _check_numbers(p, args)
+    _check_methods(p, args)
     if args.scale_size <= 0:
         args.scale_size = int(round(args.input_size * 256 / 224))
     return args
+
+
+def unset_variables(args: argparse.Namespace) -> Optional[str]:
+    """A message when --run-dir or --data still names a $VARIABLE after expansion, else None.
+
+    Why not in ``parse``: the login side parses the same arguments, and the
+    variables (the node's NVMe path) exist only inside the job. On a rank an
+    unset one would make a folder literally named ``$SUMMIT_JOBS_NVME``.
+    """
+    for flag, value in (("--run-dir", args.run_dir), ("--data", args.data)):
+        left = re.search(r"\$\{?[A-Za-z_][A-Za-z0-9_]*\}?", value or "")
+        if left:
+            return (f"trainer: {flag} {value}: {left.group(0)} is not set in this environment "
+                    "(set it in the job, or give the path itself)")
+    return None
