@@ -245,6 +245,11 @@ class Profile:
     quota_nodes: Optional[int] = None
     #: Where run directories go (``$VARS`` are left to the shell of the remote side).
     runs_dir: Optional[str] = None
+    #: Folders that compute nodes can read but not write (Summit's home and project NFS): a run
+    #: directory there would fail at the first checkpoint, so the planner refuses it at submit time.
+    compute_read_only_prefixes: Tuple[str, ...] = ()
+    #: The place to point users at instead (named in that refusal).
+    writable_hint: str = ""
     #: The file it was loaded from (for messages and the run record).
     source: str = ""
 

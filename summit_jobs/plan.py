@@ -201,6 +201,18 @@ def parse_nodes(value: object, profile: Profile) -> int:
     return n
 
 
+def _check_writable_on_compute_nodes(profile: Profile, opts: JobOptions) -> None:
+    """The run directory (and the staged data's manifest folder) must be writable where the ranks run."""
+    for what, option, path in (("run directory", "--run-dir / --runs-dir", opts.run_dir),):
+        for prefix in profile.compute_read_only_prefixes:
+            root = prefix.rstrip("/")
+            if path == root or path.startswith(root + "/"):
+                hint = f" ({profile.writable_hint})" if profile.writable_hint else ""
+                raise UserError(f"{what} {path} is under {root}, which {profile.name}'s compute nodes cannot "
+                                f"write: checkpoints and metrics would fail. Give {option} a folder on the "
+                                f"parallel file system{hint}.")
+
+
 def _check_schedule(lr: float, epochs: int, warmup: float, lr_per_8_clips: float) -> None:
     if not (math.isfinite(lr) and lr > 0):
         raise UserError(f"--lr {lr!r} must be a finite number above 0 (the peak learning rate; the default is "
@@ -264,6 +276,7 @@ def make_plan(profile: Profile, opts: JobOptions) -> Plan:
             raise UserError(f"{what} path {path!r} contains '$': it would be used unexpanded by the job script "
                             f"but expanded by the trainer. Give {option} a path without '$' (let your shell "
                             "expand variables: write $SCRATCH/runs without quotes).")
+    _check_writable_on_compute_nodes(profile, opts)
     for arg in opts.trainer_args:
         if "\0" in arg:
             raise UserError(f"trainer argument {arg!r} contains a NUL byte, which no command line can carry.")
