@@ -179,6 +179,12 @@ def _job_options(f):
         click.option("--chain", type=whole(1), default=1, show_default=True,
                      help="Submit this many jobs, each depending on ended() of the previous and resuming "
                           "from the run's latest checkpoint."),
+        click.option("--until-complete", is_flag=True,
+                     help="Chain until training is complete: each job that is stopped by the warning signal "
+                          "before COMPLETE submits the next one (after ended() of itself), as long as it made "
+                          "progress, up to --max-links jobs."),
+        click.option("--max-links", type=whole(1), default=20, show_default=True,
+                     help="With --until-complete: the most jobs the chain may run."),
         click.option("--warning-minutes", type=whole(1),
                      help="Minutes before the run limit at which USR2 asks the trainer to checkpoint."),
         click.option("--quota-nodes", type=whole(1),
@@ -252,6 +258,7 @@ def build_job(state: State, kw: dict, *, accum_steps: int = 1, virtual_nodes: Op
         optimizer_sync=kw.get("optimizer_sync", "sync"), avg_interval=kw.get("avg_interval", -1),
         compression=kw.get("compression", "none"), fusion_threshold=kw.get("fusion_threshold"),
         train_clips=kw.get("train_clips"), check_trainer_args=not _replaces_launch(template_dir),
+        until_complete=bool(kw.get("until_complete")), max_links=kw.get("max_links") or 20,
     )
     plan = plan_mod.make_plan(profile, opts)
     script = render.render(plan, template_dir)

@@ -138,7 +138,7 @@ def _bjobs(host, ids: List[str]):
 def collect(state: State, pairs, hosts_: _Hosts) -> List[Dict[str, object]]:
     """One row per job: bjobs' view corrected by the exit-code files."""
     groups: Dict[str, List[Tuple[Optional[Dict], str]]] = {}
-    for record, ids in pairs:
+    for record, ids in _with_links(pairs, hosts_):
         for jid in ids:
             groups.setdefault(_host_key(record), []).append((record, jid))
     rows = []
@@ -177,6 +177,16 @@ def collect(state: State, pairs, hosts_: _Hosts) -> List[Dict[str, object]]:
             _mark_cancelled(row, st, record)
             rows.append(row)
     return rows
+
+
+def _with_links(pairs, hosts_: _Hosts):
+    """A whole run's ids include the links its chain queued itself; a single job id stays alone."""
+    from summit_jobs import runs
+    out = []
+    for record, ids in pairs:
+        whole_run = record is not None and ids == [str(j) for j in record.get("job_ids") or []]
+        out.append((record, runs.with_chain_links(hosts_.get(record), record, ids) if whole_run else ids))
+    return out
 
 
 def _mark_cancelled(row: Dict[str, object], st, record: Optional[Dict]) -> None:
@@ -283,7 +293,7 @@ def cancel_cmd(state: State, target: str) -> None:
     hosts_ = _Hosts(state)
     refused: List[str] = []
     try:
-        for record, ids in pairs:
+        for record, ids in _with_links(pairs, hosts_):
             host = hosts_.get(record)
             mine, skipped = (ids, []) if record is None else _owned(host, record, ids)
             refused += skipped
@@ -403,7 +413,7 @@ def logs_cmd(state: State, target: str, follow: bool, interval: float) -> None:
     try:
         for record, ids in pairs:
             host = hosts_.get(record)
-            for jid in ids:
+            for jid in _each_link(host, record, ids):
                 files = _outputs(host, record, jid)
                 if not follow:
                     for path in files:
@@ -418,6 +428,20 @@ def logs_cmd(state: State, target: str, follow: bool, interval: float) -> None:
         sys.exit(130)
     finally:
         hosts_.close()
+
+
+def _each_link(host, record: Dict, ids: List[str]):
+    """The jobs in order, reading the chain file again after the last: a followed link may queue the next."""
+    from summit_jobs import runs
+    whole_run = ids == [str(j) for j in record.get("job_ids") or []]
+    done: List[str] = []
+    while True:
+        todo = [j for j in (runs.with_chain_links(host, record, ids) if whole_run else ids) if j not in done]
+        if not todo:
+            return
+        for jid in todo:
+            done.append(jid)
+            yield jid
 
 
 def _follow(state: State, hosts_: _Hosts, record: Dict, jid: str, files: List[str], interval: float) -> None:

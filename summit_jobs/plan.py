@@ -22,6 +22,10 @@ JOB_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 ACCOUNT_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 #: Marker the trainer writes when all epochs are done; later chain links exit at once.
 COMPLETE_MARKER = "COMPLETE"
+#: The job script in the run directory.
+SCRIPT_NAME = "job.lsf"
+#: Ids of the links a chain until complete submitted itself (the first link's id is in run.json).
+CHAIN_FILE = "chain.jobs"
 
 
 @dataclass(frozen=True)
@@ -65,6 +69,10 @@ class JobOptions:
     #: Parse the trainer's arguments with its own parser (off when a user template replaces the launch line,
     #: which then decides what runs and what its arguments mean).
     check_trainer_args: bool = True
+    #: Chain until the trainer writes COMPLETE: each link that ends after the warning signal submits the
+    #: next one itself, up to ``max_links`` links in all.
+    until_complete: bool = False
+    max_links: int = 20
 
 
 @dataclass(frozen=True)
@@ -139,6 +147,12 @@ class Plan:
     compression: str = "none"
     multigrid: Tuple[Dict[str, object], ...] = ()
     complete_marker: str = COMPLETE_MARKER
+    until_complete: bool = False
+    max_links: int = 1
+    #: The script's name in the run directory (a link of a chain until complete submits it again).
+    script_name: str = SCRIPT_NAME
+    #: Job ids of links submitted by the chain itself, one per line, in the run directory.
+    chain_file: str = CHAIN_FILE
 
     def summary(self) -> Dict[str, object]:
         """The figures a user checks before spending node-hours."""
@@ -147,7 +161,8 @@ class Plan:
             "ranks_per_node": self.ranks_per_node, "layout": self.layout,
             "queue": self.queue, "walltime": self.walltime, "bin": self.bin,
             "bin_max_walltime": self.bin_max_walltime, "node_hours": round(self.node_hours, 2),
-            "chain": self.chain, "global_batch": self.global_batch, "lr": self.lr,
+            "chain": self.chain, "until_complete": self.until_complete, "max_links": self.max_links,
+            "global_batch": self.global_batch, "lr": self.lr,
             "epochs": self.epochs, "warmup_epochs": self.warmup_epochs,
             "clips_per_gpu": self.clips_per_gpu, "accum_steps": self.accum_steps,
             "engine": self.engine, "run_dir": self.run_dir,
@@ -211,6 +226,14 @@ def _check_writable_on_compute_nodes(profile: Profile, opts: JobOptions) -> None
                 raise UserError(f"{what} {path} is under {root}, which {profile.name}'s compute nodes cannot "
                                 f"write: checkpoints and metrics would fail. Give {option} a folder on the "
                                 f"parallel file system{hint}.")
+
+
+def _check_until_complete(opts: JobOptions) -> None:
+    if opts.chain > 1:
+        raise UserError(f"--chain {opts.chain} and --until-complete both say how many jobs to run: use "
+                        "--until-complete (with --max-links as the cap) or a fixed --chain K.")
+    if opts.max_links < 1:
+        raise UserError(f"--max-links {opts.max_links} must be at least 1.")
 
 
 def _check_schedule(lr: float, epochs: int, warmup: float, lr_per_8_clips: float) -> None:
@@ -302,7 +325,9 @@ def make_plan(profile: Profile, opts: JobOptions) -> Plan:
                         f"{profile.default_queue}.")
     if opts.chain < 1:
         raise UserError(f"--chain {opts.chain} must be at least 1 (the number of jobs in the chain).")
-    if opts.chain > 1 and not queue.chaining:
+    if opts.until_complete:
+        _check_until_complete(opts)
+    if (opts.chain > 1 or opts.until_complete) and not queue.chaining:
         raise UserError(f"queue {queue_name!r} does not allow chained jobs (it allows one job per user). "
                         f"Use --chain 1 or another queue (--queue {profile.default_queue}).")
     if queue.max_queued_per_user is not None and opts.chain > queue.max_queued_per_user:
@@ -492,7 +517,8 @@ def make_plan(profile: Profile, opts: JobOptions) -> Plan:
         global_batch=global_batch, lr=lr, epochs=epochs, warmup_epochs=float(warmup),
         trainer_argv=tuple(argv), schedule=opts.schedule, optimizer=opts.optimizer,
         optimizer_sync=opts.optimizer_sync, avg_interval=opts.avg_interval, compression=opts.compression,
-        multigrid=multigrid,
+        multigrid=multigrid, until_complete=opts.until_complete,
+        max_links=opts.max_links if opts.until_complete else opts.chain,
     )
 
 
@@ -503,7 +529,8 @@ def describe(plan: Plan) -> str:
         f"({plan.layout} layout)",
         f"queue {plan.queue}, walltime {plan.walltime} (bin {plan.bin}, max {plan.bin_max_walltime}), "
         f"at most {plan.node_hours:,.1f} node-hours (if it runs to its walltime)"
-        + (f" for {plan.chain} chained jobs" if plan.chain > 1 else ""),
+        + (f" for {plan.chain} chained jobs" if plan.chain > 1 else "")
+        + (f" per link; chained until complete, at most {plan.max_links} links" if plan.until_complete else ""),
         f"global batch {plan.global_batch:,} clips ({plan.clips_per_gpu} per GPU"
         + (f" x {plan.accum_steps} accumulation steps" if plan.accum_steps > 1 else "")
         + f"), LR {plan.lr:g}, {plan.epochs} epochs with {plan.warmup_epochs:g} warm-up, engine {plan.engine}",

@@ -225,6 +225,8 @@ def _jobs(host, run_dir: str, record: Optional[Dict]) -> List[Dict]:
     """One entry per job of the chain: exit code (from its exit-code file) and how the trainer ended."""
     from summit_jobs import runs
     ids = [str(j) for j in (record or {}).get("job_ids") or []]
+    if record is not None:
+        ids = runs.with_chain_links(host, {**record, "run_dir": run_dir}, ids)
     for name in host.listdir(run_dir):
         if name.startswith("exitcode.") and name[9:] not in ids:
             ids.append(name[9:])

@@ -225,6 +225,24 @@ def find(target: str) -> List[Dict[str, object]]:
     return [r for r in records if r.get("name") == stripped or r.get("run_dir") == stripped]
 
 
+def with_chain_links(host: Host, record: Dict[str, object], ids: List[str]) -> List[str]:
+    """``ids`` plus the links a chain until complete queued itself (``chain.jobs`` in the run directory).
+
+    Those links are submitted by the job script, not by this tool, so run.json
+    never hears of them; the file holds one job id per line, appended by each
+    link. A line that is not a job id is skipped (the file is the job's, not ours).
+    """
+    from summit_jobs.plan import CHAIN_FILE
+    join = posixpath.join if host.is_remote else os.path.join
+    text = host.read_text(join(str(record["run_dir"]), CHAIN_FILE)) or ""
+    out = list(ids)
+    for line in text.splitlines():
+        jid = _job_id(line.strip())
+        if jid is not None and jid not in out:
+            out.append(jid)
+    return out
+
+
 def output_files(script: str, job_id: str) -> List[str]:
     """The -o / -e files (relative to the run directory) a job of ``script`` writes."""
     from summit_jobs.embedded.bsub import directives, parse_options

@@ -46,6 +46,10 @@ CASES = [
     ("chain-debug", [*SUMMIT2, "--queue", "debug", "--walltime", "0:30", "--chain", "2"], ["'debug'"]),
     ("chain-zero", [*SUMMIT2, "--chain", "0"], ["0"]),
     ("chain-over-queue-cap", [*SUMMIT2, "--chain", "101"], ["--chain 101", "100"]),
+    ("until-complete-with-chain", [*SUMMIT2, "--until-complete", "--chain", "3"], ["--chain 3"]),
+    ("until-complete-debug", [*SUMMIT2, "--until-complete", "--queue", "debug", "--walltime", "0:30"],
+     ["'debug'"]),
+    ("max-links-zero", [*SUMMIT2, "--until-complete", "--max-links", "0"], ["0"]),
     # job names and accounts
     ("name-semicolon", [*SUMMIT2, "--job-name", "x;touch pwned"], ["'x;touch pwned'"]),
     ("name-subshell", [*SUMMIT2, "--job-name", "a$(id)"], ["'a$(id)'"]),

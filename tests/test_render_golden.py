@@ -24,6 +24,8 @@ CASES = {
                                       trainer_args=("--sampling", "uniform", "--note", "it's $HOME; `x`"),
                                       check_trainer_args=False)),
     "lassen-4": ("lassen", dict(nodes=4, project="mybank", walltime="4:00")),
+    "summit-16-until-complete": ("summit", dict(nodes=16, project="ABC123", until_complete=True, max_links=12)),
+    "lassen-2-until-complete": ("lassen", dict(nodes=2, project="mybank", until_complete=True)),
     "local-2": ("local", dict(nodes=2, python="/usr/bin/python3", epochs=2, walltime="0:10",
                               data="/home/u/shards/manifest.json")),
 }

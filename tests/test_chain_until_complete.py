@@ -1,0 +1,102 @@
+"""--until-complete: a chain whose length nobody knows in advance runs until the trainer's COMPLETE.
+
+A stand-in trainer (2 ranks through the embedded LSF) makes one step every
+PROG_STEP_SECONDS, checkpoints and exits 0 on the warning signal, and writes
+COMPLETE after PROG_STEPS steps; it resumes from its newest checkpoint, so
+the number of links depends on the machine's speed, as a real run's does.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from conftest_lsf import cli, lsf_env, wait_for, write_template  # noqa: F401
+
+STAND_IN = r'''
+import glob, os, signal, sys, time
+rank = os.environ.get("JSM_NAMESPACE_RANK", "0")
+os.makedirs("checkpoints", exist_ok=True)
+found = sorted(glob.glob("checkpoints/ckpt-*.pt"))
+step = int(found[-1][-12:-3]) if found else 0
+stop = []
+signal.signal(signal.SIGUSR2, lambda *a: stop.append(1))
+while step < int(os.environ["PROG_STEPS"]) and not stop:
+    time.sleep(float(os.environ["PROG_STEP_SECONDS"]))
+    step += 1
+if rank == "0" and os.environ.get("PROG_NO_CKPT") != "1":
+    with open(f"checkpoints/.tmp{os.getpid()}", "w") as fh:
+        fh.write("weights")
+    os.replace(f"checkpoints/.tmp{os.getpid()}", f"checkpoints/ckpt-{step:09d}.pt")
+if rank == "0" and step >= int(os.environ["PROG_STEPS"]):
+    with open("COMPLETE", "w") as fh:
+        fh.write(f"step {step}\n")
+print(f"rank {rank}: stopped at step {step}", flush=True)
+'''
+
+
+def _run(env, tmp_path: Path, *extra: str, steps: int = 30, step_seconds: float = 0.25, **more):
+    prog = tmp_path / "stand_in.py"
+    prog.write_text(STAND_IN)
+    templates = write_template(tmp_path / "templates", prog)
+    env = dict(env, PROG_STEPS=str(steps), PROG_STEP_SECONDS=str(step_seconds), **more)
+    run_dir = tmp_path / "run"
+    res = cli(["submit", "--nodes", "1", "--json", "--template-dir", str(templates), "--run-dir", str(run_dir),
+               "--walltime", "0:03", "--warning-minutes", "1", "--until-complete", *extra], env, timeout=60)
+    assert res.returncode == 0, res.stderr
+    return env, run_dir, json.loads(res.stdout)["job_ids"]
+
+
+def _settled(env, run_dir: Path):
+    """status --json once every link (including those the chain queued itself) has ended."""
+    def rows():
+        res = cli(["status", str(run_dir), "--json"], env, timeout=60)
+        assert res.returncode == 0, res.stderr
+        data = json.loads(res.stdout)
+        return data if data and all(r["state"] in ("DONE", "EXIT", "UNKNOWN") for r in data) else None
+    last = None
+    for _ in range(3):   # a link queues the next one just before it ends: look until nothing new appears
+        last = wait_for(rows, timeout=120, what="the chain to end")
+        if not (run_dir / "chain.jobs").exists() or len(last) > len((run_dir / "chain.jobs").read_text().split()):
+            break
+    return last
+
+
+def test_chain_runs_until_complete(lsf_env, tmp_path):
+    env, run_dir, first = _run(lsf_env, tmp_path)
+    rows = _settled(env, run_dir)
+    assert (run_dir / "COMPLETE").read_text() == "step 30\n"
+    queued = (run_dir / "chain.jobs").read_text().split()
+    assert len(rows) == 1 + len(queued) >= 2, rows
+    assert [r["job_id"] for r in rows] == first + queued
+    assert all(r["state"] == "DONE" for r in rows), rows
+    logs = cli(["logs", str(run_dir)], env, timeout=60)
+    assert logs.stdout.count("summit-jobs: chain: queued link") == len(queued)
+    assert "warning signal before the run limit" in logs.stderr + logs.stdout
+
+
+def test_chain_stops_when_a_link_makes_no_progress(lsf_env, tmp_path):
+    env, run_dir, _ = _run(lsf_env, tmp_path, PROG_NO_CKPT="1")
+    rows = _settled(env, run_dir)
+    assert len(rows) == 1 and not (run_dir / "COMPLETE").exists()
+    logs = cli(["logs", str(run_dir)], env, timeout=60)
+    assert "wrote no new checkpoint" in logs.stdout + logs.stderr
+
+
+def test_chain_stops_at_the_link_cap(lsf_env, tmp_path):
+    env, run_dir, _ = _run(lsf_env, tmp_path, "--max-links", "2", steps=400)
+    rows = _settled(env, run_dir)
+    assert len(rows) == 2 and not (run_dir / "COMPLETE").exists()
+    logs = cli(["logs", str(run_dir)], env, timeout=60)
+    assert "the --max-links cap" in logs.stdout + logs.stderr
+
+
+def test_cancel_reaches_the_links_the_chain_queued(lsf_env, tmp_path):
+    env, run_dir, first = _run(lsf_env, tmp_path, steps=400)
+    wait_for(lambda: (run_dir / "chain.jobs").exists(), timeout=60, what="the first link to queue the next")
+    res = cli(["cancel", str(run_dir)], env, timeout=60)
+    assert res.returncode == 0, res.stderr
+    queued = (run_dir / "chain.jobs").read_text().split()
+    for jid in queued:
+        assert f"job {jid}:" in res.stdout
+    rows = _settled(env, run_dir)
+    assert rows[-1]["state"] == "EXIT" and rows[-1].get("cancelled"), rows
