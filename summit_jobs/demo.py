@@ -1,8 +1,9 @@
 """`make demo`: the whole workflow, for real, on the embedded LSF of this machine.
 
 synth -> pack -> stage-data (archive -> parallel file system folder -> each of
-2 virtual nodes' NVMe) -> submit --nodes 2 of a small TSM as a chain whose
-first job is stopped by its walltime warning signal and whose next job resumes
+2 virtual nodes' NVMe) -> submit --nodes 2 --until-complete of a small TSM: a
+chain whose jobs are stopped by their walltime warning signal, each queueing
+the next, which resumes, until training is complete
 -> the same network without the shift, for comparison -> simulate
 --virtual-nodes 4 on 2 nodes -> report. Every step is a real `summit-jobs`
 command (printed before it runs); the embedded LSF's state lives in the demo
@@ -34,16 +35,44 @@ def step(title: str) -> None:
     print(f"\n== {title}", flush=True)
 
 
+#: Ranks the demo's jobs start at once (2 virtual nodes x 2 ranks): the start-up measurement runs as many.
+RANKS = 4
+
+
+def startup_seconds(ranks: int = RANKS) -> float:
+    """Wall time for ``ranks`` interpreters to import the trainer's model at once, as a job's ranks do.
+
+    Why: a chain link must get past start-up and train before its warning
+    signal; on a slow or busy machine (one core, other work) that takes longer,
+    so the demo stretches its LSF minute instead of assuming a machine speed.
+    """
+    code = "import torch, trainer.model, trainer.engines"
+    t0 = time.perf_counter()
+    procs = [subprocess.Popen([sys.executable, "-c", code]) for _ in range(ranks)]
+    for p in procs:
+        p.wait()
+    return time.perf_counter() - t0
+
+
+def lsf_minute(quick: bool, startup: float) -> float:
+    """Seconds per LSF minute: at least 6 (10 quick), and long enough that a link's 6 minutes before its
+    warning hold start-up three times over."""
+    return round(max(10.0 if quick else 6.0, startup / 2.0), 1)
+
+
 class Demo:
     def __init__(self, out: Path, quick: bool):
         self.out, self.quick = out, quick
         self.env = dict(os.environ)
         for k in ("SUMMIT_JOBS_MACHINE", "SUMMIT_JOBS_PROJECT", "SUMMIT_JOBS_CONFIG"):
             self.env.pop(k, None)
+        startup = startup_seconds()
+        minute = lsf_minute(quick, startup)
+        print(f"demo: {RANKS} ranks start in {startup:.1f} s here; one LSF minute lasts {minute:g} s", flush=True)
         self.env.update({
             "SUMMIT_JOBS_LSF_HOME": str(out / "lsf"),
             # One LSF minute lasts this many seconds in the demo: walltimes and warnings come quickly.
-            "SUMMIT_JOBS_LSF_MINUTE": "10" if quick else "6",
+            "SUMMIT_JOBS_LSF_MINUTE": str(minute),
             "SUMMIT_JOBS_LSF_KILL_GRACE": "5",
             "PYTHONUNBUFFERED": "1",
         })
@@ -86,12 +115,12 @@ class Demo:
         self.sj(*common, "stage-data", "--manifest", str(out / "archive" / "manifest.json"), "--nodes", "2",
                 "--dest", str(out / "pfs"), "--to-nvme")
 
-        step("4/7 Train a small TSM on 2 nodes as a chain: the first job is stopped by its walltime warning "
-             "(USR2), saves a checkpoint and exits 0; the next job resumes")
+        step("4/7 Train a small TSM on 2 nodes as a chain until complete: each job is stopped by its walltime "
+             "warning (USR2), saves a checkpoint, exits 0 and queues the next, which resumes")
         tsm = runs / "tsm"
-        self.sj(*common, "submit", "--nodes", "2", *job, "--epochs", epochs, "--chain", "6", "--walltime", "0:08",
-                "--warning-minutes", "2", "--job-name", "tsm", "--run-dir", str(tsm), "--force", "--",
-                *self.trainer_args())
+        self.sj(*common, "submit", "--nodes", "2", *job, "--epochs", epochs, "--until-complete", "--max-links", "60",
+                "--walltime", "0:08", "--warning-minutes", "2", "--job-name", "tsm", "--run-dir", str(tsm),
+                "--force", "--", *self.trainer_args())
         self.wait(tsm)
 
         step("5/7 The same network without the temporal shift (the TSN 2D baseline), for comparison")
