@@ -129,7 +129,7 @@ def _bjobs(host, ids: List[str]):
         res = host.run(lsf.bjobs_argv(batch))
         if not res.stdout.strip():
             raise UserError(f"bjobs on {host.label} failed (exit {res.rc}):\n{res.text}")
-        f, m = lsf.parse_bjobs_json(res.stdout)
+        f, m = lsf.parse_bjobs_json(res.stdout, batch)
         found.update(f)
         missing += m
     return found, missing
@@ -154,9 +154,10 @@ def collect(state: State, pairs, hosts_: _Hosts) -> List[Dict[str, object]]:
                     code = int(text.strip())
             row = {"run": (record or {}).get("name", "-"), "job_id": jid, "host": host.label,
                    "run_dir": (record or {}).get("run_dir"), "exit_code": code, "source": "exit-code file",
-                   "cancelled": False}
+                   "cancelled": False, "lsf_state": None}
             if st is not None:
                 row["state"] = st.state
+                row["lsf_state"] = st.lsf_state or None
                 row["reason"] = st.reason
                 if st.finished:
                     if code is None:
@@ -275,9 +276,15 @@ def _watch(state: State, pairs, hosts_: _Hosts, as_json: bool, watch: bool, inte
                 click.echo(time.strftime("%H:%M:%S"))
             click.echo(text)
             last = text
-        if not watch or all(r["state"] in FINAL for r in rows):
+        if not watch or all(_ended(r) for r in rows):
             return rows
         time.sleep(max(0.2, interval))
+
+
+def _ended(row: Dict[str, object]) -> bool:
+    """Whether --watch may stop for this job: a final state, but not a state word LSF printed and this
+    tool does not know (shown as UNKNOWN while LSF still lists the job, which may yet run and end)."""
+    return row["state"] in FINAL and not (row["state"] == "UNKNOWN" and row.get("lsf_state"))
 
 
 @cli.command("cancel")
@@ -302,9 +309,9 @@ def cancel_cmd(state: State, target: str) -> None:
     finally:
         hosts_.close()
     if refused:
-        raise UserError(f"job(s) {', '.join(refused)} were not killed: LSF now gives those ids to other jobs "
-                        "(see above). Nothing of another run is touched; kill a job by its id with bkill if "
-                        "you are sure.")
+        raise UserError(f"job(s) {', '.join(refused)} were not killed: LSF now gives those ids to other jobs, "
+                        "or could not say whose they are (see above). Nothing of another run is touched; kill a "
+                        "job by its id with bkill if you are sure.")
 
 
 def _kill(host, record: Optional[Dict], ids: List[str]) -> None:
@@ -341,13 +348,13 @@ def _owned(host, record: Dict, ids: List[str]) -> Tuple[List[str], List[str]]:
         res = host.run(lsf.bjobs_argv(batch, lsf.OWNER_FIELDS))
         if not res.stdout.strip():
             raise UserError(f"bjobs on {host.label} failed (exit {res.rc}):\n{res.text}")
-        found.update(lsf.parse_bjobs_owner(res.stdout))
+        found.update(lsf.parse_bjobs_owner(res.stdout, batch))
     mine, others = [], []
     for jid in ids:
         if jid not in found:
             click.echo(f"job {jid}: is not known to LSF any more")
             continue
-        why = _foreign(host, record, found[jid])
+        why = found[jid].get("ERROR") or _foreign(host, record, found[jid])
         if why:
             click.echo(f"job {jid}: NOT killed: {why}", err=True)
             others.append(jid)

@@ -1,10 +1,18 @@
-"""LSF output parsers against captured outputs (written from IBM's documented formats), and
-against what the embedded LSF prints, so both sides agree on one grammar."""
+"""LSF output parsers against captured outputs, and against what the embedded LSF prints, so
+both sides agree on one grammar.
+
+Each fixture under tests/data/lsf/ that has a ``.source`` file next to it says where it was
+captured (repository and path, or issue) and what was changed; the older fixtures without one
+were written from IBM's documented formats."""
 from __future__ import annotations
 
+import json
+import os
+import sys
 from pathlib import Path
 
 import pytest
+from conftest import run_cli
 
 from summit_jobs import lsf
 
@@ -64,6 +72,121 @@ def test_bjobs_plain_truncated_id_is_refused():
         lsf.parse_bjobs_plain(read("bjobs_plain_truncated.txt"))
 
 
+def test_bsub_after_busy_banner_lines():
+    """bsub on a busy cluster prints 'Cannot connect to LSF. Please wait ...' lines before its answer."""
+    assert lsf.parse_bsub_output(read("bsub_banner_busy.txt")) == ("12345678", "normal")
+
+
+def test_bjobs_json_after_busy_banner_lines():
+    """The banner lines before the JSON do not cost the status of any job."""
+    found, missing = lsf.parse_bjobs_json(read("bjobs_json_banner.txt"))
+    assert missing == []
+    assert found["12345678"].state == "EXIT" and found["12345678"].reason.startswith("TERM_OWNER")
+    assert found["12345679"].state == "PEND" and "waiting for scheduling" in found["12345679"].reason
+    owners = lsf.parse_bjobs_owner(read("bjobs_json_banner.txt"))
+    assert set(owners) == {"12345678", "12345679"}
+
+
+def test_bjobs_json_psusp_job_on_summit():
+    found, _ = lsf.parse_bjobs_json(read("bjobs_json_psusp_summit.txt"))
+    held = found["58652"]
+    assert held.state == "PSUSP" and held.lsf_state == "PSUSP" and not held.finished
+    assert held.exit_code is None and held.name == "hold_job"
+
+
+def test_bjobs_json_every_documented_state_is_kept():
+    found, _ = lsf.parse_bjobs_json(read("bjobs_json_documented_states.txt"))
+    assert {j: s.state for j, s in found.items()} == {
+        "2001": "PROV", "2002": "WAIT", "2003": "USUSP", "2004": "SSUSP", "2005": "UNKWN", "2006": "ZOMBI"}
+    assert not any(s.finished for s in found.values())
+
+
+def test_bjobs_json_bad_records_do_not_cost_the_others():
+    """An error record without JOBID gives its id from the text; an undocumented state is UNKNOWN
+    with LSF's word kept; the good records around them are read as usual."""
+    found, missing = lsf.parse_bjobs_json(read("bjobs_json_bad_records.txt"), ["779469", "2", "779471", "779472"])
+    assert missing == ["2"]
+    assert found["779469"].state == "RUN" and found["779469"].finish_time == "Nov 10 14:05 E"
+    odd = found["779471"]
+    assert odd.state == lsf.UNKNOWN and odd.lsf_state == "SUSP" and "'SUSP'" in odd.reason and not odd.finished
+    assert found["779472"].state == "DONE" and found["779472"].exit_code == 0
+    assert set(lsf.parse_bjobs_owner(read("bjobs_json_bad_records.txt"))) == {"779469", "779471", "779472"}
+
+
+def test_bjobs_json_error_naming_no_job_marks_only_the_jobs_left_without_a_record():
+    text = ('{"COMMAND":"bjobs","JOBS":3,"RECORDS":[{"JOBID":"7","STAT":"RUN"},'
+            '{"ERROR":"Failed in an LSF library call: Slave LIM configuration is not ready yet"},'
+            '{"JOBID":"8","ERROR":"Job <8>: Permission denied"}]}')
+    found, missing = lsf.parse_bjobs_json(text, ["7", "8", "9"])
+    assert missing == [] and found["7"].state == "RUN"
+    assert found["8"].state == lsf.UNKNOWN and "Permission denied" in found["8"].reason
+    assert found["9"].state == lsf.UNKNOWN and "LIM configuration" in found["9"].reason
+    assert lsf.parse_bjobs_owner(text, ["7", "8", "9"])["9"]["ERROR"].startswith("bjobs printed no record")
+    with pytest.raises(lsf.LsfOutputError, match="LIM configuration"):
+        lsf.parse_bjobs_json(text)      # no asked ids: the error cannot be placed, and is not dropped
+
+
+def test_bjobs_plain_wide_table_names_with_spaces_and_all_states():
+    found, missing = lsf.parse_bjobs_plain(read("bjobs_plain_wide_whitehead.txt"))
+    assert len(found) == 14 and missing == []
+    assert found["5085585"].name == "phenix.autobuild autobuild_config.eff"
+    assert found["5085585"].exec_host == "it-c05b12" and found["5085585"].submit_time == "Oct 31 14:05"
+    assert {found[j].state for j in ("5085611", "5085607", "5085608")} == {"PSUSP", "UNKWN", "ZOMBI"}
+    assert found["5085704"].name == "nf-trinityInchwormChrysalis" and found["5085704"].queue == "normal"
+    assert found["5085704"].exec_host.count("it-r16u31") == 10
+
+
+def test_bjobs_plain_banner_lines_and_truncated_names():
+    found, _ = lsf.parse_bjobs_plain(read("bjobs_plain_banner_truncated_names.txt"))
+    assert len(found) == 6 and found["5157393"].name == "*l_cmd_bd)" and found["5157393"].exec_host == "it-c05b10"
+
+
+def test_bjobs_plain_nine_digit_ids_and_blank_exec_host():
+    found, _ = lsf.parse_bjobs_plain(read("bjobs_plain_cern_pending.txt"))
+    assert len(found) == 10 and all(s.state == "PEND" and s.exec_host == "" for s in found.values())
+    assert found["811659822"].queue == "grid_1nd_a" and found["811659822"].name == "*223962398"
+
+
+def test_bjobs_plain_exec_host_continuation_lines():
+    found, _ = lsf.parse_bjobs_plain(read("bjobs_plain_issue927.txt"))
+    assert list(found) == ["5182892"] and found["5182892"].name == "*Chrysalis"
+
+
+def test_bjobs_plain_cut_name_with_a_space():
+    """'*sleep 100': a pending job's name with a space is not taken for its (blank) EXEC_HOST."""
+    found, _ = lsf.parse_bjobs_plain(read("bjobs_plain_name_with_spaces.txt"))
+    pend, run = found["779471"], found["779472"]
+    assert (pend.state, pend.exec_host, pend.name, pend.submit_time) == ("PEND", "", "*sleep 100", "Nov 10 12:03")
+    assert (run.exec_host, run.name) == ("batch2", "*sleep 100")
+    assert found["779473"].state == "PROV"
+
+
+def test_bjobs_plain_columns_read_from_the_header():
+    """Summit's LSB_BJOBS_FORMAT: SLOTS, START/FINISH_TIME before JOB_NAME, '-' for no value."""
+    found, _ = lsf.parse_bjobs_plain(read("bjobs_plain_summit_format.txt"))
+    run = found["779469"]
+    assert (run.state, run.queue, run.name) == ("RUN", "batch", "tsm 256 nodes")
+    assert (run.start_time, run.finish_time) == ("Nov 10 12:05", "Nov 10 14:05")
+    assert found["779470"].start_time == "" and found["779470"].name == "tsm-chain"
+    assert found["779468"].finish_time == "Nov 10 11:40 L" and found["779468"].name == "probe"
+
+
+def test_bjobs_plain_unknown_state_keeps_lsf_word():
+    text = ("JOBID   USER    STAT  QUEUE      FROM_HOST   EXEC_HOST   JOB_NAME   SUBMIT_TIME\n"
+            "779471  alice   SUSP  batch      login3      batch2      tsm        Nov 10 12:03\n")
+    st = lsf.parse_bjobs_plain(text)[0]["779471"]
+    assert st.state == lsf.UNKNOWN and st.lsf_state == "SUSP" and "'SUSP'" in st.reason
+
+
+def test_bkill_already_finished_on_stderr_with_exit_255():
+    """bkill answers a finished job on stderr with exit status 255: still 'finished', not an error."""
+    from summit_jobs.hosts import Result
+    res = Result(255, "", read("bkill_already_finished_stderr.txt"))
+    assert lsf.bkill_outcome(res.text) == {"11": "finished"}
+    res = Result(255, "", read("bkill_no_matching_stderr.txt"))
+    assert lsf.bkill_outcome(res.text) == {"22": "not found"}
+
+
 def test_bkill_outcomes():
     assert lsf.bkill_outcome(read("bkill_mixed.txt")) == {
         "779469": "terminating", "779470": "finished", "5": "not found"}
@@ -83,7 +206,6 @@ def test_command_builders():
 
 def test_embedded_bjobs_output_round_trips(tmp_path, monkeypatch, capsys):
     """What the embedded bjobs prints (-json and plain) is read back by the same parsers."""
-    import json
     import time
 
     from summit_jobs.embedded import bjobs, state
@@ -109,3 +231,80 @@ def test_embedded_bjobs_output_round_trips(tmp_path, monkeypatch, capsys):
     found, _ = lsf.parse_bjobs_plain(capsys.readouterr().out)
     assert found["12345678"].state == "PEND" and found["7"].state == "EXIT"
     json.dumps(found["7"].to_dict())
+
+
+#: A site's bjobs for the CLI tests: prints the answers (fixture files) in turn, the last one again after that.
+SITE_BJOBS = """
+import os, sys
+answers = os.environ["SITE_BJOBS"].split(os.pathsep)
+counter = os.environ["SITE_BJOBS_COUNT"]
+n = int(open(counter).read()) if os.path.exists(counter) else 0
+open(counter, "w").write(str(n + 1))
+sys.stdout.write(open(answers[min(n, len(answers) - 1)]).read())
+"""
+#: A site's bkill for the CLI tests: terminates what it is given, noting the ids in SITE_BKILLED.
+SITE_BKILL = """
+import os, sys
+open(os.environ["SITE_BKILLED"], "a").write(" ".join(sys.argv[1:]) + "\\n")
+for j in sys.argv[1:]:
+    print(f"Job <{j}> is being terminated")
+"""
+
+
+def site_lsf(tmp_path: Path, cli_env: dict, *answers: str) -> dict:
+    """An environment for ``summit-jobs --machine summit --host local`` whose LSF commands print the
+    given captures, as a site's LSF would (a real process on PATH, read by the real entry point)."""
+    bin_dir = tmp_path / "site-bin"
+    bin_dir.mkdir()
+    for name, body in (("bjobs", SITE_BJOBS), ("bkill", SITE_BKILL)):
+        (bin_dir / name).write_text(f"#!{sys.executable}" + body)
+        (bin_dir / name).chmod(0o755)
+    return dict(cli_env, PATH=f"{bin_dir}{os.pathsep}{cli_env['PATH']}", XDG_DATA_HOME=str(tmp_path / "data"),
+                SITE_BJOBS=os.pathsep.join(str(DATA / a) for a in answers),
+                SITE_BJOBS_COUNT=str(tmp_path / "count"), SITE_BKILLED=str(tmp_path / "bkilled"))
+
+
+def status_json(env: dict, job_id: str) -> dict:
+    proc = run_cli(["--machine", "summit", "--host", "local", "status", "--json", job_id], env)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)[0]
+
+
+def test_status_reads_bjobs_behind_a_busy_banner(tmp_path, cli_env):
+    row = status_json(site_lsf(tmp_path, cli_env, "bjobs_json_banner.txt"), "12345678")
+    assert row["state"] == "EXIT" and row["cancelled"] is True and "TERM_OWNER" in row["reason"]
+
+
+def test_status_of_a_job_named_only_in_an_error_text(tmp_path, cli_env):
+    """{"ERROR": "Job <2> is not found"} without JOBID: job 2 is gone from bjobs, the status goes on."""
+    row = status_json(site_lsf(tmp_path, cli_env, "bjobs_json_bad_records.txt"), "2")
+    assert row["state"] == "UNKNOWN" and "gone from bjobs" in row["reason"] and row["lsf_state"] is None
+
+
+def test_status_watch_goes_on_while_lsf_lists_a_job_in_an_unknown_state(tmp_path, cli_env):
+    """SUSP (not a documented state) shows as UNKNOWN with LSF's word, and --watch waits for the job's end."""
+    env = site_lsf(tmp_path, cli_env, "bjobs_json_bad_records.txt", "bjobs_json_bad_records_later.txt")
+    row = status_json(env, "779471")
+    assert row["state"] == "UNKNOWN" and row["lsf_state"] == "SUSP" and "'SUSP'" in row["reason"]
+    (tmp_path / "count").unlink()            # the site's answers start again from the first
+    proc = run_cli(["--machine", "summit", "--host", "local", "status", "--watch", "--interval", "0.2", "779471"],
+                   env)
+    assert proc.returncode == 0, (proc.stdout, proc.stderr)
+    assert "UNKNOWN" in proc.stdout and "DONE" in proc.stdout
+
+
+def test_cancel_kills_the_checked_jobs_when_bjobs_errs_on_others(tmp_path, cli_env):
+    """An error record (with or without a job id) leaves its job alive and unkilled; the others are killed."""
+    answer = tmp_path / "owner.json"
+    answer.write_text('{"COMMAND":"bjobs","JOBS":3,"RECORDS":[{"JOBID":"7","STAT":"RUN","JOB_NAME":"tsm"},'
+                      '{"JOBID":"8","ERROR":"Job <8>: Permission denied"},{"ERROR":"Internal library error"}]}')
+    env = site_lsf(tmp_path, cli_env, str(answer))
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "run.json").write_text(json.dumps({"name": "tsm-run", "run_dir": str(run_dir), "job_name": "tsm",
+                                                  "job_ids": ["7", "8", "9"], "machine": "summit"}))
+    proc = run_cli(["--machine", "summit", "--host", "local", "cancel", str(run_dir)], env)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert "job 8: NOT killed: bjobs: Job <8>: Permission denied" in proc.stderr
+    assert "job 9: NOT killed: bjobs printed no record" in proc.stderr and "Internal library error" in proc.stderr
+    assert (tmp_path / "bkilled").read_text().split() == ["7"]
