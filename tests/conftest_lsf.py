@@ -56,6 +56,8 @@ def lsf_environment(tmp_path: Path, minute: float = 2.0) -> Dict[str, str]:
         "SUMMIT_JOBS_LSF_HOME": str(tmp_path / "lsf"),
         "SUMMIT_JOBS_LSF_MINUTE": str(minute),
         "SUMMIT_JOBS_LSF_KILL_GRACE": "1",
+        # A job still running 1 LSF minute after its run limit's SIGUSR2 is terminated (IBM: 10 minutes).
+        "SUMMIT_JOBS_LSF_RUNLIMIT_GRACE": "1",
         "SUMMIT_JOBS_PYTHON": sys.executable,
         "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
     })

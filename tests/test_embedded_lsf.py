@@ -139,8 +139,8 @@ def test_dependency_chain_and_never_satisfied(tmp_path, lsf_env):
 
 
 def test_bkill_running_job_term_then_kill_and_finished_job(tmp_path, lsf_env):
-    # The script ignores TERM, so only the KILL after the grace period ends it.
-    s = script(tmp_path, "#BSUB -o k.%J.out\ntrap '' TERM\necho up\nsleep 60\n")
+    # The script ignores INT and TERM (bkill's first two signals), so only the KILL two intervals later ends it.
+    s = script(tmp_path, "#BSUB -o k.%J.out\ntrap '' INT TERM\necho up\nsleep 60\n")
     jid = submitted_id(run(["bsub", s], lsf_env, cwd=tmp_path).stdout)
     wait_for(lambda: (tmp_path / f"k.{jid}.out").exists() and "up" in (tmp_path / f"k.{jid}.out").read_text(),
              20, "the job to start")

@@ -6,7 +6,9 @@ an NVMe folder of its own, plus a launch node ``batch1`` listed first in
 LSB_HOSTS / LSB_MCPU_HOSTS as on Summit. Jobs run for real: each job gets a
 detached supervisor process (supervisor.py) that keeps it PEND until its
 ``-w`` dependency holds and nodes are free, runs the script, delivers the
-``-wa`` warning signal and enforces ``-W``. jsrun starts real rank processes.
+``-wa`` warning signal and enforces ``-W`` (SIGUSR2 at the limit, terminated
+after a grace of 10 LSF minutes), and carries out bkill (SIGINT, SIGTERM,
+SIGKILL). jsrun starts real rank processes.
 
 The commands are small shims in ``bin/`` that run these modules with
 ``$SUMMIT_JOBS_PYTHON``. They are put on PATH only for the embedded LSF's own
@@ -17,9 +19,7 @@ session needs ``bin/`` on PATH and SUMMIT_JOBS_PYTHON set, e.g. through
 ``PermitUserEnvironment yes``, just as a real login node has LSF on PATH.
 
 State lives in ``SUMMIT_JOBS_LSF_HOME`` under a file lock; all settings
-(time scale SUMMIT_JOBS_LSF_MINUTE for fast tests, kill grace, clean period)
-are described in state.py. Known differences from IBM LSF: ``bsub command``
-runs the command without a shell; no fair-share or backfill (first come,
-first served at the lock); virtual nodes have no GPUs (``jsrun -g`` > 0 is
-refused); the NVMe folders persist across jobs instead of being trimmed.
+(time scale SUMMIT_JOBS_LSF_MINUTE for fast tests, terminate interval,
+run-limit grace, clean period) are described in state.py. Every known
+difference from IBM LSF is listed in docs/embedded-lsf.md.
 """

@@ -1,8 +1,11 @@
 """Embedded ``bkill [-s SIGNAL] ID...``.
 
 Without ``-s`` the job is killed: a pending job ends at once (EXIT), a running
-one gets TERM on its whole process group and KILL after the grace period (the
-job's supervisor does it). ``-s SIG`` only delivers SIG to the job's script.
+one gets IBM's TERMINATE action on its whole process group: SIGINT, SIGTERM
+one JOB_TERMINATE_INTERVAL later (SUMMIT_JOBS_LSF_KILL_GRACE), SIGKILL one
+more interval later (the job's supervisor does it). Either way it ends EXIT
+with TERM_OWNER, even if the job exits 0 on one of the signals. ``-s SIG``
+only delivers SIG to the job's script.
 Finished jobs get LSF's ``Job has already finished`` and exit status 255, so
 callers must tolerate it.
 """

@@ -12,12 +12,20 @@ submission folder (``LS_SUBCWD``) with the submission environment, like LSF.
 Jobs without ``-o`` write their output to ``<LSF home>/jobs/<id>/output``.
 The submission environment is kept for the job in ``env.json`` (private to the
 user, see job_environment for what is left out).
+
+``-w`` takes LSF's dependency expressions (deps.py); ``-ti`` with it ends the
+job as EXIT (TERM_ORPHAN_SYSTEM) as soon as its dependency can never be
+satisfied, instead of leaving it pending. A dependency that cannot be read, or
+names a job LSF does not know, is refused with LSF's words ("Dependency
+condition syntax error", "No matching job found"). A refused bsub uses up no
+job id: the id is committed only once the job is accepted.
 """
 from __future__ import annotations
 
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -31,7 +39,7 @@ from summit_jobs.errors import describe_os_error
 #: Options that take a value, and flags that do not.
 VALUE_OPTS = {"-J", "-q", "-o", "-oo", "-e", "-eo", "-W", "-nnodes", "-P", "-G", "-w", "-wa", "-wt",
               "-alloc_flags", "-U", "-cwd", "-n", "-R", "-M", "-ln_slots", "-csm"}
-FLAG_OPTS = {"-B", "-N", "-rn", "-r", "-x"}
+FLAG_OPTS = {"-B", "-N", "-rn", "-r", "-x", "-ti"}
 QUEUE_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
 DEFAULT_QUEUE = "batch"
 
@@ -151,10 +159,25 @@ def _user() -> str:
         return os.environ.get("USER") or str(os.getuid())
 
 
-def build_job(opts: Dict[str, object], command: List[str], script: Optional[str], lsf_home: Path,
-              job_id: int) -> Dict:
-    cwd = os.getcwd()
-    nodes_total = state.virtual_nodes()
+def check_dependency(opts: Dict[str, object], lsf_home: Path) -> Optional[str]:
+    """The ``-w`` expression, checked: readable, every job in it known; ``-ti`` only with it."""
+    dependency = str(opts["-w"]).strip() if "-w" in opts else None
+    if opts.get("-ti") and not dependency:
+        raise BsubError("-ti: use it with -w (it ends the job when its dependency can never be satisfied)")
+    if not dependency:
+        return None
+    try:
+        terms = parse_dependency(dependency)
+    except DependencyError as exc:
+        raise BsubError(f"{dependency}: Dependency condition syntax error: {exc}") from None
+    for _kind, dep_id in terms:
+        if state.load_job(lsf_home, dep_id) is None:
+            raise BsubError(f"{dependency}: No matching job found: job <{dep_id}>")
+    return dependency
+
+
+def node_count(opts: Dict[str, object], nodes_total: int) -> int:
+    """``-nnodes``, checked against this LSF's virtual nodes (a job that could never start is refused)."""
     nnodes = 1
     if "-nnodes" in opts:
         text = str(opts["-nnodes"])
@@ -164,6 +187,15 @@ def build_job(opts: Dict[str, object], command: List[str], script: Optional[str]
     if nnodes > nodes_total:
         raise BsubError(f"-nnodes {nnodes} is larger than the {nodes_total} virtual nodes of this embedded LSF "
                         "(SUMMIT_JOBS_LSF_NODES); the job could never start")
+    return nnodes
+
+
+def build_job(opts: Dict[str, object], command: List[str], script: Optional[str], lsf_home: Path,
+              job_id: int) -> Dict:
+    """The job's record, every option checked; BsubError names the first value refused."""
+    cwd = os.getcwd()
+    nodes_total = state.virtual_nodes()
+    nnodes = node_count(opts, nodes_total)
     queue = str(opts.get("-q") or DEFAULT_QUEUE)
     if not QUEUE_RE.fullmatch(queue):
         raise BsubError(f"queue {queue!r} is not a valid queue name")
@@ -173,15 +205,7 @@ def build_job(opts: Dict[str, object], command: List[str], script: Optional[str]
     warn_min = minutes(str(opts["-wt"]), "-wt") if "-wt" in opts else None
     if (warn_sig is None) != (warn_min is None):
         raise BsubError("-wa and -wt go together: the signal and the minutes before the run limit")
-    dependency = str(opts["-w"]).strip() if "-w" in opts else None
-    if dependency:
-        try:
-            terms = parse_dependency(dependency)
-        except DependencyError as exc:
-            raise BsubError(f"dependency condition syntax error: {exc}") from None
-        for _kind, dep_id in terms:
-            if state.load_job(lsf_home, dep_id) is None:
-                raise BsubError(f"dependency on job <{dep_id}>: no matching job found")
+    dependency = check_dependency(opts, lsf_home)
 
     def out_path(key: str) -> Optional[str]:
         value = opts.get(key)
@@ -207,7 +231,8 @@ def build_job(opts: Dict[str, object], command: List[str], script: Optional[str]
         "warning_sent": None, "supervisor_pid": None,
         "user": _user(),
         "from_host": os.uname().nodename.split(".")[0],
-        "kill_grace": state.kill_grace(),
+        "kill_grace": state.kill_grace(), "runlimit_grace_s": state.runlimit_grace(),
+        "orphan_terminate": bool(opts.get("-ti")),
     }
 
 
@@ -257,28 +282,45 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 
 def submit(opts: Dict[str, object], command: List[str], script: Optional[str]) -> Dict:
-    """Record the job under the lock (spooled script, private environment) and start its supervisor."""
+    """Record the job under the lock (spooled script, private environment) and start its supervisor.
+
+    The job is checked with the id it would get before that id is committed,
+    and a job folder left half-written by a failure is removed, so a refused
+    or failed bsub leaves neither a used-up id nor a partial job behind.
+    """
     lsf_home = state.home()
     with state.locked(lsf_home):
         state.clean_leftovers(lsf_home)
-        job_id = state.next_job_id(lsf_home)
+        job_id = state.peek_job_id(lsf_home)
         job = build_job(opts, command, script, lsf_home, job_id)
         jdir = state.job_dir(lsf_home, job_id)
-        jdir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        if script is not None:
-            state.write_bytes(jdir / "script", script.encode("utf-8", "surrogateescape"), 0o600)
-        state.write_json(jdir / "env.json", job_environment(dict(os.environ)), 0o600)
-        state.save_job(lsf_home, job)
-        log = open(jdir / "supervisor.log", "ab")
+        jdir.mkdir(parents=True, exist_ok=False, mode=0o700)
         try:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "summit_jobs.embedded.supervisor", str(lsf_home), str(job_id)],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, close_fds=True)
-        finally:
-            log.close()
-        job["supervisor_pid"] = proc.pid
-        state.save_job(lsf_home, job)
+            _record(lsf_home, jdir, job, script)
+            state.commit_job_id(lsf_home, job_id)
+            job["supervisor_pid"] = _start_supervisor(lsf_home, jdir, job_id)
+            state.save_job(lsf_home, job)
+        except BaseException:
+            shutil.rmtree(jdir, ignore_errors=True)
+            raise
     return job
+
+
+def _record(lsf_home: Path, jdir: Path, job: Dict, script: Optional[str]) -> None:
+    """The job's folder: spooled script, private environment, record."""
+    if script is not None:
+        state.write_bytes(jdir / "script", script.encode("utf-8", "surrogateescape"), 0o600)
+    state.write_json(jdir / "env.json", job_environment(dict(os.environ)), 0o600)
+    state.save_job(lsf_home, job)
+
+
+def _start_supervisor(lsf_home: Path, jdir: Path, job_id: int) -> int:
+    """The job's detached supervisor (its own session); its pid."""
+    with open(jdir / "supervisor.log", "ab") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "summit_jobs.embedded.supervisor", str(lsf_home), str(job_id)],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, close_fds=True)
+    return proc.pid
 
 
 if __name__ == "__main__":

@@ -18,8 +18,15 @@ Settings (environment variables, read by each command):
     Seconds in one LSF minute (default 60). Tests set e.g. 3 so that ``-W 2``
     kills after 6 seconds and ``-wt 1`` warns 3 seconds before that.
 ``SUMMIT_JOBS_LSF_KILL_GRACE``
-    Seconds between TERM and KILL when a job is killed (default 10, LSF's
-    JOB_TERMINATE_INTERVAL).
+    Seconds between the signals of LSF's TERMINATE action (bkill, or the run
+    limit's grace over): SIGINT, SIGTERM one interval later, SIGKILL one more
+    interval later; also the grace jsrun gives ranks between TERM and KILL.
+    Default: LSF's JOB_TERMINATE_INTERVAL of 10 seconds, scaled like the
+    minute (10 x SUMMIT_JOBS_LSF_MINUTE / 60), so scaled tests stay fast.
+``SUMMIT_JOBS_LSF_RUNLIMIT_GRACE``
+    LSF minutes between the SIGUSR2 a job gets at its run limit (``-W``) and
+    the TERMINATE action if it is still running (default 10, IBM's fixed ten
+    minutes); fractions allowed, scaled by SUMMIT_JOBS_LSF_MINUTE.
 ``SUMMIT_JOBS_LSF_CLEAN_PERIOD``
     Seconds a finished job stays visible to bjobs (default 3600, LSF's
     CLEAN_PERIOD). After that it vanishes from bjobs, as on a real machine.
@@ -111,7 +118,13 @@ def seconds_per_minute() -> float:
 
 
 def kill_grace() -> float:
-    return _env_number("SUMMIT_JOBS_LSF_KILL_GRACE", 10.0)
+    """Seconds between SIGINT, SIGTERM and SIGKILL when LSF terminates a job (JOB_TERMINATE_INTERVAL)."""
+    return _env_number("SUMMIT_JOBS_LSF_KILL_GRACE", 10.0 * seconds_per_minute() / 60.0)
+
+
+def runlimit_grace() -> float:
+    """Seconds a job may run on after its run limit's SIGUSR2 before it is terminated (10 LSF minutes)."""
+    return _env_number("SUMMIT_JOBS_LSF_RUNLIMIT_GRACE", 10.0) * seconds_per_minute()
 
 
 def clean_period() -> float:
@@ -234,16 +247,32 @@ def _read_id(path: Path) -> int:
     return int(text) if text.isdecimal() else 0
 
 
-def next_job_id(lsf_home: Path) -> int:
-    """Allocate a job id never handed out before by this LSF (caller holds the lock)."""
+def peek_job_id(lsf_home: Path) -> int:
+    """The id the next accepted job will get (caller holds the lock); nothing is written.
+
+    bsub validates a job with this id (for ``%J`` in file names) and only
+    commits it (commit_job_id) once the job is accepted: a rejected bsub must
+    not use up an id, as in LSF.
+    """
     seen = [int(e.name) for e in (lsf_home / "jobs").iterdir() if e.name.isdecimal()]
     value = max([_read_id(lsf_home / "next_id"), _read_id(high_water_path(lsf_home)) + 1, first_id()]
                 + [s + 1 for s in seen])
     if value > MAX_JOB_ID:
         raise LsfError(f"job ids are used up (next would be {value}, LSF's largest is {MAX_JOB_ID}); "
                        f"set SUMMIT_JOBS_LSF_FIRST_ID lower and remove {high_water_path(lsf_home)}")
+    return value
+
+
+def commit_job_id(lsf_home: Path, value: int) -> None:
+    """Record ``value`` as handed out (caller holds the lock): counter in the folder and the mark beside it."""
     write_bytes(lsf_home / "next_id", str(value + 1).encode())
     write_bytes(high_water_path(lsf_home), str(value).encode())
+
+
+def next_job_id(lsf_home: Path) -> int:
+    """Allocate a job id never handed out before by this LSF (caller holds the lock)."""
+    value = peek_job_id(lsf_home)
+    commit_job_id(lsf_home, value)
     return value
 
 

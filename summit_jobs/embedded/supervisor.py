@@ -2,13 +2,23 @@
 
 bsub starts it in a session of its own (so an SSH disconnect or the caller's
 Ctrl-C does not touch it). It keeps the job PEND until its dependency holds and
-enough virtual nodes are free, then runs the script in a new process group
-with LSF's variables, delivers the ``-wa`` signal ``-wt`` minutes before the
-``-W`` limit (to the script's shell, which forwards it to the running jsrun),
-and at the limit, or on bkill, sends TERM to the whole group and KILL after a
-grace period. The job's process group is recorded in its state and a small
-watchdog (watchdog.py) ends the group should this supervisor die, so the job
-never outlives it. Polling is fine-grained (0.05-0.1 s) so scaled minutes
+enough virtual nodes are free (a dependency that can never hold leaves the job
+PEND with LSF's reason, or ends it as EXIT with ``bsub -ti``), then runs the
+script in a new process group with LSF's variables and, as IBM LSF does:
+
+* delivers the ``-wa`` signal ``-wt`` minutes before the ``-W`` limit (to the
+  script's shell, which forwards it to the running jsrun);
+* at the run limit sends SIGUSR2 to the whole job; a job that then ends on its
+  own ends as it exits (exit 0: DONE); one still running after the run-limit
+  grace (10 LSF minutes, SUMMIT_JOBS_LSF_RUNLIMIT_GRACE) is terminated;
+* terminates a job (bkill, or the run limit's grace over) with IBM's TERMINATE
+  action: SIGINT, SIGTERM one JOB_TERMINATE_INTERVAL later, SIGKILL one more
+  interval later, each to the whole process group.
+
+The exit code recorded is the job's own (128 + the signal that ended it).
+The job's process group is recorded in its state and a small watchdog
+(watchdog.py) ends the group should this supervisor die, so the job never
+outlives it. Polling is fine-grained (0.05-0.1 s) so scaled minutes
 (SUMMIT_JOBS_LSF_MINUTE) of a few seconds stay accurate.
 """
 from __future__ import annotations
@@ -27,10 +37,44 @@ from summit_jobs.embedded import deps, state, watchdog
 
 NEVER = "Dependency condition invalid or never satisfied"
 OWNER_KILL = "TERM_OWNER: job killed by owner"
+RUNLIMIT = "TERM_RUNLIMIT: job killed after reaching LSF run time limit"
+ORPHAN = "TERM_ORPHAN_SYSTEM: The orphan job was automatically terminated by LSF"
+#: IBM's TERMINATE action: these signals, one JOB_TERMINATE_INTERVAL apart.
+TERMINATE = (signal.SIGINT, signal.SIGTERM, signal.SIGKILL)
+
+
+def _dependency_reason(job: Dict, jobs: List[Dict]) -> Tuple[Optional[str], bool]:
+    """Why the job's dependency keeps it waiting (None: it holds), and whether it can never hold."""
+    if not job.get("dependency"):
+        return None, False
+    verdict = deps.evaluate(job["dependency"], deps.jobs_by_id(jobs))
+    if verdict is None:
+        return f"{NEVER}: {job['dependency']}", True
+    if verdict is False:
+        return f"Job dependency condition not satisfied: {job['dependency']}", False
+    return None, False
+
+
+def _try_start(lsf_home: Path, job: Dict, jobs: List[Dict]) -> Tuple[Optional[str], bool]:
+    """One scheduling pass for a pending job (caller holds the lock): (pend reason or None if it started, ended)."""
+    reason, never = _dependency_reason(job, jobs)
+    if never and job.get("orphan_terminate"):
+        job.update(state="EXIT", exit_code=None, exit_reason=ORPHAN, finish_time=time.time(), pend_reason=None)
+        state.save_job(lsf_home, job)
+        return None, True
+    if reason is not None:
+        return reason, False
+    busy = {h for j in jobs if j["state"] == "RUN" for h in j["hosts"]}
+    free = [n for n in state.node_names(job["nodes_total"]) if n not in busy]
+    if len(free) >= job["nnodes"]:
+        job.update(state="RUN", hosts=free[:job["nnodes"]], start_time=time.time(), pend_reason=None)
+        state.save_job(lsf_home, job)
+        return None, False
+    return f"Not enough virtual nodes free: {job['nnodes']} needed, {len(free)} free", False
 
 
 def _pending(lsf_home: Path, job_id: int) -> Optional[Dict]:
-    """Wait in PEND; return the job (now RUN, hosts allocated) or None if it was killed meanwhile."""
+    """Wait in PEND; return the job (now RUN, hosts allocated) or None if it was killed or ended meanwhile."""
     last_reason = None
     while True:
         with state.locked(lsf_home):
@@ -39,21 +83,11 @@ def _pending(lsf_home: Path, job_id: int) -> Optional[Dict]:
             job = next((j for j in jobs if j["id"] == job_id), None)
             if job is None or job["state"] != "PEND":
                 return None
-            reason = None
-            if job.get("dependency"):
-                verdict = deps.evaluate(job["dependency"], deps.states_by_id(jobs))
-                if verdict is None:
-                    reason = f"{NEVER}: {job['dependency']}"
-                elif verdict is False:
-                    reason = f"Job dependency condition not satisfied: {job['dependency']}"
+            reason, ended = _try_start(lsf_home, job, jobs)
+            if ended:
+                return None
             if reason is None:
-                busy = {h for j in jobs if j["state"] == "RUN" for h in j["hosts"]}
-                free = [n for n in state.node_names(job["nodes_total"]) if n not in busy]
-                if len(free) >= job["nnodes"]:
-                    job.update(state="RUN", hosts=free[:job["nnodes"]], start_time=time.time(), pend_reason=None)
-                    state.save_job(lsf_home, job)
-                    return job
-                reason = f"Not enough virtual nodes free: {job['nnodes']} needed, {len(free)} free"
+                return job
             if reason != last_reason:
                 job["pend_reason"] = reason
                 state.save_job(lsf_home, job)
@@ -171,42 +205,93 @@ def _record_start(lsf_home: Path, job: Dict, proc: subprocess.Popen) -> Tuple[Di
     return _update(lsf_home, job_id, watchdog_pid=watchdog_pid) or job, pipe
 
 
-def _supervise(lsf_home: Path, job: Dict, proc: subprocess.Popen) -> Optional[str]:
-    """Deliver the warning signal, enforce the run limit and bkill until the script ends; the kill reason."""
-    start = job["start_time"]
-    limit = job.get("limit_s")
+class _Terminate:
+    """IBM's TERMINATE action on a process group: INT, then TERM, then KILL, ``interval`` seconds apart."""
+
+    def __init__(self, pgid: int, interval: float):
+        self.pgid, self.interval = pgid, interval
+        self.started_at: Optional[float] = None
+        self.sent = 0
+
+    def start(self, now: float) -> None:
+        if self.started_at is None:
+            self.started_at = now
+
+    def tick(self, now: float) -> None:
+        """Send every signal that is due; KILL is repeated until the script is gone."""
+        if self.started_at is None:
+            return
+        due = min(len(TERMINATE), 1 + int((now - self.started_at) // self.interval)) if self.interval > 0 \
+            else len(TERMINATE)
+        while self.sent < due:
+            _killpg(self.pgid, TERMINATE[self.sent])
+            self.sent += 1
+        if self.sent == len(TERMINATE):
+            _killpg(self.pgid, signal.SIGKILL)
+
+
+def _owner_kill(lsf_home: Path, job_id: int) -> bool:
+    """Whether bkill asked for this job to be killed (a state folder that cannot be read says no)."""
+    try:
+        rec = state.load_job(lsf_home, job_id)
+    except OSError:
+        return False
+    return bool(rec and rec.get("kill_requested"))
+
+
+def _warn(lsf_home: Path, job: Dict, proc: subprocess.Popen, now: float) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(proc.pid, job["warn_signal"])
+    _update(lsf_home, job["id"], warning_sent=now)
+
+
+def _supervise(lsf_home: Path, job: Dict, proc: subprocess.Popen) -> Tuple[Optional[str], bool]:
+    """Warn, enforce the run limit and bkill until the script ends: (why LSF acted, whether it terminated)."""
+    start, limit = job["start_time"], job.get("limit_s")
     warn_at = (start + max(0.0, limit - job["warn_s"])) if (limit and job.get("warn_signal")) else None
-    kill_reason: Optional[str] = None
-    term_sent_at: Optional[float] = None
+    limit_at = start + limit if limit else None
+    grace = float(job.get("runlimit_grace_s") or 0.0)
+    terminate = _Terminate(proc.pid, float(job["kill_grace"]))
+    reason: Optional[str] = None
     last_check = 0.0
     while proc.poll() is None:
         now = time.time()
         if warn_at is not None and now >= warn_at:
             warn_at = None
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(proc.pid, job["warn_signal"])
-            _update(lsf_home, job["id"], warning_sent=now)
-        if kill_reason is None and limit and now >= start + limit:
-            kill_reason = "TERM_RUNLIMIT: job killed after reaching LSF run time limit"
-        if kill_reason is None and now - last_check >= 0.1:
+            _warn(lsf_home, job, proc, now)
+        if limit_at is not None and now >= limit_at and reason is None:
+            reason = RUNLIMIT
+            _killpg(proc.pid, signal.SIGUSR2)
+            _update(lsf_home, job["id"], runlimit_signal_sent=now)
+        if reason == RUNLIMIT and now >= limit_at + grace:
+            terminate.start(now)
+        if terminate.started_at is None and now - last_check >= 0.1:
             last_check = now
-            try:
-                rec = state.load_job(lsf_home, job["id"])
-            except OSError:
-                rec = None
-            if rec and rec.get("kill_requested"):
-                kill_reason = OWNER_KILL
-        if kill_reason and term_sent_at is None:
-            _killpg(proc.pid, signal.SIGTERM)
-            term_sent_at = now
-        if term_sent_at is not None and now - term_sent_at >= job["kill_grace"]:
-            _killpg(proc.pid, signal.SIGKILL)
+            if _owner_kill(lsf_home, job["id"]):
+                reason = OWNER_KILL
+                terminate.start(now)
+        terminate.tick(now)
         time.sleep(0.05)
-    return kill_reason
+    return reason, terminate.started_at is not None
 
 
-def _finish(lsf_home: Path, job_id: int, proc: subprocess.Popen, kill_reason: Optional[str]) -> None:
-    """Record how the job ended. A job killed by its owner is EXIT even if the script exited 0, as in LSF."""
+def _outcome(code: int, reason: Optional[str], terminated: bool) -> Tuple[str, Optional[str]]:
+    """(state, exit reason) of a job that ended with ``code``.
+
+    A job LSF terminated (bkill, or the run limit's grace over) is EXIT even if
+    it exited 0, as in LSF. A job that got the run limit's USR2 and ended on its
+    own within the grace ends as it exits: 0 is DONE.
+    """
+    if reason == OWNER_KILL or (reason and terminated):
+        return "EXIT", reason
+    if code == 0:
+        return "DONE", None
+    return "EXIT", reason or f"exited with exit code {code}"
+
+
+def _finish(lsf_home: Path, job_id: int, proc: subprocess.Popen, reason: Optional[str],
+            terminated: bool) -> None:
+    """Record how the job ended, with the exit code the job really had (128 + signal when one ended it)."""
     rc = proc.returncode
     code = 128 - rc if rc < 0 else rc
     # Like LSF, nothing of a job outlives it.
@@ -216,11 +301,10 @@ def _finish(lsf_home: Path, job_id: int, proc: subprocess.Popen, kill_reason: Op
             rec = state.load_job(lsf_home, job_id)
             if rec is None:
                 return                      # the state folder was deleted: nothing left to record
-            if kill_reason is None and rec.get("kill_requested"):
-                kill_reason = OWNER_KILL
-            rec.update(exit_code=code, finish_time=time.time(),
-                       state="DONE" if code == 0 and kill_reason is None else "EXIT",
-                       exit_reason=kill_reason or (None if code == 0 else f"exited with exit code {code}"))
+            if reason is None and rec.get("kill_requested"):
+                reason = OWNER_KILL
+            job_state, why = _outcome(code, reason, terminated)
+            rec.update(exit_code=code, finish_time=time.time(), state=job_state, exit_reason=why)
             state.save_job(lsf_home, rec)
     except OSError:
         pass
@@ -234,8 +318,8 @@ def run(lsf_home: Path, job_id: int) -> int:
     if proc is None:
         return 0
     job, pipe = _record_start(lsf_home, job, proc)
-    kill_reason = _supervise(lsf_home, job, proc)
-    _finish(lsf_home, job_id, proc, kill_reason)
+    reason, terminated = _supervise(lsf_home, job, proc)
+    _finish(lsf_home, job_id, proc, reason, terminated)
     if pipe is not None:
         with contextlib.suppress(OSError):
             os.write(pipe, watchdog.FINISHED)
