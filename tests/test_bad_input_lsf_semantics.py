@@ -1,0 +1,79 @@
+"""Bad input to the embedded LSF's dependency expressions, -ti and run-limit settings, as a user types them
+to bsub. Each case must be refused with a non-zero exit, no traceback, the offending value named, LSF's
+"Job not submitted." where bsub refuses a job, and no job id used up."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Dict, List, Tuple
+
+import pytest
+
+from badinput import assert_refused, run_module
+from conftest import cli_env  # noqa: F401
+from conftest_lsf import lsf_environment
+
+#: (bsub arguments, extra environment, needles in stderr). @ID is replaced by the id of a job that exists.
+CASES: List[Tuple[List[str], Dict[str, str], List[str]]] = [
+    (["-w", "done(@ID"], {}, ["done(@ID", "Dependency condition syntax error", "expected ')'"]),
+    (["-w", "done(@ID) &&"], {}, ["done(@ID) &&", "syntax error"]),
+    (["-w", "&& done(@ID)"], {}, ["&& done(@ID)", "syntax error"]),
+    (["-w", "done(@ID) done(@ID)"], {}, ["done(@ID) done(@ID)", "join conditions with && or ||"]),
+    (["-w", "done(@ID) & ended(@ID)"], {}, ["done(@ID) & ended(@ID)", "'&'"]),
+    (["-w", "done(@ID) | ended(@ID)"], {}, ["done(@ID) | ended(@ID)", "'|'"]),
+    (["-w", "(done(@ID)"], {}, ["(done(@ID)", "expected ')'"]),
+    (["-w", "done(@ID))"], {}, ["done(@ID))", "unexpected ')'"]),
+    (["-w", "!"], {}, ["!: Dependency condition syntax error", "the end"]),
+    (["-w", "()"], {}, ["()", "expected a condition"]),
+    (["-w", "exit(@ID, !3)"], {}, ["exit(@ID, !3)", "exit code"]),
+    (["-w", "exit(@ID, >)"], {}, ["exit(@ID, >)", "exit code"]),
+    (["-w", "exit(@ID, => 3)"], {}, ["exit(@ID, => 3)", "'='"]),
+    (["-w", "exit(@ID, -1)"], {}, ["exit(@ID, -1)", "'-'"]),
+    (["-w", "numdone(@ID, 1)"], {}, ["numdone(@ID, 1)", "needs an operator"]),
+    (["-w", "numdone(@ID)"], {}, ["numdone(@ID)", "expected ','"]),
+    (["-w", "done(@ID, 1)"], {}, ["done(@ID, 1)", "expected ')'"]),
+    (["-w", "finished(@ID)"], {}, ["finished(@ID)", "unknown condition 'finished'"]),
+    (["-w", "done(myjob)"], {}, ["done(myjob)", "job names"]),
+    (["-w", 'done("myjob")'], {}, ['done("myjob")', "job names"]),
+    (["-w", "myjob"], {}, ["myjob", "job names"]),
+    (["-w", "done(@ID[1])"], {}, ["done(@ID[1])", "array"]),
+    (["-w", "post_done(@ID)"], {}, ["post_done(@ID)", "not supported"]),
+    (["-w", 'external(@ID, "x")'], {}, ['external(@ID, "x")', "not supported"]),
+    (["-w", "done(\u0661\u0662)"], {}, ["done(\u0661\u0662)"]),
+    (["-w", "done(@ID)\nx"], {}, ["done(@ID)", "'\\n'"]),
+    (["-w", "done(@ID) && ended(424242)"], {}, ["done(@ID) && ended(424242)", "No matching job found",
+                                                 "<424242>"]),
+    (["-w", "!exit(424242, 3)"], {}, ["424242", "No matching job found"]),
+    (["-ti"], {}, ["-ti", "use it with -w"]),
+    (["-W", "1"], {"SUMMIT_JOBS_LSF_RUNLIMIT_GRACE": "soon"}, ["SUMMIT_JOBS_LSF_RUNLIMIT_GRACE='soon'"]),
+    (["-W", "1"], {"SUMMIT_JOBS_LSF_RUNLIMIT_GRACE": "-1"}, ["SUMMIT_JOBS_LSF_RUNLIMIT_GRACE='-1'"]),
+    (["-W", "1"], {"SUMMIT_JOBS_LSF_RUNLIMIT_GRACE": "inf"}, ["SUMMIT_JOBS_LSF_RUNLIMIT_GRACE='inf'"]),
+    (["true"], {"SUMMIT_JOBS_LSF_KILL_GRACE": "0"}, ["SUMMIT_JOBS_LSF_KILL_GRACE='0'"]),
+]
+
+
+@pytest.fixture
+def lsf(cli_env, tmp_path) -> Tuple[Dict[str, str], str]:
+    """An isolated embedded LSF holding one finished job (ids from 700), and that job's id."""
+    env = dict(cli_env, **{k: v for k, v in lsf_environment(tmp_path).items()
+                           if k.startswith("SUMMIT_JOBS_") or k in ("PATH", "XDG_DATA_HOME")})
+    env["SUMMIT_JOBS_LSF_FIRST_ID"] = "700"
+    res = run_module("summit_jobs.embedded.bsub", ["/bin/true"], env, cwd=tmp_path)
+    assert res.returncode == 0 and "Job <700>" in res.stdout, res.stderr
+    return env, "700"
+
+
+@pytest.mark.parametrize("args,extra,needles", CASES, ids=[" ".join(a) + " " + " ".join(e) for a, e, _ in CASES])
+def test_bsub_refuses(lsf, tmp_path, args, extra, needles):
+    env, job = lsf
+    args = [a.replace("@ID", job) for a in args]
+    if args[-1] != "true":
+        args.append("/bin/true")
+    res = run_module("summit_jobs.embedded.bsub", args, dict(env, **extra), cwd=tmp_path)
+    assert_refused(res, [n.replace("@ID", job) for n in needles])
+    assert "is submitted" not in res.stdout
+    if not extra:
+        assert "Job not submitted." in res.stderr
+    jobs = Path(env["SUMMIT_JOBS_LSF_HOME"]) / "jobs"
+    assert sorted(p.name for p in jobs.iterdir()) == [job]          # no job folder left behind
+    ok = run_module("summit_jobs.embedded.bsub", ["/bin/true"], env, cwd=tmp_path)
+    assert "Job <701>" in ok.stdout, ok.stderr                          # no id used up
