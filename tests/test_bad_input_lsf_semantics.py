@@ -43,6 +43,8 @@ CASES: List[Tuple[List[str], Dict[str, str], List[str]]] = [
     (["-w", "done(@ID) && ended(424242)"], {}, ["done(@ID) && ended(424242)", "No matching job found",
                                                  "<424242>"]),
     (["-w", "!exit(424242, 3)"], {}, ["424242", "No matching job found"]),
+    (["-w", "(" * 101 + "@ID" + ")" * 101], {}, ["nested deeper than 100 levels"]),
+    (["-w", "!" * 200 + "@ID"], {}, ["!!!!@ID", "nested deeper than 100 levels"]),
     (["-ti"], {}, ["-ti", "use it with -w"]),
     (["-W", "1"], {"SUMMIT_JOBS_LSF_RUNLIMIT_GRACE": "soon"}, ["SUMMIT_JOBS_LSF_RUNLIMIT_GRACE='soon'"]),
     (["-W", "1"], {"SUMMIT_JOBS_LSF_RUNLIMIT_GRACE": "-1"}, ["SUMMIT_JOBS_LSF_RUNLIMIT_GRACE='-1'"]),

@@ -47,8 +47,11 @@ TOKEN_RE = re.compile(r"[ \t]*(?:(?P<num>[0-9]+)|(?P<word>[A-Za-z_][A-Za-z0-9_]*
                       r"(?P<op>&&|\|\||>=|<=|==|!=|[()!,<>*])|(?P<quote>\"[^\"]*\"?)|(?P<bad>.))", re.S)
 #: Exit codes a job can end with.
 CODES = range(0, 256)
-#: Above this many combinations of future job states the search gives up and answers "not yet".
-MAX_COMBINATIONS = 200_000
+#: Above this many combinations of future job states the search gives up and answers "not yet"
+#: (it runs under the state lock, every 0.1 s, for each pending job).
+MAX_COMBINATIONS = 5_000
+#: Deepest nesting of parentheses and ``!`` read (the parser and the evaluation recurse that deep).
+MAX_DEPTH = 100
 
 
 class DependencyError(ValueError):
@@ -106,6 +109,7 @@ class _Parser:
         self.text = text
         self.toks = _tokens(text)
         self.pos = 0
+        self.depth = 0
 
     def peek(self) -> Tuple[str, str]:
         return self.toks[self.pos] if self.pos < len(self.toks) else ("end", "")
@@ -136,15 +140,18 @@ class _Parser:
         return terms[0] if len(terms) == 1 else Logic(op, tuple(terms))
 
     def unary(self) -> Node:
-        if self.peek() == ("op", "!"):
-            self.take()
-            return Not(self.unary())
-        if self.peek() == ("op", "("):
-            self.take()
+        if self.peek() not in (("op", "!"), ("op", "(")):
+            return self.condition()
+        self.depth += 1
+        if self.depth > MAX_DEPTH:
+            raise DependencyError(f"parentheses and ! are nested deeper than {MAX_DEPTH} levels")
+        if self.take() == ("op", "!"):
+            node: Node = Not(self.unary())
+        else:
             node = self.logic("||")
             self.take(")")
-            return node
-        return self.condition()
+        self.depth -= 1
+        return node
 
     def condition(self) -> Node:
         kind, tok = self.take()
