@@ -69,11 +69,13 @@ class Condition:
 
 @dataclass(frozen=True)
 class Not:
+    """``!term``: holds while the term does not (so ``!done(5)`` holds at once for a job still running)."""
     term: "Node"
 
 
 @dataclass(frozen=True)
 class Logic:
+    """Terms joined by one operator; a tree of these keeps the precedence the parser found."""
     op: str                              # "&&" or "||"
     terms: Tuple["Node", ...]
 
@@ -208,6 +210,7 @@ def parse(text: str) -> Node:
 
 
 def conditions(node: Node) -> Iterator[Condition]:
+    """Every condition of the tree, left to right (bsub checks that each job exists)."""
     if isinstance(node, Condition):
         yield node
     elif isinstance(node, Not):
@@ -240,6 +243,7 @@ def holds(cond: Condition, snap: Snapshot) -> bool:
 
 
 def value(node: Node, snaps: Dict[int, Snapshot]) -> bool:
+    """The expression's truth for one assignment of states to its jobs."""
     if isinstance(node, Condition):
         return holds(node, snaps[node.job])
     if isinstance(node, Not):
@@ -293,6 +297,7 @@ def evaluate_tree(node: Node, lookup: Lookup) -> Verdict:
 
 
 def evaluate(text: str, lookup: Lookup) -> Verdict:
+    """evaluate_tree of the text (parsed again each time: the record keeps the text, as bjobs shows it)."""
     return evaluate_tree(parse(text), lookup)
 
 
