@@ -71,7 +71,7 @@ def test_chain_runs_until_complete(lsf_env, tmp_path):
     assert all(r["state"] == "DONE" for r in rows), rows
     logs = cli(["logs", str(run_dir)], env, timeout=60)
     assert logs.stdout.count("summit-jobs: chain: queued link") == len(queued)
-    assert "warning signal before the run limit" in logs.stderr + logs.stdout
+    assert "the warning before the run limit" in logs.stderr + logs.stdout
 
 
 def test_chain_stops_when_a_link_makes_no_progress(lsf_env, tmp_path):
