@@ -320,9 +320,37 @@ def submit_cmd(state: State, **kw) -> None:
     profile, plan, script = build_job(state, kw)
     if kw["dry_run"]:
         emit_dry_run(plan, script, kw)
+        if plan.until_complete:
+            click.echo(expected_links(profile, plan, kw.get("data")), err=True)
         return
     require_data(state, plan, kw)
+    if plan.until_complete:
+        click.echo(expected_links(profile, plan, kw.get("data")), err=True)
     submission.submit(state, profile, plan, script, kw)
+
+
+def expected_links(profile, plan, data: Optional[str]) -> str:
+    """How many links a chain until complete should take, from the profile's throughput figure."""
+    import math
+
+    from summit_jobs import simulate
+    from summit_jobs.cli_simulate import train_clips_from
+    rate = profile.performance.clips_per_second_per_gpu
+    if rate <= 0:
+        return "expected links: unknown (the profile has no performance.clips_per_second_per_gpu figure)"
+    clips = train_clips_from(data, None)
+    est = simulate.estimate(profile, nodes=plan.nodes, ranks_per_node=plan.ranks_per_node,
+                            accum_steps=plan.accum_steps, clips_per_gpu=plan.clips_per_gpu, epochs=plan.epochs,
+                            train_clips=clips, clips_per_second_per_gpu=rate, model_params=simulate.TSM_R50_PARAMS,
+                            walltime_minutes=plan.walltime_minutes)
+    per_link = max(1, plan.walltime_minutes - plan.warning_minutes) * 60
+    links = max(1, math.ceil(est.wall_seconds / per_link))
+    line = (f"expected links: about {links} ({simulate.hms(est.wall_seconds)} of training for {clips:,} clips "
+            f"x {plan.epochs} epochs at {rate:g} clips/s per GPU from the profile; {per_link // 60} minutes of "
+            "training per link before its warning)")
+    if links > plan.max_links:
+        line += f"; above --max-links {plan.max_links}: raise it, or the chain stops before training is complete"
+    return line
 
 
 def require_data(state: State, plan, kw: dict) -> None:

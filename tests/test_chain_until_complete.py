@@ -100,3 +100,15 @@ def test_cancel_reaches_the_links_the_chain_queued(lsf_env, tmp_path):
         assert f"job {jid}:" in res.stdout
     rows = _settled(env, run_dir)
     assert rows[-1]["state"] == "EXIT" and rows[-1].get("cancelled"), rows
+
+
+def test_the_plan_says_how_many_links_to_expect(tmp_path):
+    from conftest import run_cli
+    env = dict(__import__("os").environ, XDG_CONFIG_HOME=str(tmp_path / "xdg"))
+    args = ["--machine", "summit", "submit", "--nodes", "16", "--project", "ABC123", "--until-complete", "--dry-run"]
+    res = run_cli(args, env, cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    # 240,000 clips x 100 epochs / (96 GPUs x 22.3 clips/s) = 3 h 11 min; 110 minutes per 2-hour link.
+    assert "expected links: about 2 (3 h 11 min of training" in res.stderr
+    res = run_cli([*args, "--max-links", "1"], env, cwd=tmp_path)
+    assert "above --max-links 1" in res.stderr
