@@ -9,8 +9,11 @@ Where ranks come from: jsrun sets JSM_NAMESPACE_*, Spectrum MPI OMPI_COMM_WORLD_
 torchrun RANK/WORLD_SIZE/LOCAL_RANK; looked up in that order. The rendezvous
 host is SUMMIT_JOBS_RENDEZVOUS_ADDR if set (the embedded jsrun sets 127.0.0.1)
 else the first compute host of LSB_MCPU_HOSTS / LSB_HOSTS (the launch node,
-listed first, is skipped). Ports derive from LSB_JOBID so concurrent jobs that
-share a node do not collide: DDP uses ``port``, Horovod's gloo rendezvous ``port + 1``.
+listed first, is skipped). The port derives from LSB_JOBID; when the trainer
+knows its run directory, rank 0 moves to the next free port if that one is
+taken and tells the other ranks through the run directory (``trainer.rendezvous``
+explains why and how). Without a run directory: DDP uses ``port``, Horovod's
+gloo rendezvous ``port + 1``.
 """
 from __future__ import annotations
 
@@ -27,8 +30,10 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 import torch
 from torch import nn
 
+from . import rendezvous
+from .rendezvous import PORT_BASE, PORT_SPAN
+
 DEFAULT_PORT = 29500
-PORT_BASE, PORT_SPAN = 20000, 20000
 
 
 @dataclass(frozen=True)
@@ -40,6 +45,8 @@ class Launch:
     addr: str
     port: int
     source: str
+    #: LSB_JOBID when ``port`` was derived from it (a rendezvous may then move to a free port), else "".
+    job: str = ""
 
 
 def _compute_hosts(env: Mapping[str, str]) -> List[str]:
@@ -96,7 +103,9 @@ def launch_from_env(env: Optional[Mapping[str, str]] = None) -> Launch:
         r, s, lr, ls, source = 0, 1, 0, 1, "single"
     if not 0 <= r < s:
         raise ValueError(f"rank {r} is outside a world of size {s} (from {source} variables)")
-    return Launch(r, s, lr, max(1, ls), rendezvous_addr(env), rendezvous_port(env), source)
+    job = env.get("LSB_JOBID", "")
+    return Launch(r, s, lr, max(1, ls), rendezvous_addr(env), rendezvous_port(env), source,
+                  job if job.isdigit() else "")
 
 
 def pick_device(launch: Launch) -> torch.device:
@@ -177,18 +186,30 @@ class Engine:
         pass
 
 
+def _meets_in(launch: Launch, folder: Optional[os.PathLike]) -> bool:
+    """Whether this launch meets through the run directory (a derived port that may move)."""
+    return folder is not None and bool(launch.job) and launch.size > 1
+
+
 class DDPEngine(Engine):
     name = "ddp"
 
-    def __init__(self, launch: Launch, device: torch.device):
+    def __init__(self, launch: Launch, device: torch.device, rendezvous_dir: Optional[os.PathLike] = None):
         super().__init__(launch, device)
         import torch.distributed as dist
         self.dist = dist
         backend = "nccl" if device.type == "cuda" else "gloo"
         if launch.addr in ("127.0.0.1", "localhost"):
             os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
-        dist.init_process_group(backend, init_method=f"tcp://{launch.addr}:{launch.port}", rank=launch.rank,
-                                world_size=launch.size, timeout=datetime.timedelta(minutes=30))
+        timeout = datetime.timedelta(minutes=30)
+        if _meets_in(launch, rendezvous_dir):
+            store = rendezvous.meet(launch.addr, launch.port, rendezvous_dir, launch.job, launch.rank, launch.size)
+            dist.init_process_group(backend, store=store, rank=launch.rank, world_size=launch.size, timeout=timeout)
+            dist.barrier()  # every rank has read the record
+            rendezvous.done(rendezvous_dir, launch.job, launch.rank)
+        else:
+            dist.init_process_group(backend, init_method=f"tcp://{launch.addr}:{launch.port}", rank=launch.rank,
+                                    world_size=launch.size, timeout=timeout)
 
     def prepare(self, model, optimizer, accum_steps, compression):
         from torch.nn.parallel import DistributedDataParallel as DDP
@@ -270,13 +291,13 @@ def _gloo_bf16_compress_hook(process_group, bucket):
     return default_hooks._compress_hook(torch.bfloat16, process_group, bucket)
 
 
-def _horovod_gloo_env(launch: Launch) -> Dict[str, str]:
+def _horovod_gloo_env(launch: Launch, http_port: int) -> Dict[str, str]:
     """What horovodrun's gloo launcher would export for this rank (uniform packed layout)."""
     ls = launch.local_size if launch.size % launch.local_size == 0 else launch.size
     cross_rank, local_rank = divmod(launch.rank, ls)
     env = {
         "HOROVOD_GLOO_RENDEZVOUS_ADDR": launch.addr,
-        "HOROVOD_GLOO_RENDEZVOUS_PORT": str(launch.port + 1),
+        "HOROVOD_GLOO_RENDEZVOUS_PORT": str(http_port),
         "HOROVOD_CONTROLLER": "gloo",
         "HOROVOD_CPU_OPERATIONS": "gloo",
         "HOROVOD_HOSTNAME": f"node{cross_rank}",
@@ -292,8 +313,8 @@ def _horovod_gloo_env(launch: Launch) -> Dict[str, str]:
     return env
 
 
-def _start_horovod_rendezvous(launch: Launch) -> object:
-    """Rank 0 hosts Horovod's HTTP rendezvous, as horovodrun does, on a fixed port."""
+def _start_horovod_rendezvous(launch: Launch, port: int) -> object:
+    """Rank 0 hosts Horovod's HTTP rendezvous, as horovodrun does (port 0: any free one)."""
     from horovod.runner.common.util.hosts import SlotInfo
     from horovod.runner.http.http_server import RendezvousHandler, RendezvousHTTPServer
     ls = launch.local_size if launch.size % launch.local_size == 0 else launch.size
@@ -302,33 +323,53 @@ def _start_horovod_rendezvous(launch: Launch) -> object:
         cross, local = divmod(r, ls)
         plan.append(SlotInfo(hostname=f"node{cross}", rank=r, local_rank=local, cross_rank=cross,
                              size=launch.size, local_size=ls, cross_size=launch.size // ls))
-    httpd = RendezvousHTTPServer(("0.0.0.0", launch.port + 1), RendezvousHandler, 0)
+    httpd = RendezvousHTTPServer(("0.0.0.0", port), RendezvousHandler, 0)
     httpd.init(plan)
     threading.Thread(target=httpd.serve_forever, daemon=True, name="hvd-rendezvous").start()
     return httpd
 
 
+HOROVOD_PORT_KEY = "summit_jobs/horovod_rendezvous_port"
+
+
 class HorovodEngine(Engine):
     name = "horovod"
 
-    def __init__(self, launch: Launch, device: torch.device):
+    def __init__(self, launch: Launch, device: torch.device, rendezvous_dir: Optional[os.PathLike] = None):
         super().__init__(launch, device)
         import horovod.torch as hvd
         self.hvd = hvd
         self._server = None
+        self._store = None
         self._synced = False
         use_mpi = any(k.startswith("OMPI_COMM_WORLD_") for k in os.environ) and hvd.mpi_built() \
             and launch.source in ("jsrun", "mpi") and os.environ.get("HOROVOD_CONTROLLER", "").lower() != "gloo"
+        meets = not use_mpi and _meets_in(launch, rendezvous_dir)
         if not use_mpi:
             if not hvd.gloo_built():
                 raise RuntimeError("this Horovod build has neither MPI nor gloo: rebuild it (make horovod)")
-            if launch.rank == 0:
-                self._server = _start_horovod_rendezvous(launch)
-            os.environ.update(_horovod_gloo_env(launch))
+            os.environ.update(_horovod_gloo_env(launch, self._gloo_port(launch, rendezvous_dir, meets)))
         hvd.init()
         if hvd.rank() != launch.rank or hvd.size() != launch.size:
             raise RuntimeError(f"Horovod sees rank {hvd.rank()}/{hvd.size()} but the launcher says "
                                f"{launch.rank}/{launch.size}")
+        if meets:
+            self.barrier()  # every rank has read the record
+            rendezvous.done(rendezvous_dir, launch.job, launch.rank)
+
+    def _gloo_port(self, launch: Launch, folder: Optional[os.PathLike], meets: bool) -> int:
+        """The port of the HTTP rendezvous that rank 0 hosts: any free one, passed on through the job's
+        store (see ``trainer.rendezvous``); without a run directory, the derived port + 1."""
+        if not meets:
+            if launch.rank == 0:
+                self._server = _start_horovod_rendezvous(launch, launch.port + 1)
+            return launch.port + 1
+        extra = None
+        if launch.rank == 0:
+            self._server = _start_horovod_rendezvous(launch, 0)
+            extra = {HOROVOD_PORT_KEY: str(self._server.server_address[1])}
+        self._store = rendezvous.meet(launch.addr, launch.port, folder, launch.job, launch.rank, launch.size, extra)
+        return int(self._store.get(HOROVOD_PORT_KEY).decode())
 
     def prepare(self, model, optimizer, accum_steps, compression):
         hvd = self.hvd
@@ -394,8 +435,11 @@ def horovod_available() -> bool:
         return False
 
 
-def make_engine(name: str, launch: Optional[Launch] = None) -> Engine:
-    """``name`` is 'horovod' or 'ddp'; Horovod falls back to DDP (said once) when it is not importable."""
+def make_engine(name: str, launch: Optional[Launch] = None, rendezvous_dir: Optional[os.PathLike] = None) -> Engine:
+    """``name`` is 'horovod' or 'ddp'; Horovod falls back to DDP (said once) when it is not importable.
+
+    ``rendezvous_dir`` (the run directory, shared by all nodes) lets rank 0 move off a derived port that
+    is taken and tell the other ranks (``trainer.rendezvous``)."""
     global _warned
     launch = launch or launch_from_env()
     if launch.size == 1:
@@ -408,9 +452,9 @@ def make_engine(name: str, launch: Optional[Launch] = None) -> Engine:
         _warned = True
         name = "ddp"
     if name == "horovod":
-        return HorovodEngine(launch, device)
+        return HorovodEngine(launch, device, rendezvous_dir)
     if name == "ddp":
-        return DDPEngine(launch, device)
+        return DDPEngine(launch, device, rendezvous_dir)
     raise ValueError(f"unknown engine {name!r}: use 'horovod' or 'ddp'")
 
 

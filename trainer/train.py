@@ -134,7 +134,7 @@ class Trainer:
             torch.set_num_threads(args.threads)
         if not args.data:
             raise SystemExit("trainer: --data DIR is required (a folder of shards with manifest.json)")
-        self.engine = engine or make_engine(args.engine)
+        self.engine = engine or make_engine(args.engine, rendezvous_dir=self.run_dir)
         e = self.engine
         self.is_main = e.rank == 0
         self.device = e.device

@@ -1,0 +1,176 @@
+"""Where the ranks of one job meet: a port that another job cannot take from it.
+
+Why not just the port derived from LSB_JOBID: two embedded-LSF homes on one
+machine number their jobs from 1, a job id is reused after a scheduler restart,
+and any other program may hold that port. The rank that found the port taken
+failed with EADDRINUSE; worse, ranks of one job could reach the store of
+another job that owned it.
+
+The protocol, when the trainer knows its run directory:
+
+1. Rank 0 (on the rendezvous host) opens a torch ``TCPStore`` on the derived
+   port, or on the next free one (derived + 2, + 4, ...), and stores a random
+   token in it.
+2. It publishes ``{port, token, size}`` in ``<run-dir>/.rendezvous.<job>.json``
+   (temp name, then rename: a reader sees a whole record or none), after
+   removing the records of earlier, killed jobs.
+3. The other ranks wait for the record (``SUMMIT_JOBS_RENDEZVOUS_TIMEOUT``
+   seconds, default 600, then a clear error), connect to its port and accept
+   the store only if it holds the same token. A record left by an earlier
+   launch of the same job id names a port that is dead or someone else's: its
+   token does not match, and the rank waits for rank 0's fresh record.
+4. Once every rank has joined, rank 0 removes the record.
+
+The run directory is on the parallel file system, which every node sees. DDP
+uses the store itself; Horovod's gloo rendezvous (an HTTP server on rank 0)
+takes any free port and passes its number through the store.
+"""
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import secrets
+import threading
+import time
+from pathlib import Path
+from typing import Dict, Optional, Tuple
+
+TOKEN_KEY = "summit_jobs/rendezvous_token"
+#: How many ports rank 0 tries (every second one, so the derived pair p, p+1 keeps its parity).
+TRIES = 64
+PORT_BASE, PORT_SPAN = 20000, 20000
+#: A probe of a published port: long enough for a loaded node, short enough to move on from a dead one.
+PROBE_SECONDS = 5.0
+STORE_TIMEOUT = datetime.timedelta(minutes=30)
+
+
+class RendezvousError(SystemExit):
+    """The ranks could not meet: the trainer ends with this one line, no traceback."""
+
+
+def record_path(folder: os.PathLike, job: str) -> Path:
+    return Path(folder) / f".rendezvous.{job}.json"
+
+
+def wait_seconds() -> float:
+    raw = os.environ.get("SUMMIT_JOBS_RENDEZVOUS_TIMEOUT", "")
+    try:
+        return max(float(raw), 1.0) if raw else 600.0
+    except ValueError:
+        return 600.0
+
+
+def _candidates(derived: int):
+    for i in range(TRIES):
+        yield PORT_BASE + (derived - PORT_BASE + 2 * i) % PORT_SPAN
+
+
+def _in_use(exc: BaseException) -> bool:
+    text = str(exc)
+    return "EADDRINUSE" in text or "ddress already in use" in text
+
+
+def host_store(addr: str, derived: int):
+    """Rank 0: a master TCPStore on the first free candidate port; returns (store, port)."""
+    from torch.distributed import TCPStore
+    for port in _candidates(derived):
+        try:
+            return TCPStore(addr, port, None, True, STORE_TIMEOUT, wait_for_workers=False), port
+        except RuntimeError as exc:  # torch's DistNetworkError
+            if not _in_use(exc):
+                raise
+    raise RendezvousError(f"trainer: no free port for the rendezvous among {TRIES} tried from {derived} "
+                          f"(every second port up to {PORT_BASE + PORT_SPAN}); free some, or set LSB_JOBID")
+
+
+def publish(path: Path, record: Dict[str, object]) -> None:
+    """Write the record atomically; records of earlier jobs in the folder go (they were killed)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    for old in path.parent.glob(".rendezvous.*.json"):
+        if old != path:
+            old.unlink(missing_ok=True)
+    tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
+    try:
+        tmp.write_text(json.dumps(record))
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _read(path: Path) -> Optional[Dict[str, object]]:
+    try:
+        rec = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    ok = isinstance(rec, dict) and isinstance(rec.get("port"), int) and isinstance(rec.get("token"), str)
+    return rec if ok else None
+
+
+def _connect(addr: str, port: int):
+    """A client store on ``port``, or None. In a thread: a client that reaches a listener which is not
+    a TCPStore waits for its reply forever, whatever its timeout."""
+    from torch.distributed import TCPStore
+    out: Dict[str, object] = {}
+
+    def attempt() -> None:
+        try:
+            out["store"] = TCPStore(addr, port, None, False, datetime.timedelta(seconds=PROBE_SECONDS),
+                                    wait_for_workers=False)
+        except Exception:  # refused, reset, timed out: not (yet) our store
+            pass
+
+    t = threading.Thread(target=attempt, daemon=True, name=f"rendezvous-probe-{port}")
+    t.start()
+    t.join(PROBE_SECONDS + 2)
+    return out.get("store")
+
+
+def _ours(store, token: str) -> bool:
+    try:
+        return bool(store.check([TOKEN_KEY])) and store.get(TOKEN_KEY).decode() == token
+    except Exception:
+        return False
+
+
+def join_store(addr: str, path: Path, size: int, rank: int):
+    """Ranks other than 0: the store that rank 0 published for this launch."""
+    deadline = time.monotonic() + wait_seconds()
+    failed: Tuple[object, float] = (None, 0.0)
+    while time.monotonic() < deadline:
+        rec = _read(path)
+        fresh = rec is not None and (rec != failed[0] or time.monotonic() - failed[1] > 10)
+        if fresh and rec.get("size") == size:
+            store = _connect(addr, rec["port"])
+            if store is not None and _ours(store, rec["token"]):
+                store.set_timeout(STORE_TIMEOUT)
+                return store
+            failed = (rec, time.monotonic())  # an earlier launch's record: wait for rank 0's
+        time.sleep(0.1)
+    raise RendezvousError(f"trainer: rank {rank} waited {wait_seconds():g} s for rank 0 to publish the "
+                          f"rendezvous in {path} (host {addr}): did rank 0 start? (SUMMIT_JOBS_RENDEZVOUS_TIMEOUT "
+                          "sets the wait)")
+
+
+def meet(addr: str, derived: int, folder: os.PathLike, job: str, rank: int, size: int,
+         extra: Optional[Dict[str, str]] = None):
+    """The job's store on every rank (rank 0 hosts it); ``extra`` keys are set before the others join."""
+    path = record_path(folder, job)
+    if rank != 0:
+        return join_store(addr, path, size, rank)
+    store, port = host_store(addr, derived)
+    token = secrets.token_hex(16)
+    for key, value in (extra or {}).items():
+        store.set(key, value)
+    store.set(TOKEN_KEY, token)
+    publish(path, {"job": job, "port": port, "token": token, "size": size, "pid": os.getpid()})
+    return store
+
+
+def done(folder: os.PathLike, job: str, rank: int) -> None:
+    """After every rank has joined: rank 0 removes the record."""
+    if rank == 0:
+        try:
+            record_path(folder, job).unlink(missing_ok=True)
+        except OSError:
+            pass
