@@ -63,7 +63,7 @@ def test_two_node_job_with_default_trainer_options_finishes(tmp_path):
     env = lsf_environment(tmp_path, minute=60)
     data = make_dataset(tmp_path / "data", train=16, val=4, frames=8, size=32)
     run_dir = tmp_path / "run"
-    res = cli(["--machine", "local", "submit", "--nodes", "2", "--epochs", "2", "--engine", "ddp",
+    res = cli(["--machine", "local", "submit", "--nodes", "2", "--epochs", "2",
                "--clips-per-gpu", "2", "--job-name", "final", "--run-dir", str(run_dir), "--json", "--",
                "--data", str(data), "--width", "0.125", "--num-segments", "4", "--frame-stride", "2",
                "--input-size", "32", "--workers", "0", "--threads", "1"], env, timeout=120)
