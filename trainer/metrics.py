@@ -69,8 +69,14 @@ def fmt_duration(seconds: float) -> str:
 
 
 def log(msg: str, enabled: bool = True) -> None:
+    """One line on stderr, written in one piece.
+
+    Why one write: the ranks of a job share one output file; ``print`` writes the
+    text and its newline separately, so another rank's line could land between them.
+    """
     if enabled:
-        print(f"[trainer {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+        sys.stderr.write(f"[trainer {time.strftime('%H:%M:%S')}] {msg}\n")
+        sys.stderr.flush()
 
 
 def progress_line(rec: Dict, epochs: int, steps_per_epoch: int, total_steps: int, eta: Optional[float]) -> str:
