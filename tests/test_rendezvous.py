@@ -76,6 +76,7 @@ def test_a_record_left_by_a_killed_launch_is_not_followed(data, tmp_path):
         stale = {"job": job, "port": squatter.getsockname()[1], "token": "0" * 32, "size": 2, "pid": 1}
         (run / f".rendezvous.{job}.json").write_text(json.dumps(stale))
         (run / ".rendezvous.12345.json").write_text(json.dumps(dict(stale, job="12345")))
+        (run / f".rendezvous.{job}.json.tmp4242").write_text("{\"job\"")  # a write cut by a kill
         procs = start_ranks(2, short_run(run, data), tmp_path / "logs", extra_env={"LSB_JOBID": job})
         assert wait_ranks(procs, tmp_path / "logs", timeout=150) == [0, 0], logs(tmp_path / "logs")
     finally:

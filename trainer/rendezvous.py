@@ -85,9 +85,9 @@ def host_store(addr: str, derived: int):
 
 
 def publish(path: Path, record: Dict[str, object]) -> None:
-    """Write the record atomically; records of earlier jobs in the folder go (they were killed)."""
+    """Write the record atomically; records (and half-written ones) of earlier, killed jobs go."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    for old in path.parent.glob(".rendezvous.*.json"):
+    for old in path.parent.glob(".rendezvous.*"):
         if old != path:
             old.unlink(missing_ok=True)
     tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
