@@ -184,3 +184,20 @@ def test_a_full_disk_on_two_ranks_ends_every_rank_with_one_line(data, tmp_path, 
     assert "trainer: cannot write checkpoint" in rank0 and "No space left on device" in rank0
     assert "trainer: rank 1 of 2 stops: another rank ended" in rank1, rank1
     assert final_names(run) == [] and temporaries(run) == []
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGUSR2], ids=lambda s: s.name)
+def test_each_stop_signal_after_start_up_saves_and_exits_0(data, tmp_path, sig):
+    """IBM LSF's bkill sends SIGINT first: like TERM and the warning's USR2 it asks for a checkpoint,
+    not a traceback (KeyboardInterrupt) and not a signal that is swallowed while training goes on."""
+    run = tmp_path / "run"
+    (proc,) = start_ranks(1, tiny_args(run, data, epochs=500) + ["--no-test"], tmp_path / "logs")
+    deadline = time.time() + 90
+    while ckpt.latest(run) is None and "epoch 1/500 step 2/" not in (tmp_path / "logs" / "rank0.log").read_text():
+        assert time.time() < deadline and proc.poll() is None, (tmp_path / "logs" / "rank0.log").read_text()
+        time.sleep(0.05)
+    proc.send_signal(sig)
+    assert wait_ranks([proc], tmp_path / "logs", timeout=60) == [0]
+    text = (tmp_path / "logs" / "rank0.log").read_text()
+    assert f"signal {sig.name}" in text and "checkpoint saved" in text and "Traceback" not in text
+    assert ckpt.latest(run) is not None and not (run / "COMPLETE").exists()

@@ -41,6 +41,7 @@ from .model import build_model
 from .optim import build_optimizer
 from .sampler import eval_indices, steps_per_epoch
 from .shards import ShardDataset, ShardError
+from .signals import STOP_SIGNALS
 from .subbn import convert_to_sub_bn
 
 COMPLETE = "COMPLETE"
@@ -60,14 +61,14 @@ def lr_at(step: int, base_lr: float, warmup_steps: int, total_steps: int) -> flo
 
 
 class StopFlag:
-    """Set by SIGUSR2/SIGTERM; read once per optimiser step."""
+    """Set by SIGUSR2, SIGTERM or SIGINT (``signals.STOP_SIGNALS``); read once per optimiser step."""
 
     def __init__(self):
         self.signum: Optional[int] = None
 
     def install(self) -> None:
         from .signals import EARLY
-        for sig in (signal.SIGUSR2, signal.SIGTERM):
+        for sig in STOP_SIGNALS:
             signal.signal(sig, self._handler)
         if EARLY:  # a stop request that came while the rank was starting
             self.signum = EARLY[0]
@@ -702,6 +703,6 @@ def _train(args: argparse.Namespace) -> int:
         # The work is saved (checkpoint or COMPLETE): a late warning signal must not turn a clean exit
         # into a kill. Python resets handlers to the default action while the interpreter shuts down,
         # which would let USR2 end the process with status 140; an ignored signal stays ignored.
-        for sig in (signal.SIGUSR2, signal.SIGTERM):
+        for sig in STOP_SIGNALS:
             signal.signal(sig, signal.SIG_IGN)
         trainer.close()
