@@ -138,7 +138,10 @@ class Scheduler:
     account_required: bool = True
     #: The embedded single-machine LSF of this package runs the jobs.
     embedded: bool = False
-    #: Host-name prefixes of launch nodes, listed first in LSB_HOSTS: never a compute node.
+    #: IBM CSM (Summit, Lassen): the allocation lists the launch node first, with one slot; the ranks skip it.
+    #: Off on generic LSF clusters, where the first host runs rank 0.
+    csm: bool = False
+    #: Host-name prefixes that are never compute nodes (dropped wherever they appear in the host list).
     launch_node_prefixes: Tuple[str, ...] = ("batch", "login")
     #: Minutes before the run limit at which ``-wa USR2`` is delivered (checkpoint-and-chain).
     warning_minutes: int = 10

@@ -444,6 +444,9 @@ def make_plan(profile: Profile, opts: JobOptions) -> Plan:
         raise UserError("bf16 gradient compression is a torch.distributed hook; Horovod offers fp16 only. "
                         "Use --compression fp16, or --engine ddp.")
     variables = dict(profile.environment.variables)
+    # How the ranks and launchers tell compute hosts from launch nodes (trainer/lsf_hosts.py).
+    variables["SUMMIT_JOBS_LSF_CSM"] = "1" if profile.scheduler.csm else "0"
+    variables["SUMMIT_JOBS_LAUNCH_NODE_PREFIXES"] = ",".join(profile.scheduler.launch_node_prefixes)
     if opts.fusion_threshold is not None:
         if opts.fusion_threshold < 0:
             raise UserError(f"--fusion-threshold {opts.fusion_threshold} must be a byte count >= 0 (0 disables "

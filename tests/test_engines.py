@@ -35,7 +35,9 @@ def test_mpi_then_torchrun_then_single():
 
 def test_rendezvous_address_sources():
     assert rendezvous_addr({"SUMMIT_JOBS_RENDEZVOUS_ADDR": "127.0.0.1", "LSB_HOSTS": "batch1 a a b"}) == "127.0.0.1"
-    assert rendezvous_addr({"LSB_HOSTS": "login2 a12n01 a12n01 a12n02"}) == "a12n01"
+    # LSB_MCPU_HOSTS, not LSB_HOSTS (dropped by LSF above 4,096 bytes; its order need not match).
+    assert rendezvous_addr({"LSB_HOSTS": "a12n02 login2 a12n01", "LSB_MCPU_HOSTS": "login2 1 a12n01 2 a12n02 1"}) \
+        == "a12n01"
     assert rendezvous_addr({"LSB_MCPU_HOSTS": "batch1 1 h1 42"}) == "h1"
 
 

@@ -8,8 +8,8 @@ calls ``micro_context`` / ``finish_grads`` / ``step`` / ``allreduce_sum``.
 Where ranks come from: jsrun sets JSM_NAMESPACE_*, Spectrum MPI OMPI_COMM_WORLD_*,
 torchrun RANK/WORLD_SIZE/LOCAL_RANK; looked up in that order. The rendezvous
 host is SUMMIT_JOBS_RENDEZVOUS_ADDR if set (the embedded jsrun sets 127.0.0.1)
-else the first compute host of LSB_MCPU_HOSTS / LSB_HOSTS (the launch node,
-listed first, is skipped). The port derives from LSB_JOBID; when the trainer
+else the first compute host of LSB_MCPU_HOSTS / LSB_DJOB_HOSTFILE (launch or
+batch nodes skipped by the profile's rule, see ``trainer.lsf_hosts``). The port derives from LSB_JOBID; when the trainer
 knows its run directory, rank 0 moves to the next free port if that one is
 taken and tells the other ranks through the run directory (``trainer.rendezvous``
 explains why and how). Without a run directory: DDP uses ``port``, Horovod's
@@ -30,7 +30,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 import torch
 from torch import nn
 
-from . import rendezvous
+from . import lsf_hosts, rendezvous
 from .rendezvous import PORT_BASE, PORT_SPAN
 
 DEFAULT_PORT = 29500
@@ -50,18 +50,8 @@ class Launch:
 
 
 def _compute_hosts(env: Mapping[str, str]) -> List[str]:
-    """Compute hosts in order, the launch node (listed first) removed."""
-    mcpu = env.get("LSB_MCPU_HOSTS", "").split()
-    if len(mcpu) >= 2:
-        hosts = mcpu[0::2]
-    else:
-        hosts = []
-        for h in env.get("LSB_HOSTS", "").split():
-            if h not in hosts:
-                hosts.append(h)
-    if len(hosts) > 1 or (hosts and hosts[0].startswith(("batch", "login"))):
-        hosts = hosts[1:]
-    return hosts
+    """Compute hosts in order, launch or batch nodes removed as the profile says (``trainer.lsf_hosts``)."""
+    return [h for h, _ in lsf_hosts.compute_hosts(env)]
 
 
 def rendezvous_addr(env: Mapping[str, str]) -> str:

@@ -84,12 +84,11 @@ def _int(opts: Dict[str, object], key: str, default: Optional[int]) -> int:
 
 
 def allocation() -> Tuple[List[str], int]:
-    """Compute hosts of this job and cores per host, from LSB_MCPU_HOSTS (launch node skipped)."""
-    raw = os.environ.get("LSB_MCPU_HOSTS", "").split()
-    if not raw:
+    """Compute hosts of this job and cores per host (the launch node skipped by the profile's rule)."""
+    from trainer import lsf_hosts
+    if not os.environ.get("LSB_MCPU_HOSTS", "").split():
         raise JsrunError("not inside a job (LSB_MCPU_HOSTS is not set): run jsrun from a batch script")
-    pairs = list(zip(raw[0::2], raw[1::2]))
-    hosts = [(h, int(c)) for h, c in pairs if not h.startswith(("batch", "login"))]
+    hosts = lsf_hosts.compute_hosts(os.environ)
     if not hosts:
         raise JsrunError("the allocation has no compute nodes")
     return [h for h, _ in hosts], min(c for _, c in hosts)
