@@ -25,7 +25,9 @@ import json, os, signal, sys, time
 keys = ["JSM_NAMESPACE_RANK", "JSM_NAMESPACE_SIZE", "JSM_NAMESPACE_LOCAL_RANK", "OMPI_COMM_WORLD_RANK",
         "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "PMIX_RANK", "SUMMIT_JOBS_VNODE"]
 rank = os.environ.get("JSM_NAMESPACE_RANK", "x")
-print("RANK " + " ".join(f"{k}={os.environ.get(k)}" for k in keys), flush=True)
+# One write per line: ranks share the job's output file, and print() under PYTHONUNBUFFERED writes the
+# text and its newline separately, so another rank's line could land in between.
+os.write(1, ("RANK " + " ".join(f"{k}={os.environ.get(k)}" for k in keys) + "\n").encode())
 out = os.environ.get("PROG_OUT")
 if out:
     with open(os.path.join(out, f"argv.{os.environ.get('LSB_JOBID')}.{rank}.json"), "w") as fh:
@@ -33,7 +35,7 @@ if out:
 def on_usr2(signum, frame):
     with open(f"ckpt.{os.environ.get('LSB_JOBID')}.{rank}", "w") as fh:
         fh.write("checkpoint\n")
-    print(f"rank {rank}: USR2, checkpoint written", flush=True)
+    os.write(1, f"rank {rank}: USR2, checkpoint written\n".encode())
     sys.exit(0)
 signal.signal(signal.SIGUSR2, on_usr2)
 if os.environ.get("PROG_FAIL_RANK") == rank:

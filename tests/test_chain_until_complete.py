@@ -30,7 +30,7 @@ if rank == "0" and os.environ.get("PROG_NO_CKPT") != "1":
 if rank == "0" and step >= int(os.environ["PROG_STEPS"]):
     with open("COMPLETE", "w") as fh:
         fh.write(f"step {step}\n")
-print(f"rank {rank}: stopped at step {step}", flush=True)
+os.write(1, f"rank {rank}: stopped at step {step}\n".encode())
 '''
 
 

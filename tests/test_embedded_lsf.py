@@ -195,9 +195,9 @@ def test_jsrun_rank_variables_nvme_and_env(tmp_path, lsf_env):
         #BSUB -o env.%J.out
         mkdir -p wd
         jsrun -n 2 -r 1 -a 2 -c 2 -h wd -E EXTRA=val --smpiargs=off {PY} -c 'import os; \
-print(os.environ["JSM_NAMESPACE_RANK"], os.environ["OMPI_COMM_WORLD_LOCAL_RANK"], \
+os.write(1, (" ".join([os.environ["JSM_NAMESPACE_RANK"], os.environ["OMPI_COMM_WORLD_LOCAL_RANK"], \
 os.environ["SUMMIT_JOBS_VNODE"], os.environ["SUMMIT_JOBS_NVME"], os.environ["EXTRA"], \
-os.environ["SUMMIT_JOBS_RENDEZVOUS_ADDR"], os.getcwd(), flush=True)'
+os.environ["SUMMIT_JOBS_RENDEZVOUS_ADDR"], os.getcwd()]) + "\\n").encode())'
         """)
     jid = submitted_id(run(["bsub", s], lsf_env, cwd=tmp_path).stdout)
     assert wait_state(jid, lsf_env)["STAT"] == "DONE"

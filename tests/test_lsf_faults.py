@@ -233,11 +233,11 @@ def test_full_disk_is_one_clean_line_and_leaves_nothing_behind(tmp_path, lsf_env
 CLEAN_ON_TERM = r'''
 import os, signal, sys, time
 def on_term(signum, frame):
-    print(f"{signal.Signals(signum).name}: checkpoint saved, exiting 0", flush=True)
+    os.write(1, f"{signal.Signals(signum).name}: checkpoint saved, exiting 0\n".encode())  # one write a line
     sys.exit(0)
 signal.signal(signal.SIGTERM, on_term)
 signal.signal(signal.SIGINT, on_term)
-print("RANK", os.environ.get("JSM_NAMESPACE_RANK"), flush=True)
+os.write(1, f"RANK {os.environ.get('JSM_NAMESPACE_RANK')}\n".encode())
 deadline = time.time() + float(os.environ.get("PROG_SLEEP", "0"))
 while time.time() < deadline:
     time.sleep(0.05)
