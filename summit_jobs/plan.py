@@ -217,15 +217,15 @@ def parse_nodes(value: object, profile: Profile) -> int:
 
 
 def _check_writable_on_compute_nodes(profile: Profile, opts: JobOptions) -> None:
-    """The run directory (and the staged data's manifest folder) must be writable where the ranks run."""
-    for what, option, path in (("run directory", "--run-dir / --runs-dir", opts.run_dir),):
-        for prefix in profile.compute_read_only_prefixes:
-            root = prefix.rstrip("/")
-            if path == root or path.startswith(root + "/"):
-                hint = f" ({profile.writable_hint})" if profile.writable_hint else ""
-                raise UserError(f"{what} {path} is under {root}, which {profile.name}'s compute nodes cannot "
-                                f"write: checkpoints and metrics would fail. Give {option} a folder on the "
-                                f"parallel file system{hint}.")
+    """The run directory must be writable where the ranks run (the manifest is only read)."""
+    path = opts.run_dir
+    for prefix in profile.compute_read_only_prefixes:
+        root = prefix.rstrip("/")
+        if path == root or path.startswith(root + "/"):
+            hint = f" ({profile.writable_hint})" if profile.writable_hint else ""
+            raise UserError(f"run directory {path} is under {root}, which {profile.name}'s compute nodes cannot "
+                            "write: checkpoints and metrics would fail. Give --run-dir / --runs-dir a folder on "
+                            f"the parallel file system{hint}.")
 
 
 def _check_until_complete(opts: JobOptions) -> None:

@@ -37,6 +37,16 @@ class Sshd:
         return f"[127.0.0.1]:{self.port} {self.host_key_pub}\n"
 
 
+def remote_lsf_env(base: Path, **extra: str) -> Dict[str, str]:
+    """What the login node's shell gives a session: the embedded LSF on PATH, its own state folder,
+    scaled minutes; ``extra`` adds test variables."""
+    import sys
+    bin_dir = Path(__file__).resolve().parent.parent / "summit_jobs" / "embedded" / "bin"
+    return {"PATH": f"{bin_dir}:/usr/local/bin:/usr/bin:/bin", "SUMMIT_JOBS_PYTHON": sys.executable,
+            "SUMMIT_JOBS_LSF_HOME": str(base / "lsf"), "SUMMIT_JOBS_LSF_MINUTE": "2",
+            "SUMMIT_JOBS_LSF_KILL_GRACE": "1", **extra}
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -12,20 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from conftest_lsf import BIN, cli, lsf_environment, run, submitted_id, wait_for
-from helpers_sshd import start_sshd
+from conftest_lsf import cli, lsf_environment, run, submitted_id, wait_for
+from helpers_sshd import remote_lsf_env, start_sshd
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     base = tmp_path_factory.mktemp("trust")
-    remote_env = {
-        "PATH": f"{BIN}:/usr/local/bin:/usr/bin:/bin",
-        "SUMMIT_JOBS_PYTHON": sys.executable,
-        "SUMMIT_JOBS_LSF_HOME": str(base / "lsf"),
-        "SUMMIT_JOBS_LSF_MINUTE": "2",
-        "SUMMIT_JOBS_LSF_KILL_GRACE": "1",
-    }
+    remote_env = remote_lsf_env(base)
     for sshd in start_sshd(base / "sshd", remote_env):
         yield {"sshd": sshd, "base": base, "remote_env": remote_env}
 

@@ -5,30 +5,21 @@ from __future__ import annotations
 import json
 import os
 import re
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from conftest_lsf import (BIN, PROGRAM, bjobs_state, cli, lsf_environment, run, submitted_id, wait_for,
+from conftest_lsf import (PROGRAM, bjobs_state, cli, lsf_environment, run, submitted_id, wait_for,
                           wait_state, write_template)
-from helpers_sshd import ssh_profile, start_sshd
+from helpers_sshd import remote_lsf_env, ssh_profile, start_sshd
 
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
     """sshd + the embedded LSF it reaches + a laptop-side environment with an SSH profile."""
     base = tmp_path_factory.mktemp("ssh")
-    remote_env = {
-        "PATH": f"{BIN}:/usr/local/bin:/usr/bin:/bin",
-        "SUMMIT_JOBS_PYTHON": sys.executable,
-        "SUMMIT_JOBS_LSF_HOME": str(base / "lsf"),
-        "SUMMIT_JOBS_LSF_MINUTE": "2",
-        "SUMMIT_JOBS_LSF_KILL_GRACE": "1",
-        "XDG_DATA_HOME": str(base / "remote-data"),
-        "PROG_SLEEP": "2",
-    }
+    remote_env = remote_lsf_env(base, XDG_DATA_HOME=str(base / "remote-data"), PROG_SLEEP="2")
     for server in start_sshd(base / "sshd", remote_env):
         laptop = lsf_environment(base / "laptop")
         laptop["SUMMIT_JOBS_LSF_HOME"] = remote_env["SUMMIT_JOBS_LSF_HOME"]   # for the tests' own bjobs
