@@ -50,6 +50,24 @@ CASES: List[Tuple[List[str], Dict[str, str], List[str]]] = [
     (["-W", "1"], {"SUMMIT_JOBS_LSF_RUNLIMIT_GRACE": "-1"}, ["SUMMIT_JOBS_LSF_RUNLIMIT_GRACE='-1'"]),
     (["-W", "1"], {"SUMMIT_JOBS_LSF_RUNLIMIT_GRACE": "inf"}, ["SUMMIT_JOBS_LSF_RUNLIMIT_GRACE='inf'"]),
     (["true"], {"SUMMIT_JOBS_LSF_KILL_GRACE": "0"}, ["SUMMIT_JOBS_LSF_KILL_GRACE='0'"]),
+    # The generic allocation form: -n and -R span[...] (4 virtual nodes of 2 cores by default).
+    (["-n", "abc"], {}, ["-n 'abc'", "positive whole number"]),
+    (["-n", "0"], {}, ["-n '0'"]),
+    (["-n", "2,4"], {}, ["-n '2,4'"]),
+    (["-n", "2", "-nnodes", "1"], {}, ["-n and -nnodes", "not both"]),
+    (["-R", "span[ptile=2]"], {}, ["span[ptile=2]", "give -n"]),
+    (["-n", "2", "-R", "rusage[mem=100]"], {}, ["rusage", "only span[ptile=N] and span[hosts=1]"]),
+    (["-n", "2", "-R", "select[mem>10] span[ptile=2]"], {}, ["select"]),
+    (["-n", "2", "-R", "span[ptile=0]"], {}, ["span[ptile=] '0'"]),
+    (["-n", "2", "-R", "span[ptile=two]"], {}, ["span[ptile=] 'two'"]),
+    (["-n", "2", "-R", "span[hosts=2]"], {}, ["span[hosts=2]", "hosts=1"]),
+    (["-n", "2", "-R", "span[ptile=1:hosts=1]"], {}, ["not both"]),
+    (["-n", "2", "-R", "span[ptile=2"], {}, ["span[ptile=2: Bad resource requirement syntax"]),
+    (["-n", "2", "-R", "span[ptile=2]; rm -rf ~"], {}, ["Bad resource requirement syntax"]),
+    (["-n", "2", "-R", "span[ptile=2]\nx"], {}, ["Bad resource requirement syntax"]),
+    (["-n", "4", "-R", "span[ptile=3]"], {}, ["3 slots on one host", "2 cores", "could never start"]),
+    (["-n", "3", "-R", "span[hosts=1]"], {}, ["3 slots on one host", "could never start"]),
+    (["-n", "9"], {}, ["-n 9", "needs 5 hosts", "4 virtual nodes"]),
 ]
 
 

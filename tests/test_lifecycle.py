@@ -74,7 +74,7 @@ def test_end_to_end_pend_run_done_logs_and_exit_code(tmp_path, lsf_env, template
         for rank, line in enumerate(lines):
             assert (f"JSM_NAMESPACE_RANK={rank} JSM_NAMESPACE_SIZE=4 JSM_NAMESPACE_LOCAL_RANK={rank % 2} "
                     f"OMPI_COMM_WORLD_RANK={rank} OMPI_COMM_WORLD_SIZE=4 OMPI_COMM_WORLD_LOCAL_RANK={rank % 2} "
-                    f"PMIX_RANK={rank} SUMMIT_JOBS_VNODE=vnode0{1 + rank // 2}") in line
+                    f"PMIX_RANK={rank} SUMMIT_JOBS_VNODE=127.1.0.{1 + rank // 2}") in line
     assert f"==> {run_dir}/e2e.{jid}.out <==" in logs.stderr
     assert (run_dir / f"exitcode.{jid}").read_text() == "0\n"
     # The run record.

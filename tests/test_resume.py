@@ -28,7 +28,7 @@ def data(tmp_path_factory):
 def jsrun(args, tmp_path, tag):
     """Start the embedded jsrun in its own process group (so the test can SIGKILL exactly what it started)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("JSM_", "OMPI_", "HOROVOD_", "LSB_"))}
-    env.update({"LSB_MCPU_HOSTS": "batch1 1 vnode001 4", "LSB_JOBID": free_jobid(), "OMP_NUM_THREADS": "1",
+    env.update({"LSB_MCPU_HOSTS": "batch1 1 127.1.0.1 4", "LSB_JOBID": free_jobid(), "OMP_NUM_THREADS": "1",
                 "SUMMIT_JOBS_LSF_HOME": str(tmp_path / "lsf"), "PYTHONPATH": str(REPO)})
     log = open(tmp_path / f"{tag}.log", "w")
     cmd = [sys.executable, "-m", "summit_jobs.embedded.jsrun", "-n", str(RANKS), "-r", str(RANKS), "-a", "1",

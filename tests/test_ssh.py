@@ -74,7 +74,7 @@ def test_end_to_end_over_ssh(world):
     assert len(lines) == 4
     for rank, line in enumerate(lines):
         assert f"JSM_NAMESPACE_RANK={rank} JSM_NAMESPACE_SIZE=4 JSM_NAMESPACE_LOCAL_RANK={rank % 2}" in line
-        assert f"SUMMIT_JOBS_VNODE=vnode0{1 + rank // 2}" in line
+        assert f"SUMMIT_JOBS_VNODE=127.1.0.{1 + rank // 2}" in line
     assert (run_dir / f"exitcode.{jid}").read_text() == "0\n"
     run(["bkill", jb], env)
 

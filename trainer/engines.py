@@ -6,11 +6,12 @@ checkpoint/stop protocol must be identical for both engines, so the loop only
 calls ``micro_context`` / ``finish_grads`` / ``step`` / ``allreduce_sum``.
 
 Where ranks come from: jsrun sets JSM_NAMESPACE_*, Spectrum MPI OMPI_COMM_WORLD_*,
-torchrun RANK/WORLD_SIZE/LOCAL_RANK; looked up in that order. The rendezvous
-host is SUMMIT_JOBS_RENDEZVOUS_ADDR if set (the embedded jsrun sets 127.0.0.1)
-else the first compute host of LSB_MCPU_HOSTS / LSB_DJOB_HOSTFILE (launch or
-batch nodes skipped by the profile's rule, see ``trainer.lsf_hosts``). The port derives from LSB_JOBID; when the trainer
-knows its run directory, rank 0 moves to the next free port if that one is
+torchrun RANK/WORLD_SIZE/LOCAL_RANK, looked up in that order, else blaunch's
+LSF_PM_TASKID (one task per slot). The rendezvous host is
+SUMMIT_JOBS_RENDEZVOUS_ADDR or MASTER_ADDR if set, else the first compute host
+of LSB_MCPU_HOSTS / LSB_DJOB_HOSTFILE (launch or batch nodes skipped by the
+profile's rule, see ``trainer.lsf_hosts``); rank 0 checks that it runs there.
+The port derives from LSB_JOBID; when the trainer knows its run directory, rank 0 moves to the next free port if that one is
 taken and tells the other ranks through the run directory (``trainer.rendezvous``
 explains why and how). Without a run directory: DDP uses ``port``, Horovod's
 gloo rendezvous ``port + 1``.
@@ -74,6 +75,23 @@ def rendezvous_port(env: Mapping[str, str]) -> int:
     return DEFAULT_PORT
 
 
+def _blaunch_task(env: Mapping[str, str]) -> Tuple[int, int, int, int, str]:
+    """(rank, size, local rank, local size, "blaunch") of a task that blaunch started, one per slot.
+
+    blaunch sets no rank variables, only LSF_PM_TASKID (from 1, in slot order). The slots are the
+    compute hosts' (``trainer.lsf_hosts``); task N runs on the host of slot N.
+    """
+    slots = lsf_hosts.compute_hosts(env)
+    size = sum(n for _, n in slots) or 1
+    rank = int(env["LSF_PM_TASKID"]) - 1
+    start = 0
+    for _host, n in slots:
+        if rank < start + n:
+            return rank, size, rank - start, n, "blaunch"
+        start += n
+    return rank, size, 0, 1, "blaunch"
+
+
 def launch_from_env(env: Optional[Mapping[str, str]] = None) -> Launch:
     env = os.environ if env is None else env
     for prefix, rank, size, local, local_size, source in (
@@ -90,7 +108,8 @@ def launch_from_env(env: Optional[Mapping[str, str]] = None) -> Launch:
                 ls = s // hosts if s % hosts == 0 else s
             break
     else:
-        r, s, lr, ls, source = 0, 1, 0, 1, "single"
+        r, s, lr, ls, source = _blaunch_task(env) if env.get("LSF_PM_TASKID", "").isdecimal() \
+            else (0, 1, 0, 1, "single")
     if not 0 <= r < s:
         raise ValueError(f"rank {r} is outside a world of size {s} (from {source} variables)")
     job = env.get("LSB_JOBID", "")
@@ -176,6 +195,18 @@ class Engine:
         pass
 
 
+def _loopback(addr: str) -> bool:
+    """Whether the rendezvous host is this machine's loopback (one machine, or the embedded LSF's nodes):
+    gloo must then use the loopback device rather than the address the machine's name resolves to."""
+    import ipaddress
+    if addr == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(addr).is_loopback
+    except ValueError:
+        return False
+
+
 def _meets_in(launch: Launch, folder: Optional[os.PathLike]) -> bool:
     """Whether this launch meets through the run directory (a derived port that may move)."""
     return folder is not None and bool(launch.job) and launch.size > 1
@@ -189,7 +220,7 @@ class DDPEngine(Engine):
         import torch.distributed as dist
         self.dist = dist
         backend = "nccl" if device.type == "cuda" else "gloo"
-        if launch.addr in ("127.0.0.1", "localhost"):
+        if _loopback(launch.addr):
             os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
         timeout = datetime.timedelta(minutes=30)
         if _meets_in(launch, rendezvous_dir):
@@ -298,7 +329,7 @@ def _horovod_gloo_env(launch: Launch, http_port: int) -> Dict[str, str]:
         "HOROVOD_CROSS_RANK": str(cross_rank),
         "HOROVOD_CROSS_SIZE": str(launch.size // ls),
     }
-    if launch.addr in ("127.0.0.1", "localhost") and "HOROVOD_GLOO_IFACE" not in os.environ:
+    if _loopback(launch.addr) and "HOROVOD_GLOO_IFACE" not in os.environ:
         env["HOROVOD_GLOO_IFACE"] = "lo"
     return env
 
@@ -434,6 +465,8 @@ def make_engine(name: str, launch: Optional[Launch] = None, rendezvous_dir: Opti
     launch = launch or launch_from_env()
     if launch.size == 1:
         launch = dataclasses.replace(launch, addr="127.0.0.1", port=_free_port_pair())
+    elif launch.rank == 0:
+        rendezvous.check_host(launch.addr)      # a rank 0 on the wrong node fails now, not after a long wait
     device = pick_device(launch)
     if name == "horovod" and not horovod_available():
         if not _warned and launch.rank == 0:

@@ -21,16 +21,31 @@ The protocol, when the trainer knows its run directory:
    token does not match, and the rank waits for rank 0's fresh record.
 4. Once every rank has joined, rank 0 removes the record.
 
-The run directory is on the parallel file system, which every node sees. DDP
-uses the store itself; Horovod's gloo rendezvous (an HTTP server on rank 0)
+The run directory is on the parallel file system, which every node sees. The
+record also names the host rank 0 serves on: a rank that computed another
+host from its host list stops at once instead of dialling the wrong node.
+
+Rank 0 checks first that the rendezvous host is its own (``check_host``):
+a launch that put rank 0 elsewhere (a launch node taken for a compute node, a
+wrong MASTER_ADDR) fails in seconds with the two hosts named, instead of the
+other ranks waiting for a store nobody serves. On the embedded LSF every
+virtual node is a loopback address of its own (SUMMIT_JOBS_VNODE) and rank
+0's store listens on that address only, so dialling another virtual node
+fails there as it does between real nodes; elsewhere it listens on every
+address (a node's own name may resolve to a loopback address on that node).
+
+DDP uses the store itself; Horovod's gloo rendezvous (an HTTP server on rank 0)
 takes any free port and passes its number through the store.
 """
 from __future__ import annotations
 
+import contextlib
 import datetime
+import errno
 import json
 import os
 import secrets
+import socket
 import threading
 import time
 from pathlib import Path
@@ -71,13 +86,82 @@ def _in_use(exc: BaseException) -> bool:
     return "EADDRINUSE" in text or "ddress already in use" in text
 
 
+def _address(host: str) -> Optional[str]:
+    """The first address ``host`` resolves to, or None."""
+    try:
+        return socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)[0][4][0]
+    except (socket.gaierror, UnicodeError, IndexError):
+        return None
+
+
+def _not_here(addr: str, here: str, why: str) -> RendezvousError:
+    return RendezvousError(
+        f"trainer: rank 0 runs on {here}, but the rendezvous host is {addr} ({why}): rank 0 must run on the "
+        "first compute host of the allocation. Check MASTER_ADDR / SUMMIT_JOBS_RENDEZVOUS_ADDR and the "
+        "profile's launch-node rule (SUMMIT_JOBS_LSF_CSM, SUMMIT_JOBS_LAUNCH_NODE_PREFIXES).")
+
+
+def check_host(addr: str, env=None) -> None:
+    """Rank 0: the rendezvous host must be this host; a RendezvousError names both otherwise."""
+    env = os.environ if env is None else env
+    resolved = _address(addr)
+    if resolved is None:
+        raise RendezvousError(f"trainer: the rendezvous host {addr!r} does not resolve to an address; "
+                              "set MASTER_ADDR or SUMMIT_JOBS_RENDEZVOUS_ADDR to this node's name")
+    vnode = env.get("SUMMIT_JOBS_VNODE", "")
+    if vnode and _address(vnode) is not None:
+        if _address(vnode) != resolved:
+            raise _not_here(addr, f"virtual node {vnode}", "a different virtual node")
+        return
+    probe = socket.socket(socket.AF_INET6 if ":" in resolved else socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        probe.bind((resolved, 0))
+    except OSError as exc:
+        if exc.errno == errno.EADDRNOTAVAIL:
+            raise _not_here(addr, socket.gethostname(), f"{resolved}, not an address of this host") from None
+    finally:
+        probe.close()
+
+
+def _listen_host(addr: str) -> str:
+    """Where rank 0's store listens: the virtual node's own address on the embedded LSF, else everywhere."""
+    vnode = os.environ.get("SUMMIT_JOBS_VNODE", "")
+    resolved = _address(addr) or ""
+    if vnode and resolved.startswith("127."):
+        return resolved
+    return "::" if socket.has_ipv6 and ":" in resolved else "0.0.0.0"
+
+
+def _listener(host: str, port: int) -> Optional[int]:
+    """A listening socket's descriptor on (host, port), or None when the port is taken."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(1024)
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            return None
+        raise RendezvousError(f"trainer: cannot listen on {host}:{port} for the rendezvous: {exc}") from None
+    return sock.detach()
+
+
 def host_store(addr: str, derived: int):
     """Rank 0: a master TCPStore on the first free candidate port; returns (store, port)."""
     from torch.distributed import TCPStore
+    check_host(addr)
+    where = _listen_host(addr)
     for port in _candidates(derived):
+        fd = _listener(where, port)
+        if fd is None:
+            continue
         try:
-            return TCPStore(addr, port, None, True, STORE_TIMEOUT, wait_for_workers=False), port
+            return TCPStore(addr, port, None, True, STORE_TIMEOUT, wait_for_workers=False,
+                            master_listen_fd=fd), port
         except RuntimeError as exc:  # torch's DistNetworkError
+            with contextlib.suppress(OSError):
+                os.close(fd)
             if not _in_use(exc):
                 raise
     raise RendezvousError(f"trainer: no free port for the rendezvous among {TRIES} tried from {derived} "
@@ -141,6 +225,10 @@ def join_store(addr: str, path: Path, size: int, rank: int):
         rec = _read(path)
         fresh = rec is not None and (rec != failed[0] or time.monotonic() - failed[1] > 10)
         if fresh and rec.get("size") == size:
+            if rec.get("host", addr) != addr:
+                raise RendezvousError(
+                    f"trainer: rank {rank} expects the rendezvous on {addr}, but rank 0 serves it on "
+                    f"{rec['host']} ({path}): the ranks read different host lists or MASTER_ADDR values")
             store = _connect(addr, rec["port"])
             if store is not None and _ours(store, rec["token"]):
                 store.set_timeout(STORE_TIMEOUT)
@@ -163,7 +251,7 @@ def meet(addr: str, derived: int, folder: os.PathLike, job: str, rank: int, size
     for key, value in (extra or {}).items():
         store.set(key, value)
     store.set(TOKEN_KEY, token)
-    publish(path, {"job": job, "port": port, "token": token, "size": size, "pid": os.getpid()})
+    publish(path, {"job": job, "port": port, "token": token, "size": size, "pid": os.getpid(), "host": addr})
     return store
 
 

@@ -20,6 +20,7 @@ import os
 import random
 import re
 import signal
+import socket
 import time
 from contextlib import nullcontext
 from pathlib import Path
@@ -231,6 +232,10 @@ class Trainer:
         log(f"{e.name} engine, {e.size} ranks x {self.k} accumulation = {self.virtual} virtual ranks, "
             f"global batch {self.global_batch}, lr {self.base_lr:.5g}, {self.steps_per_epoch} steps/epoch, "
             f"{args.epochs} epochs, device {self.device}", self.is_main)
+        if e.size > 1:
+            host = os.environ.get("SUMMIT_JOBS_VNODE") or socket.gethostname()
+            log(f"ranks started by {e.launch.source}; rank 0 on {host}, rendezvous host {e.launch.addr}",
+                self.is_main)
         self.run_config = self._run_config()
         if self.mg is not None or self.aavg or args.optimizer != "sgd" or args.compression != "none":
             log("methods: " + ", ".join(f"{k} {v}" for k, v in self.run_config.items()

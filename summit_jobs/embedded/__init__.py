@@ -1,14 +1,17 @@
-"""The embedded single-machine LSF: bsub, bjobs, bkill and jsrun for the ``local`` profile.
+"""The embedded single-machine LSF: bsub, bjobs, bkill, jsrun and blaunch for the ``local`` profile.
 
 This machine pretends to be a small LSF cluster: ``SUMMIT_JOBS_LSF_NODES``
-virtual nodes (``vnode01``...), each with ``SUMMIT_JOBS_LSF_CORES`` cores and
-an NVMe folder of its own, plus a launch node ``batch1`` listed first in
-LSB_HOSTS / LSB_MCPU_HOSTS as on Summit. Jobs run for real: each job gets a
-detached supervisor process (supervisor.py) that keeps it PEND until its
-``-w`` dependency holds and nodes are free, runs the script, delivers the
-``-wa`` warning signal and enforces ``-W`` (SIGUSR2 at the limit, terminated
-after a grace of 10 LSF minutes), and carries out bkill (SIGINT, SIGTERM,
-SIGKILL). jsrun starts real rank processes.
+virtual nodes, each with ``SUMMIT_JOBS_LSF_CORES`` cores, an NVMe folder of
+its own and a loopback address of its own that is also its host name
+(``127.1.0.1``..., state.node_address). A ``-nnodes`` job gets whole nodes
+behind a launch node ``batch1`` listed first, as on Summit; a ``-n`` job gets
+slots placed by ``-R span[...]`` with no launch node, as on other LSF
+clusters. Jobs run for real: each job gets a detached supervisor process
+(supervisor.py) that keeps it PEND until its ``-w`` dependency holds and
+nodes are free, runs the script with LSF's variables (jobenv.py), delivers
+the ``-wa`` warning signal and enforces ``-W`` (SIGUSR2 at the limit,
+terminated after a grace of 10 LSF minutes), and carries out bkill (SIGINT,
+SIGTERM, SIGKILL). jsrun and blaunch start real task processes (tasks.py).
 
 The commands are small shims in ``bin/`` that run these modules with
 ``$SUMMIT_JOBS_PYTHON``. They are put on PATH only for the embedded LSF's own

@@ -13,7 +13,7 @@ import sys
 import time
 from typing import Dict, List, Optional
 
-from summit_jobs.embedded import state
+from summit_jobs.embedded import jobenv, state
 from summit_jobs.errors import describe_os_error
 
 FIELDS = ("jobid", "stat", "user", "queue", "job_name", "from_host", "exec_host", "nexec_host",
@@ -39,9 +39,9 @@ def field_value(job: Dict, name: str) -> str:
     if name == "from_host":
         return job["from_host"]
     if name == "exec_host":
-        return ":".join([f"1*{state.LAUNCH_NODE}"] + [f"{job['cores']}*{h}" for h in hosts]) if hosts else ""
+        return ":".join(f"{n}*{h}" for h, n in jobenv.host_slots(job)) if hosts else ""
     if name == "nexec_host":
-        return str(len(hosts) + 1) if hosts else ""
+        return str(len(jobenv.host_slots(job))) if hosts else ""
     if name in ("submit_time", "start_time", "finish_time"):
         value = job.get(name)
         return state.fmt_time(value) if value else ""

@@ -40,8 +40,14 @@ from summit_jobs.errors import describe_os_error
 VALUE_OPTS = {"-J", "-q", "-o", "-oo", "-e", "-eo", "-W", "-nnodes", "-P", "-G", "-w", "-wa", "-wt",
               "-alloc_flags", "-U", "-cwd", "-n", "-R", "-M", "-ln_slots", "-csm"}
 FLAG_OPTS = {"-B", "-N", "-rn", "-r", "-x", "-ti"}
+#: Options that may be given several times (merged, as LSF does).
+REPEATABLE = {"-R"}
+#: The sections of a resource requirement (-R) and the span keys this embedded LSF honours.
+RES_SECTION_RE = re.compile(r"\s*([a-z]+)\[([^\[\]]*)\]\s*")
 QUEUE_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
 DEFAULT_QUEUE = "batch"
+#: LSF's longest job name.
+MAX_NAME = 4094
 
 
 class BsubError(Exception):
@@ -100,7 +106,11 @@ def parse_options(args: List[str], where: str) -> Tuple[Dict[str, object], List[
         if arg in VALUE_OPTS:
             if i + 1 >= len(args):
                 raise BsubError(f"{where}: option {arg} needs a value")
-            opts[arg] = args[i + 1]
+            if arg in REPEATABLE:
+                # LSF merges repeated -R options; later ones extend the earlier ones.
+                opts[arg] = " ".join(filter(None, [str(opts.get(arg) or ""), args[i + 1]]))
+            else:
+                opts[arg] = args[i + 1]
             i += 2
             continue
         raise BsubError(f"{where}: illegal option {arg!r}; this embedded bsub knows "
@@ -176,26 +186,80 @@ def check_dependency(opts: Dict[str, object], lsf_home: Path) -> Optional[str]:
     return dependency
 
 
-def node_count(opts: Dict[str, object], nodes_total: int) -> int:
-    """``-nnodes``, checked against this LSF's virtual nodes (a job that could never start is refused)."""
-    nnodes = 1
-    if "-nnodes" in opts:
-        text = str(opts["-nnodes"])
-        if not text.isdecimal() or int(text) < 1:
-            raise BsubError(f"-nnodes {text!r} is not a positive whole number")
-        nnodes = int(text)
-    if nnodes > nodes_total:
-        raise BsubError(f"-nnodes {nnodes} is larger than the {nodes_total} virtual nodes of this embedded LSF "
-                        "(SUMMIT_JOBS_LSF_NODES); the job could never start")
-    return nnodes
+def _whole(text: str, what: str) -> int:
+    if not text.isdecimal() or int(text) < 1:
+        raise BsubError(f"{what} {text!r} is not a positive whole number")
+    return int(text)
+
+
+def _span(res_req: str) -> Dict[str, int]:
+    """The ``span[...]`` of a ``-R`` string: {"ptile": N} or {"hosts": 1}; other sections are refused.
+
+    Why refuse and not ignore: a requirement this LSF cannot honour would let a
+    job run here in a shape it would never get on the cluster.
+    """
+    span: Dict[str, int] = {}
+    pos = 0
+    for m in RES_SECTION_RE.finditer(res_req):
+        if m.start() != pos:
+            break
+        pos = m.end()
+        if m.group(1) != "span":
+            raise BsubError(f"-R {res_req!r}: this embedded LSF honours only span[ptile=N] and span[hosts=1] "
+                            f"(not {m.group(1)}[...])")
+        for item in filter(None, m.group(2).split(":")):
+            key, _, value = item.partition("=")
+            if key not in ("ptile", "hosts") or key in span:
+                raise BsubError(f"-R {res_req!r}: span takes ptile=N or hosts=1")
+            span[key] = _whole(value, f"-R span[{key}=]")
+    if pos != len(res_req) or not res_req.strip():
+        raise BsubError(f"{res_req}: Bad resource requirement syntax")
+    if span.get("hosts", 1) != 1:
+        raise BsubError(f"-R {res_req!r}: this embedded LSF honours span[hosts=1] (all slots on one host), "
+                        "not other host counts; use span[ptile=N]")
+    if len(span) > 1:
+        raise BsubError(f"-R {res_req!r}: span takes ptile=N or hosts=1, not both")
+    return span
+
+
+def slot_request(opts: Dict[str, object], nodes_total: int, cores: int) -> Tuple[str, List[int]]:
+    """The job's shape: ("csm", cores on each of ``-nnodes`` nodes) or ("generic", slots on each host).
+
+    ``-nnodes`` (or neither option) is Summit's CSM form: whole nodes behind a
+    launch node. ``-n`` is the generic form: ``span[ptile=P]`` puts P slots on
+    each host (the last takes the rest), ``span[hosts=1]`` all on one host,
+    neither fills hosts a node's cores at a time. A job that could never start
+    on this machine's virtual nodes is refused.
+    """
+    if "-n" in opts and "-nnodes" in opts:
+        raise BsubError("-n and -nnodes: give -nnodes (whole nodes, CSM) or -n with -R span[...] (slots), not both")
+    if "-n" not in opts:
+        if "-R" in opts:
+            raise BsubError(f"-R {opts['-R']!r}: span[...] places the slots of -n; give -n")
+        nnodes = _whole(str(opts["-nnodes"]), "-nnodes") if "-nnodes" in opts else 1
+        if nnodes > nodes_total:
+            raise BsubError(f"-nnodes {nnodes} is larger than the {nodes_total} virtual nodes of this embedded "
+                            "LSF (SUMMIT_JOBS_LSF_NODES); the job could never start")
+        return "csm", [cores] * nnodes
+    slots = _whole(str(opts["-n"]), "-n")
+    span = _span(str(opts["-R"])) if "-R" in opts else {}
+    ptile = slots if span.get("hosts") else span.get("ptile", cores)
+    if ptile > cores:
+        raise BsubError(f"-n {slots} with {ptile} slots on one host: a virtual node of this embedded LSF has "
+                        f"{cores} cores (SUMMIT_JOBS_LSF_CORES); the job could never start")
+    per_host = [ptile] * (slots // ptile) + ([slots % ptile] if slots % ptile else [])
+    if len(per_host) > nodes_total:
+        raise BsubError(f"-n {slots} at {ptile} slots per host needs {len(per_host)} hosts, but this embedded "
+                        f"LSF has {nodes_total} virtual nodes (SUMMIT_JOBS_LSF_NODES); the job could never start")
+    return "generic", per_host
 
 
 def build_job(opts: Dict[str, object], command: List[str], script: Optional[str], lsf_home: Path,
-              job_id: int) -> Dict:
+              job_id: int, typed: Optional[List[str]] = None) -> Dict:
     """The job's record, every option checked; BsubError names the first value refused."""
     cwd = os.getcwd()
     nodes_total = state.virtual_nodes()
-    nnodes = node_count(opts, nodes_total)
+    form, slots = slot_request(opts, nodes_total, state.cores_per_node())
     queue = str(opts.get("-q") or DEFAULT_QUEUE)
     if not QUEUE_RE.fullmatch(queue):
         raise BsubError(f"queue {queue!r} is not a valid queue name")
@@ -217,12 +281,14 @@ def build_job(opts: Dict[str, object], command: List[str], script: Optional[str]
     out = out_path("-oo") or out_path("-o")
     err = out_path("-eo") or out_path("-e")
     return {
-        "id": job_id, "name": str(opts.get("-J") or (command[0] if command else "STDIN")),
+        "id": job_id, "name": str(opts.get("-J") or job_name(typed if typed is not None else command, script)),
         "queue": queue, "queue_given": "-q" in opts, "project": opts.get("-P") or opts.get("-G"),
-        "nnodes": nnodes, "nodes_total": nodes_total, "cores": state.cores_per_node(),
+        "form": form, "slots": slots, "nnodes": len(slots), "nodes_total": nodes_total,
+        "cores": state.cores_per_node(), "job_file": f"{int(time.time())}.{job_id}",
         "limit_minutes": limit_min, "limit_s": limit_min * scale if limit_min else None,
         "warn_signal": warn_sig, "warn_s": warn_min * scale if warn_min else None,
         "dependency": dependency, "subcwd": cwd, "out": out, "err": err,
+        "out_given": opts.get("-oo") or opts.get("-o"), "err_given": opts.get("-eo") or opts.get("-e"),
         "out_overwrite": "-oo" in opts, "err_overwrite": "-eo" in opts,
         "command": command, "is_script": script is not None, "alloc_flags": opts.get("-alloc_flags"),
         "state": "PEND", "pend_reason": "New job is waiting for scheduling",
@@ -234,6 +300,16 @@ def build_job(opts: Dict[str, object], command: List[str], script: Optional[str]
         "kill_grace": state.kill_grace(), "runlimit_grace_s": state.runlimit_grace(),
         "orphan_terminate": bool(opts.get("-ti")),
     }
+
+
+def job_name(typed: List[str], script: Optional[str]) -> str:
+    """LSF's default job name: the command as typed on the bsub line (``job.lsf arg``); for a script
+    read from stdin, which has no command line, its lines joined with ``;``, as LSF shows them (a
+    captured ``bjobs`` lists such a job as ``*#zsh;bash`` and its command as ``#!/bin/bash;#BSUB ...``)."""
+    if typed:
+        return " ".join(typed)[:MAX_NAME]
+    lines = [line for line in (script or "").splitlines() if line.strip()]
+    return ";".join(lines)[:MAX_NAME] or "STDIN"
 
 
 def _text_file(path: str) -> bool:
@@ -269,7 +345,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         if script is not None:
             opts, _ = parse_options(directives(script), "#BSUB")
         opts.update(cmd_opts)
-        job = submit(opts, command, script)
+        job = submit(opts, command, script, rest)
     except (BsubError, state.LsfError) as exc:
         print(f"{exc}. Job not submitted.", file=sys.stderr)
         return 255
@@ -281,7 +357,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     return 0
 
 
-def submit(opts: Dict[str, object], command: List[str], script: Optional[str]) -> Dict:
+def submit(opts: Dict[str, object], command: List[str], script: Optional[str],
+           typed: Optional[List[str]] = None) -> Dict:
     """Record the job under the lock (spooled script, private environment) and start its supervisor.
 
     The job is checked with the id it would get before that id is committed,
@@ -292,7 +369,7 @@ def submit(opts: Dict[str, object], command: List[str], script: Optional[str]) -
     with state.locked(lsf_home):
         state.clean_leftovers(lsf_home)
         job_id = state.peek_job_id(lsf_home)
-        job = build_job(opts, command, script, lsf_home, job_id)
+        job = build_job(opts, command, script, lsf_home, job_id, typed)
         jdir = state.job_dir(lsf_home, job_id)
         jdir.mkdir(parents=True, exist_ok=False, mode=0o700)
         try:
@@ -309,7 +386,8 @@ def submit(opts: Dict[str, object], command: List[str], script: Optional[str]) -
 def _record(lsf_home: Path, jdir: Path, job: Dict, script: Optional[str]) -> None:
     """The job's folder: spooled script, private environment, record."""
     if script is not None:
-        state.write_bytes(jdir / "script", script.encode("utf-8", "surrogateescape"), 0o600)
+        # Named like LSF's spooled job file (LSB_JOBFILENAME); the hostfile is named after it.
+        state.write_bytes(jdir / job["job_file"], script.encode("utf-8", "surrogateescape"), 0o700)
     state.write_json(jdir / "env.json", job_environment(dict(os.environ)), 0o600)
     state.save_job(lsf_home, job)
 

@@ -8,24 +8,20 @@ PMIX_RANK, the ``-E`` variables, ``-h`` as working folder, and:
 * SUMMIT_JOBS_VNODE: the virtual host it runs on;
 * SUMMIT_JOBS_NVME: that virtual node's NVMe folder,
   ``<LSF home>/nodes/<vnode>/nvme``. Unlike Summit's burst buffer it is NOT
-  erased when the job ends: it persists across jobs;
-* SUMMIT_JOBS_RENDEZVOUS_ADDR=127.0.0.1: virtual host names do not resolve.
+  erased when the job ends: it persists across jobs.
 
-A layout that does not fit the allocation is refused before anything starts.
-When a rank exits non-zero the others get TERM (KILL after a grace period) and
-jsrun exits with that rank's status. USR1/USR2/TERM/INT/HUP received by jsrun
-are forwarded to every rank. Ranks write straight to jsrun's stdout/stderr.
+Host names are the virtual nodes' loopback addresses (state.node_address), so
+a rank finds the rendezvous host in the job's host list as it would on a
+cluster. A layout that does not fit the allocation is refused before anything
+starts. Ranks run, fail and get signals as tasks.py describes.
 """
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
 import sys
-import time
 from typing import Dict, List, Optional, Tuple
 
-from summit_jobs.embedded import state
+from summit_jobs.embedded import state, tasks
 from summit_jobs.errors import describe_os_error
 
 VALUE_OPTS = {
@@ -36,7 +32,6 @@ VALUE_OPTS = {
     "-l": "latency_priority", "--latency_priority": "latency_priority",
     "-E": "env", "--env": "env", "-h": "chdir", "--chdir": "chdir", "--smpiargs": "smpiargs",
 }
-FORWARDED = (signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
 class JsrunError(Exception):
@@ -154,61 +149,18 @@ def main(argv: Optional[List[str]] = None) -> int:
     local_sizes: Dict[str, int] = {}
     for host, _ in placement:
         local_sizes[host] = local_sizes.get(host, 0) + 1
-    procs: List[subprocess.Popen] = []
-
-    def forward(signum, _frame):
-        for p in procs:
-            if p.poll() is None:
-                try:
-                    p.send_signal(signum)
-                except ProcessLookupError:
-                    pass
-
-    for sig in FORWARDED:
-        signal.signal(sig, forward)
+    envs = []
     for rank, (host, local) in enumerate(placement):
-        env = dict(os.environ)
-        env.update({
+        env = {
             "JSM_NAMESPACE_RANK": str(rank), "JSM_NAMESPACE_SIZE": str(size),
             "JSM_NAMESPACE_LOCAL_RANK": str(local), "JSM_NAMESPACE_LOCAL_SIZE": str(local_sizes[host]),
             "OMPI_COMM_WORLD_RANK": str(rank), "OMPI_COMM_WORLD_SIZE": str(size),
             "OMPI_COMM_WORLD_LOCAL_RANK": str(local), "OMPI_COMM_WORLD_LOCAL_SIZE": str(local_sizes[host]),
-            "PMIX_RANK": str(rank), "SUMMIT_JOBS_VNODE": host,
-            "SUMMIT_JOBS_NVME": nvme[host],
-            "SUMMIT_JOBS_RENDEZVOUS_ADDR": "127.0.0.1",
-        })
+            "PMIX_RANK": str(rank), "SUMMIT_JOBS_VNODE": host, "SUMMIT_JOBS_NVME": nvme[host],
+        }
         env.update(extra)
-        try:
-            procs.append(subprocess.Popen(command, cwd=cwd, env=env, stdin=subprocess.DEVNULL))
-        except OSError as exc:
-            print(f"jsrun: error: cannot start {command[0]!r} for rank {rank}: {exc}", file=sys.stderr)
-            forward(signal.SIGKILL, None)
-            return 255
-    return _wait(procs, forward)
-
-
-def _wait(procs: List[subprocess.Popen], forward) -> int:
-    """Wait for every rank; when one fails, TERM the others (KILL after the grace); that rank's status."""
-    failed: Optional[int] = None
-    term_at: Optional[float] = None
-    grace = state.kill_grace()
-    while True:
-        codes = [p.poll() for p in procs]
-        if failed is None:
-            for rank, code in enumerate(codes):
-                if code is not None and code != 0:
-                    failed = 128 - code if code < 0 else code
-                    print(f"jsrun: rank {rank} exited with status {failed}; terminating the other ranks",
-                          file=sys.stderr)
-                    forward(signal.SIGTERM, None)
-                    term_at = time.time()
-                    break
-        if all(c is not None for c in codes):
-            break
-        if term_at is not None and time.time() - term_at > grace:
-            forward(signal.SIGKILL, None)
-        time.sleep(0.05)
-    return failed or 0
+        envs.append(env)
+    return tasks.run(command, envs, cwd, "jsrun", "rank")
 
 
 if __name__ == "__main__":

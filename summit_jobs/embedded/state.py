@@ -131,8 +131,34 @@ def clean_period() -> float:
     return _env_number("SUMMIT_JOBS_LSF_CLEAN_PERIOD", 3600.0)
 
 
+def node_address(index: int) -> str:
+    """The loopback address that is virtual node ``index`` (from 1): 127.1.0.1, 127.1.0.2, ...
+
+    Why addresses as host names: the host lists of a job must name hosts that
+    every program can reach (the trainer, torchrun, an MPI) without editing
+    /etc/hosts, and each virtual node needs an address of its own so that a
+    rank which dials the wrong node fails as it would on a cluster. Linux
+    routes all of 127.0.0.0/8 to the loopback device, so each of these can be
+    bound and dialled; no other program uses 127.1.x.x.
+    """
+    return f"127.1.{(index - 1) // 250}.{(index - 1) % 250 + 1}"
+
+
 def node_names(count: int) -> List[str]:
-    return [f"vnode{i:02d}" for i in range(1, count + 1)]
+    """The virtual nodes' host names, which are their addresses (node_address)."""
+    return [node_address(i) for i in range(1, count + 1)]
+
+
+def next_allocation_id(lsf_home: Path) -> int:
+    """A CSM allocation id (CSM_ALLOCATION_ID): CSM numbers allocations apart from LSF's job ids.
+    The caller holds the lock."""
+    path = lsf_home / "allocation.seq"
+    try:
+        value = int(path.read_text().strip()) + 1
+    except (OSError, ValueError):
+        value = 1_000_001
+    write_bytes(path, str(value).encode())
+    return value
 
 
 def nvme_dir(lsf_home: Path, node: str) -> Path:

@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
-from summit_jobs.embedded import deps, state, watchdog
+from summit_jobs.embedded import deps, jobenv, state, watchdog
 
 NEVER = "Dependency condition invalid or never satisfied"
 OWNER_KILL = "TERM_OWNER: job killed by owner"
@@ -68,6 +68,8 @@ def _try_start(lsf_home: Path, job: Dict, jobs: List[Dict]) -> Tuple[Optional[st
     free = [n for n in state.node_names(job["nodes_total"]) if n not in busy]
     if len(free) >= job["nnodes"]:
         job.update(state="RUN", hosts=free[:job["nnodes"]], start_time=time.time(), pend_reason=None)
+        if job.get("form", "csm") == "csm":
+            job["allocation_id"] = state.next_allocation_id(lsf_home)
         state.save_job(lsf_home, job)
         return None, False
     return f"Not enough virtual nodes free: {job['nnodes']} needed, {len(free)} free", False
@@ -96,36 +98,31 @@ def _pending(lsf_home: Path, job_id: int) -> Optional[Dict]:
 
 
 def _environment(lsf_home: Path, job: Dict) -> Dict[str, str]:
+    """The submission environment plus LSF's variables (jobenv.py); the host files written."""
     env = json.loads((state.job_dir(lsf_home, job["id"]) / "env.json").read_text())
-    hosts: List[str] = job["hosts"]
-    cores = job["cores"]
-    hostfile = state.job_dir(lsf_home, job["id"]) / "hostfile"
-    slots = [state.LAUNCH_NODE] + [h for h in hosts for _ in range(cores)]
-    hostfile.write_text("\n".join(slots) + "\n")
-    env.update({
-        "LSB_JOBID": str(job["id"]),
-        "LSB_JOBNAME": job["name"],
-        "LSB_QUEUE": job["queue"],
-        "LSB_HOSTS": " ".join(slots),
-        "LSB_MCPU_HOSTS": " ".join([state.LAUNCH_NODE, "1"] + [f"{h} {cores}" for h in hosts]),
-        "LSB_DJOB_HOSTFILE": str(hostfile),
-        "LS_SUBCWD": job["subcwd"],
-        "CSM_ALLOCATION_ID": str(job["id"]),
-        "SUMMIT_JOBS_LSF_HOME": str(lsf_home),
-        "SUMMIT_JOBS_LSF_CORES": str(cores),
-    })
+    lsf = jobenv.variables(lsf_home, job)
+    jobenv.write_host_files(lsf, job)
+    for stale in ("LSB_OUTPUTFILE", "LSB_ERRORFILE", "LSB_DJOB_RANKFILE", "CSM_ALLOCATION_ID",
+                  "SUMMIT_JOBS_VNODE", "SUMMIT_JOBS_NVME"):
+        env.pop(stale, None)            # a job submitted from inside another must not inherit these
+    env.update(lsf)
     return env
+
+
+#: Starts the job's command with LS_JOBPID set to its own pid (the shell execs it, keeping the pid).
+#: The command and its arguments are positional parameters: nothing is pasted into shell code.
+_STARTER = ["/bin/sh", "-c", 'LS_JOBPID=$$; export LS_JOBPID; exec "$@"', "lsf-job"]
 
 
 def _command(lsf_home: Path, job: Dict) -> List[str]:
     if not job["is_script"]:
-        return list(job["command"])
-    script = state.job_dir(lsf_home, job["id"]) / "script"
+        return _STARTER + list(job["command"])
+    script = jobenv.job_file(lsf_home, job)
     first = script.read_text().split("\n", 1)[0]
     if first.startswith("#!"):
         interp = first[2:].strip().split(None, 1)
-        return interp + [str(script)] + list(job["command"])
-    return ["/bin/sh", str(script)] + list(job["command"])
+        return _STARTER + interp + [str(script)] + list(job["command"])
+    return _STARTER + ["/bin/sh", str(script)] + list(job["command"])
 
 
 def _open(path: Optional[str], overwrite: bool, fallback: Path):

@@ -1,0 +1,113 @@
+"""Embedded ``blaunch``: start a job's tasks on its hosts, as IBM's blaunch does.
+
+``blaunch [-n] [-z "host ..." | -u hostfile | host] [-no-shell | -use-login-shell] command [args]``
+
+* no host given: one task per slot of the job (LSB_MCPU_HOSTS order, the CSM
+  launch node left out), e.g. 4 tasks for ``-n 4 -R "span[ptile=2]"``;
+* ``-z "h1 h2"``, ``-u FILE`` (one host per line) or one host name: one task
+  per host named, each of which must belong to the job.
+
+Each task gets the batch script's environment plus LSF_PM_TASKID, counted
+from 1 in launch order, and, as on the embedded LSF's other launchers,
+SUMMIT_JOBS_VNODE (its virtual host) and SUMMIT_JOBS_NVME (that node's NVMe
+folder). Like IBM's blaunch it sets no MPI or torchrun rank variables: a
+program derives its rank from LSF_PM_TASKID (trainer.engines does). Tasks
+run, fail and get signals as tasks.py describes; commands run without a shell.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from typing import Dict, List, Optional, Tuple
+
+from summit_jobs.embedded import state, tasks
+from summit_jobs.errors import describe_os_error
+from trainer import lsf_hosts
+
+IGNORED_FLAGS = {"-n", "-no-shell", "-use-login-shell"}
+
+
+class BlaunchError(Exception):
+    pass
+
+
+def job_hosts(env: Dict[str, str]) -> List[Tuple[str, int]]:
+    """(host, slots) of the job this blaunch runs in, without the embedded CSM launch node."""
+    if not env.get("LSB_JOBID") or not env.get("LSB_MCPU_HOSTS", "").split():
+        raise BlaunchError("not inside a job (LSB_JOBID and LSB_MCPU_HOSTS are not set): run blaunch from a "
+                           "batch script")
+    pairs = [(h, n) for h, n in lsf_hosts.allocation(env) if h != state.LAUNCH_NODE]
+    if not pairs:
+        raise BlaunchError("the job has no execution hosts")
+    return pairs
+
+
+def parse(args: List[str]) -> Tuple[Optional[List[str]], List[str]]:
+    """(the hosts asked for, or None for every slot; the command)."""
+    hosts: Optional[List[str]] = None
+    i = 0
+    while i < len(args) and args[i].startswith("-"):
+        opt = args[i]
+        if opt in IGNORED_FLAGS:
+            i += 1
+            continue
+        if opt in ("-z", "-u") and i + 1 < len(args):
+            hosts = args[i + 1].split() if opt == "-z" else _host_file(args[i + 1])
+            i += 2
+            continue
+        if opt == "--":
+            i += 1
+            break
+        raise BlaunchError(f"unknown option {opt!r} (blaunch takes -n, -z \"host ...\", -u hostfile, "
+                           "-no-shell, -use-login-shell)")
+    return hosts, args[i:]
+
+
+def _host_file(path: str) -> List[str]:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return [w for line in fh for w in line.split()[:1]]
+    except (OSError, UnicodeDecodeError) as exc:
+        raise BlaunchError(f"-u {path}: cannot read the host file: {exc}") from None
+
+
+def placement(hosts: Optional[List[str]], command: List[str], allocated: List[Tuple[str, int]]
+              ) -> Tuple[List[str], List[str]]:
+    """(one host per task, the command): every slot, or the hosts named, each checked."""
+    names = [h for h, _ in allocated]
+    known = set(names) | set(state.node_names(state.virtual_nodes())) | {state.LAUNCH_NODE}
+    if hosts is None and len(command) > 1 and command[0] in known:
+        hosts, command = [command[0]], command[1:]          # blaunch host command ...
+    if not command:
+        raise BlaunchError("no command to run")
+    if hosts is None:
+        return [h for h, n in allocated for _ in range(n)], command
+    if not hosts:
+        raise BlaunchError("no host given to -z / -u")
+    for host in hosts:
+        if host not in names:
+            raise BlaunchError(f"host {host!r} is not allocated to job {os.environ.get('LSB_JOBID', '')} "
+                               f"(its hosts: {' '.join(names)})")
+    return hosts, command
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        asked, command = parse(args)
+        on, command = placement(asked, command, job_hosts(dict(os.environ)))
+        lsf_home = state.home()
+        envs = [{"LSF_PM_TASKID": str(i + 1), "SUMMIT_JOBS_VNODE": host,
+                 "SUMMIT_JOBS_NVME": str(state.nvme_dir(lsf_home, host))} for i, host in enumerate(on)]
+    except BlaunchError as exc:
+        print(f"blaunch: error: {exc}", file=sys.stderr)
+        return 255
+    except (OSError, state.LsfError) as exc:
+        text = describe_os_error(exc) if isinstance(exc, OSError) else str(exc)
+        print(f"blaunch: error: embedded LSF state: {text}", file=sys.stderr)
+        return 255
+    return tasks.run(command, envs, os.getcwd(), "blaunch", "task")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

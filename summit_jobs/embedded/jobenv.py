@@ -1,0 +1,93 @@
+"""What a job of the embedded LSF sees: its variables and host files, as IBM LSF sets them.
+
+Pure functions (a job record in, text out), so that tests can compare them
+with real jobs' environments (tests/data/lsf/env_*.txt, each citing its
+source) without running a job. The facts, from IBM's documentation and real
+job dumps:
+
+* the batch script gets LSB_JOBID, LSB_JOBNAME (``-J``, else the command as
+  typed), LSB_QUEUE, LS_SUBCWD, LSB_JOBINDEX=0, LSB_SUB_HOST,
+  LSB_JOB_EXECUSER, LSB_EXEC_CLUSTER, LS_JOBPID (set by the supervisor's
+  starter, see supervisor.py), LSB_JOBFILENAME (the spooled job file) with
+  LSB_DJOB_HOSTFILE beside it (``<job file>.hostfile``, one line per slot),
+  LSB_DJOB_NUMPROC (the job's slots), LSB_OUTPUTFILE / LSB_ERRORFILE (``-o``
+  / ``-e``), LSB_HOSTS (one word per slot) and LSB_MCPU_HOSTS (``host slots
+  ...``);
+* CSM form (``-nnodes``, Summit): the launch node comes first with one slot
+  (so LSB_DJOB_NUMPROC = cores x nodes + 1 and LSB_MCPU_HOSTS ends with a
+  space, as captured on Summit), LSB_DJOB_RANKFILE names the hostfile (one
+  line per slot, launch node first; Summit's pointed at ``<job file>.hostfile``)
+  and CSM_ALLOCATION_ID is CSM's own number;
+* generic form (``-n``): no launch node, and the script runs on the first
+  host.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Dict, List, Tuple
+
+from summit_jobs.embedded import state
+
+#: The cluster name LSF_EXEC_CLUSTER reports for this machine.
+CLUSTER = "embedded"
+
+
+def host_slots(job: Dict) -> List[Tuple[str, int]]:
+    """(host, slots) in the order LSF lists them, launch node first on the CSM form."""
+    hosts: List[str] = job["hosts"]
+    if job.get("form", "csm") == "csm":
+        return [(state.LAUNCH_NODE, 1)] + [(h, job["cores"]) for h in hosts]
+    return list(zip(hosts, job["slots"]))
+
+
+def execution_hosts(job: Dict) -> List[Tuple[str, int]]:
+    """(host, slots) that run tasks: the allocation without the CSM launch node."""
+    pairs = host_slots(job)
+    return pairs[1:] if job.get("form", "csm") == "csm" else pairs
+
+
+def slot_lines(job: Dict) -> str:
+    """The hostfile (and CSM rankfile): one line per slot."""
+    return "".join(f"{host}\n" for host, n in host_slots(job) for _ in range(n))
+
+
+def job_file(lsf_home: Path, job: Dict) -> Path:
+    """The spooled job file (LSB_JOBFILENAME); records of older versions spooled to ``script``."""
+    name = job.get("job_file") or "script"
+    return state.job_dir(lsf_home, job["id"]) / name
+
+
+def variables(lsf_home: Path, job: Dict) -> Dict[str, str]:
+    """The LSF variables of the job's batch script (and, inherited, of every task it starts)."""
+    pairs = host_slots(job)
+    jfile = str(job_file(lsf_home, job))
+    env = {
+        "LSB_JOBID": str(job["id"]), "LSB_JOBNAME": job["name"], "LSB_QUEUE": job["queue"],
+        "LS_SUBCWD": job["subcwd"], "LSB_JOBINDEX": "0", "LSB_SUB_HOST": job.get("from_host", "localhost"),
+        "LSB_JOB_EXECUSER": job.get("user", ""), "LSB_EXEC_CLUSTER": CLUSTER,
+        "LSB_JOBFILENAME": jfile, "LSB_DJOB_HOSTFILE": jfile + ".hostfile",
+        "LSB_DJOB_NUMPROC": str(sum(n for _, n in pairs)),
+        "LSB_HOSTS": " ".join(h for h, n in pairs for _ in range(n)),
+        "LSB_MCPU_HOSTS": " ".join(f"{h} {n}" for h, n in pairs),
+        "SUMMIT_JOBS_LSF_HOME": str(lsf_home), "SUMMIT_JOBS_LSF_CORES": str(job["cores"]),
+    }
+    for var, key in (("LSB_OUTPUTFILE", "out"), ("LSB_ERRORFILE", "err")):
+        if job.get(key):
+            env[var] = job[key]
+    if job.get("form", "csm") == "csm":
+        env["LSB_MCPU_HOSTS"] += " "
+        env["LSB_DJOB_RANKFILE"] = env["LSB_DJOB_HOSTFILE"]      # as captured on Summit: the hostfile
+        env["CSM_ALLOCATION_ID"] = str(job.get("allocation_id") or "")
+    else:
+        first = pairs[0][0]
+        env["SUMMIT_JOBS_VNODE"] = first
+        env["SUMMIT_JOBS_NVME"] = str(lsf_home / "nodes" / first / "nvme")
+    return env
+
+
+def write_host_files(env: Dict[str, str], job: Dict) -> None:
+    """The hostfile (also the CSM rank file) the variables name, private to the user; the first host's
+    NVMe folder where the script runs on one."""
+    if "SUMMIT_JOBS_NVME" in env:
+        Path(env["SUMMIT_JOBS_NVME"]).mkdir(parents=True, exist_ok=True)
+    state.write_bytes(Path(env["LSB_DJOB_HOSTFILE"]), slot_lines(job).encode(), 0o600)
