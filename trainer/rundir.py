@@ -1,0 +1,108 @@
+"""The run directory's contract: every file name in it and the event records. Torch-free.
+
+Why one module: the job script (templates), the trainer, ``status`` and
+``report`` all read or write the same files, and a name spelled in four places
+drifts. The login side imports this module too (it imports nothing but the
+standard library), so a name changes here or nowhere.
+
+The files of ``<run-dir>``:
+
+- ``plan.json``, ``run.json`` (written at submit), ``job.lsf`` (the script),
+  ``chain.jobs`` (ids of links submitted by the chain), ``<name>.<id>.out``;
+- ``exitcode.<id>``: the job script's exit code, written last by the script;
+- ``metrics.jsonl``: one JSON record per logged step or evaluation;
+- ``events.jsonl``: one JSON record per thing a job did that status and
+  report must know (below), appended by the trainer and the job script;
+- ``COMPLETE``: training and the final test are done (later links exit 0);
+- ``run_config.json``: the trainer's resolved configuration;
+- ``checkpoints/ckpt-<step:09d>.pt``;
+- ``.rendezvous.<job>.json``: where the ranks of a job meet (trainer.rendezvous).
+
+Events (``event`` is the kind; every record has ``time`` and ``job``):
+
+- ``resumed``: ``step`` the trainer resumed from (``checkpoint``: its file name);
+- ``stopped``: ``step`` and ``reason`` (signal or step limit), checkpoint saved;
+- ``complete``: all epochs and the final test done, ``step``, ``epochs``;
+- ``already_complete``: the job found COMPLETE and did nothing (``by``:
+  ``trainer`` or ``script``).
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Dict, List, Optional, Union
+
+PLAN = "plan.json"
+RECORD = "run.json"
+SCRIPT = "job.lsf"
+CHAIN = "chain.jobs"
+METRICS = "metrics.jsonl"
+EVENTS = "events.jsonl"
+COMPLETE = "COMPLETE"
+RUN_CONFIG = "run_config.json"
+CHECKPOINTS = "checkpoints"
+EVENT_KINDS = ("resumed", "stopped", "complete", "already_complete")
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+def exitcode_name(job_id: Union[int, str]) -> str:
+    """``exitcode.<id>``: written by the job script as its last act."""
+    return f"exitcode.{job_id}"
+
+
+def checkpoint_name(step: int) -> str:
+    return f"ckpt-{step:09d}.pt"
+
+
+def job_id() -> str:
+    """This process's LSF job id, or "" outside a job."""
+    value = os.environ.get("LSB_JOBID", "")
+    return value if value.isdecimal() else ""
+
+
+def event(run_dir: PathLike, kind: str, **fields: object) -> None:
+    """Append one event record in a single write (O_APPEND: records of concurrent writers never interleave).
+
+    A record that cannot be written is dropped: events inform reports, and a
+    full disk must not turn a finished training into a failed one.
+    """
+    if kind not in EVENT_KINDS:
+        raise ValueError(f"unknown event kind {kind!r}; known: {', '.join(EVENT_KINDS)}")
+    record: Dict[str, object] = {"time": round(time.time(), 3), "job": job_id(), "event": kind}
+    record.update(fields)
+    line = (json.dumps(record, sort_keys=True) + "\n").encode()
+    try:
+        fd = os.open(Path(run_dir) / EVENTS, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    except OSError:
+        return
+    try:
+        os.write(fd, line)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def parse_events(text: str) -> List[Dict[str, object]]:
+    """Whole event records in file order; torn or foreign lines are skipped."""
+    out = []
+    for line in text.splitlines():
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(rec, dict) and rec.get("event") in EVENT_KINDS and isinstance(rec.get("job", ""), str):
+            out.append(rec)
+    return out
+
+
+def job_events(events: List[Dict[str, object]], job: str) -> List[Dict[str, object]]:
+    return [e for e in events if e.get("job") == job]
+
+
+def last_event(events: List[Dict[str, object]], kind: str) -> Optional[Dict[str, object]]:
+    found = [e for e in events if e.get("event") == kind]
+    return found[-1] if found else None
