@@ -56,6 +56,9 @@ def _environment(template_dir: Optional[str]) -> jinja2.Environment:
     env.filters["qjoin"] = lambda values: Shell(shlex.join(str(v) for v in values))
     env.filters["bsub_words"] = bsub_words
     env.filters["shell_code"] = lambda line: Shell(str(line))
+    # The run directory's file names, from the one module that owns them (trainer.rundir, torch-free).
+    from trainer import rundir
+    env.globals["rundir"] = rundir
     return env
 
 
