@@ -20,48 +20,18 @@ from __future__ import annotations
 import json
 import math
 import os
-import posixpath
 import sys
 import time
 from typing import Dict, List, Optional, Tuple
 
 import click
 
+from summit_jobs import lifecycle
 from summit_jobs.cli import State, cli  # noqa: F401
 from summit_jobs.errors import UserError
 
-FINAL = ("DONE", "EXIT", "UNKNOWN")
-RECENT_RUNS = 20
 #: How often status --watch opens a new SSH connection after one dropped, before giving up.
 RECONNECTS = 3
-CANCELLED = "CANCELLED"
-
-
-def _targets(state: State, target: Optional[str]) -> List[Tuple[Optional[Dict], List[str]]]:
-    """(run record or None, job ids) pairs for TARGET, or for the most recent runs without one."""
-    from summit_jobs import runs
-    if not target:
-        records = runs.indexed()[-RECENT_RUNS:]
-        if not records:
-            raise UserError("no runs recorded yet on this machine; submit one with `summit-jobs submit`, or "
-                            "name a job id.")
-        return [(r, [str(j) for j in r.get("job_ids") or []]) for r in records]
-    if target.isdecimal() and runs._job_id(target) is None:
-        raise UserError(f"{target!r} is not a job id (a whole number from 1 to {runs.MAX_JOB_ID}); give a run "
-                        "directory, a run name or a job id.")
-    found = runs.find(target)
-    if found:
-        if target.isdecimal():
-            return [(r, [target]) for r in found[-1:]]
-        if len(found) > 1:
-            where = "; ".join(f"{r.get('host')}:{r.get('run_dir')}" for r in found)
-            raise UserError(f"{len(found)} runs are named {target!r} ({where}); give the run directory instead.")
-        return [(found[0], [str(j) for j in found[0].get("job_ids") or []])]
-    if target.isdecimal():
-        return [(None, [target])]
-    known = ", ".join(sorted({str(r.get('name')) for r in runs.indexed()})[-10:]) or "none"
-    raise UserError(f"no run named {target!r} and no run directory there. Give a run directory, a run name "
-                    f"(recent: {known}) or a job id.")
 
 
 def _seconds(ctx: click.Context, param: click.Parameter, value: float) -> float:
@@ -71,140 +41,6 @@ def _seconds(ctx: click.Context, param: click.Parameter, value: float) -> float:
     if not math.isfinite(value) or value <= 0:
         raise UserError(f"--interval {value!r} is not a number of seconds: give a positive number such as 10.")
     return value
-
-
-def _host_key(record: Optional[Dict]) -> str:
-    ssh = (record or {}).get("ssh")
-    if not ssh:
-        return "local"
-    return f"{ssh.get('user')}@{ssh['host']}:{ssh.get('port')}"
-
-
-class _Hosts:
-    """One host object (one SSH connection) per distinct host for this invocation."""
-
-    def __init__(self, state: State):
-        self.state = state
-        self.open: Dict[str, object] = {}
-
-    def get(self, record: Optional[Dict]):
-        from summit_jobs import hosts
-        key = _host_key(record)
-        if key not in self.open:
-            if record is None:
-                self.open[key] = hosts.for_profile(self.state.profile, self.state.ssh_options)
-            else:
-                self.open[key] = hosts.from_record(record, self.state.ssh_options, self._vouched(record))
-        return self.open[key]
-
-    def _vouched(self, record: Dict) -> List[str]:
-        """known_hosts files named in the user's own profiles: the selected machine's and the run's."""
-        from summit_jobs import config
-        out: List[str] = []
-        for name in {self.state.machine, record.get("machine")}:
-            if not isinstance(name, str):
-                continue
-            try:
-                prof = config.profile(self.state.config, name)
-            except UserError:
-                continue
-            if prof.ssh.known_hosts:
-                out.append(str(prof.ssh.known_hosts))
-        return out
-
-    def close(self) -> None:
-        for h in self.open.values():
-            h.close()
-
-
-def _join(host, *parts: str) -> str:
-    return (posixpath.join if host.is_remote else os.path.join)(*parts)
-
-
-def _bjobs(host, ids: List[str]):
-    from summit_jobs import lsf
-    found: Dict[str, object] = {}
-    missing: List[str] = []
-    for batch in lsf.batches(ids):
-        res = host.run(lsf.bjobs_argv(batch))
-        if not res.stdout.strip():
-            raise UserError(f"bjobs on {host.label} failed (exit {res.rc}):\n{res.text}")
-        f, m = lsf.parse_bjobs_json(res.stdout, batch)
-        found.update(f)
-        missing += m
-    return found, missing
-
-
-def collect(state: State, pairs, hosts_: _Hosts) -> List[Dict[str, object]]:
-    """One row per job: bjobs' view corrected by the exit-code files."""
-    groups: Dict[str, List[Tuple[Optional[Dict], str]]] = {}
-    for record, ids in _with_links(pairs, hosts_):
-        for jid in ids:
-            groups.setdefault(_host_key(record), []).append((record, jid))
-    rows = []
-    for key, items in groups.items():
-        host = hosts_.get(items[0][0])
-        found, _missing = _bjobs(host, [jid for _, jid in items])
-        for record, jid in items:
-            st = found.get(jid)
-            code: Optional[int] = None
-            if record is not None:
-                text = host.read_text(_join(host, str(record["run_dir"]), f"exitcode.{jid}"))
-                if text is not None and text.strip().lstrip("-").isdecimal():
-                    code = int(text.strip())
-            row = {"run": (record or {}).get("name", "-"), "job_id": jid, "host": host.label,
-                   "run_dir": (record or {}).get("run_dir"), "exit_code": code, "source": "exit-code file",
-                   "cancelled": False, "lsf_state": None}
-            if st is not None:
-                row["state"] = st.state
-                row["lsf_state"] = st.lsf_state or None
-                row["reason"] = st.reason
-                if st.finished:
-                    if code is None:
-                        row["exit_code"] = st.exit_code
-                        row["source"] = "bjobs"
-                    else:
-                        row["state"] = "DONE" if code == 0 else "EXIT"
-                elif code is None:
-                    row["source"] = "bjobs"
-            elif code is not None:
-                row["state"] = "DONE" if code == 0 else "EXIT"
-                row["reason"] = f"gone from bjobs; exit-code file says {code}"
-            else:
-                row["state"] = "UNKNOWN"
-                row["reason"] = ("gone from bjobs and no exit-code file: the job did not finish normally "
-                                 "(killed, or never started); check its output with `summit-jobs logs`")
-                row["source"] = "none"
-            _mark_cancelled(row, st, record)
-            rows.append(row)
-    return rows
-
-
-def _with_links(pairs, hosts_: _Hosts):
-    """A whole run's ids include the links its chain queued itself; a single job id stays alone."""
-    from summit_jobs import runs
-    out = []
-    for record, ids in pairs:
-        whole_run = record is not None and ids == [str(j) for j in record.get("job_ids") or []]
-        out.append((record, runs.with_chain_links(hosts_.get(record), record, ids) if whole_run else ids))
-    return out
-
-
-def _mark_cancelled(row: Dict[str, object], st, record: Optional[Dict]) -> None:
-    """A job its owner killed is EXIT and CANCELLED, whatever exit code the trainer left.
-
-    LSF reports a bkilled job as EXIT with TERM_OWNER even when the job's
-    processes exited 0 (the trainer checkpoints on the kill's TERM and exits
-    cleanly), so the exit-code file must not turn it into DONE.
-    """
-    by_owner = st is not None and st.state == "EXIT" and str(st.reason).startswith("TERM_OWNER")
-    recorded = record is not None and row["job_id"] in [str(j) for j in record.get("cancelled") or []]
-    if not (by_owner or recorded) or row["state"] in ("PEND", "RUN"):
-        return
-    row["state"] = "EXIT"
-    row["cancelled"] = True
-    why = st.reason if by_owner else "killed with `summit-jobs cancel`"
-    row["reason"] = f"{CANCELLED}: {why}"
 
 
 def _table(rows: List[Dict[str, object]]) -> str:
@@ -234,8 +70,8 @@ def status_cmd(state: State, target: Optional[str], as_json: bool, watch: bool, 
     comes from the exit-code file the job script writes in the run directory;
     a job that LSF no longer lists and that left no such file is UNKNOWN.
     """
-    pairs = _targets(state, target)
-    hosts_ = _Hosts(state)
+    pairs = lifecycle.targets(state, target)
+    hosts_ = lifecycle.Hosts(state)
     try:
         rows = _watch(state, pairs, hosts_, as_json, watch, interval)
     except KeyboardInterrupt:
@@ -249,7 +85,7 @@ def status_cmd(state: State, target: Optional[str], as_json: bool, watch: bool, 
         sys.exit(1)
 
 
-def _watch(state: State, pairs, hosts_: _Hosts, as_json: bool, watch: bool, interval: float):
+def _watch(state: State, pairs, hosts_: lifecycle.Hosts, as_json: bool, watch: bool, interval: float):
     """Print the rows (again when they change, with --watch) until every job has ended; the last rows.
 
     With --watch a dropped SSH connection is opened again, up to RECONNECTS
@@ -260,7 +96,7 @@ def _watch(state: State, pairs, hosts_: _Hosts, as_json: bool, watch: bool, inte
     drops = 0
     while True:
         try:
-            rows = collect(state, pairs, hosts_)
+            rows = lifecycle.collect(state, pairs, hosts_)
             drops = 0
         except ConnectionLost as exc:
             drops += 1
@@ -284,7 +120,7 @@ def _watch(state: State, pairs, hosts_: _Hosts, as_json: bool, watch: bool, inte
 def _ended(row: Dict[str, object]) -> bool:
     """Whether --watch may stop for this job: a final state, but not a state word LSF printed and this
     tool does not know (shown as UNKNOWN while LSF still lists the job, which may yet run and end)."""
-    return row["state"] in FINAL and not (row["state"] == "UNKNOWN" and row.get("lsf_state"))
+    return row["state"] in lifecycle.FINAL and not (row["state"] == "UNKNOWN" and row.get("lsf_state"))
 
 
 @cli.command("cancel")
@@ -296,11 +132,11 @@ def cancel_cmd(state: State, target: str) -> None:
     The last links of a chain are killed first, so that killing a running link
     does not release the next one. Jobs that already finished are fine.
     """
-    pairs = _targets(state, target)
-    hosts_ = _Hosts(state)
+    pairs = lifecycle.targets(state, target)
+    hosts_ = lifecycle.Hosts(state)
     refused: List[str] = []
     try:
-        for record, ids in _with_links(pairs, hosts_):
+        for record, ids in lifecycle.with_links(pairs, hosts_):
             host = hosts_.get(record)
             mine, skipped = (ids, []) if record is None else _owned(host, record, ids)
             refused += skipped
@@ -393,12 +229,6 @@ def _same_folder(host, cwd: str, run_dir: str) -> bool:
     return res.rc == 0 and res.stdout.strip() == cwd
 
 
-def _outputs(host, record: Dict, job_id: str) -> List[str]:
-    from summit_jobs import runs
-    script = host.read_text(_join(host, str(record["run_dir"]), runs.SCRIPT)) or ""
-    return [_join(host, str(record["run_dir"]), f) for f in runs.output_files(script, job_id)]
-
-
 @cli.command("logs")
 @click.argument("target", metavar="RUN|JOBID")
 @click.option("--follow", "-f", is_flag=True,
@@ -412,16 +242,16 @@ def logs_cmd(state: State, target: str, follow: bool, interval: float) -> None:
     Each file is introduced by a '==> FILE <==' line on stderr. With --follow
     it works like `tail -f` and moves on to the next link of a chain.
     """
-    pairs = [(r, ids) for r, ids in _targets(state, target)]
+    pairs = [(r, ids) for r, ids in lifecycle.targets(state, target)]
     if any(r is None for r, _ in pairs):
         raise UserError(f"job {target} belongs to no run recorded here, so its output files are unknown; "
                         "give the run directory or name instead.")
-    hosts_ = _Hosts(state)
+    hosts_ = lifecycle.Hosts(state)
     try:
         for record, ids in pairs:
             host = hosts_.get(record)
-            for jid in _each_link(host, record, ids):
-                files = _outputs(host, record, jid)
+            for jid in lifecycle.each_link(host, record, ids):
+                files = lifecycle.outputs(host, record, jid)
                 if not follow:
                     for path in files:
                         data = host.read_from(path, 0)
@@ -437,26 +267,12 @@ def logs_cmd(state: State, target: str, follow: bool, interval: float) -> None:
         hosts_.close()
 
 
-def _each_link(host, record: Dict, ids: List[str]):
-    """The jobs in order, reading the chain file again after the last: a followed link may queue the next."""
-    from summit_jobs import runs
-    whole_run = ids == [str(j) for j in record.get("job_ids") or []]
-    done: List[str] = []
-    while True:
-        todo = [j for j in (runs.with_chain_links(host, record, ids) if whole_run else ids) if j not in done]
-        if not todo:
-            return
-        for jid in todo:
-            done.append(jid)
-            yield jid
-
-
-def _follow(state: State, hosts_: _Hosts, record: Dict, jid: str, files: List[str], interval: float) -> None:
+def _follow(state: State, hosts_: lifecycle.Hosts, record: Dict, jid: str, files: List[str], interval: float) -> None:
     host = hosts_.get(record)
     offsets = {p: 0 for p in files}
     announced = set()
     while True:
-        finished = collect(state, [(record, [jid])], hosts_)[0]["state"] in FINAL
+        finished = lifecycle.collect(state, [(record, [jid])], hosts_)[0]["state"] in lifecycle.FINAL
         for path in files:
             data = host.read_from(path, offsets[path])
             if data:

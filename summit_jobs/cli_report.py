@@ -18,7 +18,7 @@ def _open_run(state: State, target: str, hosts_):
     hand) is reported too; everything else is resolved the way status and logs do.
     """
     from summit_jobs import hosts, runs
-    from summit_jobs.cli_lifecycle import _targets
+    from summit_jobs.lifecycle import targets as _targets
     local = Path(target).expanduser()
     if local.is_dir() and not (local / runs.RECORD).is_file():
         return hosts.LocalHost(), str(local.resolve()), None
@@ -63,7 +63,7 @@ def report_cmd(state: State, target: str, out: Optional[str], other: Optional[st
       summit-jobs report runs/tsm-demo --compare runs/tsm-demo-noshift
     """
     from summit_jobs import report
-    from summit_jobs.cli_lifecycle import _Hosts
+    from summit_jobs.lifecycle import Hosts as _Hosts
     hosts_ = _Hosts(state)
     try:
         host, run_dir, record = _open_run(state, target, hosts_)

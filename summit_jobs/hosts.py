@@ -89,6 +89,10 @@ class Host:
     label = "?"
     is_remote = False
 
+    def join(self, *parts: str) -> str:
+        """A path on this host: POSIX rules on a remote login node, this machine's rules here."""
+        return (posixpath.join if self.is_remote else os.path.join)(*parts)
+
     def run(self, argv: List[str], *, cwd: Optional[str] = None, stdin: Optional[str] = None,
             timeout: float = DEFAULT_TIMEOUT) -> Result:
         raise NotImplementedError

@@ -355,3 +355,51 @@ def bkill_outcome(text: str) -> Dict[str, str]:
         out[m.group(1)] = ("terminating" if word.startswith("is being") else
                            "finished" if "finished" in word else "not found")
     return out
+
+
+#: bsub options whose value names the job's output (``-oo``/``-eo`` overwrite, ``-o``/``-e`` append).
+OUTPUT_OPTIONS = ("-oo", "-o", "-eo", "-e")
+
+
+def directive_words(script: str) -> List[str]:
+    """The words of a script's ``#BSUB`` lines, up to its first command, as LSF reads them.
+
+    Tolerant by design: this reads a user's own template or a hand-edited
+    script to find its output files, so a line it cannot split is taken word
+    by word and an option it does not know (``-core_isolation 2``, ``-csm y``)
+    is simply another word, never a reason to find nothing.
+    """
+    import shlex
+    out: List[str] = []
+    for line in script.splitlines():
+        stripped = line.strip()
+        if not stripped:
+            continue
+        if not stripped.startswith("#"):
+            break
+        if not stripped.startswith("#BSUB"):
+            continue
+        body = stripped[len("#BSUB"):]
+        try:
+            out += shlex.split(body, comments=False)
+        except ValueError:
+            out += body.split()
+    return out
+
+
+def output_files(script: str, job_id: str) -> List[str]:
+    """The ``-o``/``-e`` files a job of ``script`` writes (``%J`` = job id, ``%I`` = 0), as written in the
+    script (relative to its working folder unless absolute); the last value of each option wins, as in bsub."""
+    words = directive_words(script)
+    values: Dict[str, str] = {}
+    for i, word in enumerate(words[:-1]):
+        if word in OUTPUT_OPTIONS:
+            values[word] = words[i + 1]
+    files: List[str] = []
+    for key in (("-oo", "-o"), ("-eo", "-e")):
+        value = values.get(key[0]) or values.get(key[1])
+        if value:
+            name = value.replace("%J", str(job_id)).replace("%I", "0")
+            if name not in files:
+                files.append(name)
+    return files

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import json
 import os
-import posixpath
 import re
 import statistics
 import time
@@ -35,8 +34,9 @@ from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 from summit_jobs.errors import UserError
+from trainer import rundir
 
-METRICS = "metrics.jsonl"
+METRICS = rundir.METRICS
 SCALING = "scaling.json"
 GENERATOR = "summit-jobs report"
 #: Everything a report writes (scaling.png only when the run holds scaling.json).
@@ -193,10 +193,6 @@ class RunData:
     scaling: Optional[List[Dict]] = None
 
 
-def _join(host, *parts: str) -> str:
-    return (posixpath.join if host.is_remote else os.path.join)(*parts)
-
-
 def _json_file(host, path: str) -> Optional[object]:
     text = host.read_text(path)
     if text is None:
@@ -207,8 +203,25 @@ def _json_file(host, path: str) -> Optional[object]:
         raise UserError(f"{host.label}:{path} is not valid JSON; the file is damaged.") from None
 
 
+def _ending_from_events(events: List[Dict]) -> Tuple[Optional[int], str]:
+    """(step resumed from, how the trainer ended) from one job's event records (trainer.rundir)."""
+    resumed = next((e for e in events if e.get("event") == "resumed"), None)
+    stopped = rundir.last_event(events, "stopped")
+    if rundir.last_event(events, "complete"):
+        how = "training complete"
+    elif rundir.last_event(events, "already_complete"):
+        how = "nothing left to do (run already complete)"
+    elif stopped:
+        how = f"stopped at step {stopped.get('step')} ({stopped.get('reason')}), checkpoint saved"
+    else:
+        how = ""
+    step = resumed.get("step") if resumed else None
+    return (step if isinstance(step, int) else None), how
+
+
 def _job_ending(output: str) -> Tuple[Optional[int], str]:
-    """(step resumed from, how the trainer ended) from a job's output, as the trainer logs it."""
+    """(step resumed from, how the trainer ended) from a job's output: for run directories written
+    before the trainer recorded events (events.jsonl), read from its log lines."""
     resumed = _RESUME_RE.search(output)
     if _DONE_RE.search(output):
         how = "training complete"
@@ -228,15 +241,20 @@ def _jobs(host, run_dir: str, record: Optional[Dict]) -> List[Dict]:
     if record is not None:
         ids = runs.with_chain_links(host, {**record, "run_dir": run_dir}, ids)
     for name in host.listdir(run_dir):
-        if name.startswith("exitcode.") and name[9:] not in ids:
+        if name.startswith(rundir.exitcode_name("")) and name[9:] not in ids:
             ids.append(name[9:])
-    script = host.read_text(_join(host, run_dir, runs.SCRIPT)) or ""
+    script = host.read_text(host.join(run_dir, rundir.SCRIPT)) or ""
+    events = rundir.parse_events(host.read_text(host.join(run_dir, rundir.EVENTS)) or "")
     out = []
     for jid in ids:
-        text = host.read_text(_join(host, run_dir, f"exitcode.{jid}"))
+        text = host.read_text(host.join(run_dir, rundir.exitcode_name(jid)))
         code = int(text.strip()) if text is not None and text.strip().lstrip("-").isdecimal() else None
-        output = "".join(host.read_text(_join(host, run_dir, f)) or "" for f in runs.output_files(script, jid))
-        resumed, how = _job_ending(output)
+        mine = rundir.job_events(events, jid)
+        if mine:
+            resumed, how = _ending_from_events(mine)
+        else:
+            output = "".join(host.read_text(host.join(run_dir, f)) or "" for f in runs.output_files(script, jid))
+            resumed, how = _job_ending(output)
         if code is None:
             state = "no exit-code file (pending, running, or killed before the script's end)"
         else:
@@ -248,7 +266,7 @@ def _jobs(host, run_dir: str, record: Optional[Dict]) -> List[Dict]:
 
 def load(host, run_dir: str, record: Optional[Dict] = None) -> RunData:
     """Read a run directory (on this machine or over SSH) into RunData; UserError when it cannot be reported."""
-    path = _join(host, run_dir, METRICS)
+    path = host.join(run_dir, METRICS)
     text = host.read_text(path)
     where = f"{host.label}:{run_dir}" if host.is_remote else run_dir
     if text is None:
@@ -259,8 +277,8 @@ def load(host, run_dir: str, record: Optional[Dict] = None) -> RunData:
     if not metrics.train and not metrics.eval:
         raise UserError(f"{path} holds no training or evaluation records yet; report again once the run has "
                         "logged its first steps.")
-    plan = _json_file(host, _join(host, run_dir, "plan.json"))
-    scaling = _json_file(host, _join(host, run_dir, SCALING))
+    plan = _json_file(host, host.join(run_dir, "plan.json"))
+    scaling = _json_file(host, host.join(run_dir, SCALING))
     if scaling is not None:
         if not (isinstance(scaling, list) and scaling and all(
                 isinstance(r, dict) and {"nodes", "seconds", "efficiency"} <= set(r) for r in scaling)):
@@ -268,7 +286,7 @@ def load(host, run_dir: str, record: Optional[Dict] = None) -> RunData:
                             "`summit-jobs scaling --json` prints them; regenerate it or remove it.")
     name = str((record or {}).get("name") or os.path.basename(run_dir.rstrip("/")))
     return RunData(name=name, location=where, metrics=metrics, plan=plan if isinstance(plan, dict) else None,
-                   record=record, complete=host.exists(_join(host, run_dir, "COMPLETE")),
+                   record=record, complete=host.exists(host.join(run_dir, rundir.COMPLETE)),
                    jobs=_jobs(host, run_dir, record), scaling=scaling)
 
 

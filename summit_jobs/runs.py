@@ -15,7 +15,6 @@ import dataclasses
 import hashlib
 import json
 import os
-import posixpath
 import subprocess
 import sys
 import time
@@ -26,9 +25,10 @@ import yaml
 
 from summit_jobs.errors import UserError
 from summit_jobs.hosts import Host
+from trainer import rundir
 
-RECORD = "run.json"
-SCRIPT = "job.lsf"
+RECORD = rundir.RECORD
+SCRIPT = rundir.SCRIPT
 #: LSF's largest job id.
 MAX_JOB_ID = 2147483646
 
@@ -74,7 +74,7 @@ def _save_index(record: Dict[str, object]) -> None:
 def create(host: Host, plan, profile, script: str, *, force: bool, ssh: Optional[Dict[str, object]]) -> Dict:
     """Make the run directory and write the record files (before anything is submitted)."""
     run_dir = plan.run_dir
-    join = posixpath.join if host.is_remote else os.path.join
+    join = host.join
     previous: List[str] = []
     if host.exists(join(run_dir, RECORD)) or host.exists(join(run_dir, SCRIPT)):
         if not force:
@@ -118,7 +118,7 @@ def _plain(value):
 
 def save(host: Host, record: Dict[str, object]) -> None:
     """Write run.json on the run's host and refresh the local index."""
-    join = posixpath.join if host.is_remote else os.path.join
+    join = host.join
     host.write_file(join(str(record["run_dir"]), RECORD), json.dumps(record, indent=2), force=True)
     _save_index(record)
 
@@ -232,9 +232,8 @@ def with_chain_links(host: Host, record: Dict[str, object], ids: List[str]) -> L
     never hears of them; the file holds one job id per line, appended by each
     link. A line that is not a job id is skipped (the file is the job's, not ours).
     """
-    from summit_jobs.plan import CHAIN_FILE
-    join = posixpath.join if host.is_remote else os.path.join
-    text = host.read_text(join(str(record["run_dir"]), CHAIN_FILE)) or ""
+    join = host.join
+    text = host.read_text(join(str(record["run_dir"]), rundir.CHAIN)) or ""
     out = list(ids)
     for line in text.splitlines():
         jid = _job_id(line.strip())
@@ -244,17 +243,6 @@ def with_chain_links(host: Host, record: Dict[str, object], ids: List[str]) -> L
 
 
 def output_files(script: str, job_id: str) -> List[str]:
-    """The -o / -e files (relative to the run directory) a job of ``script`` writes."""
-    from summit_jobs.embedded.bsub import directives, parse_options
-    try:
-        opts, _ = parse_options(directives(script), "#BSUB")
-    except Exception:  # noqa: BLE001 - a hand-edited script: fall back to nothing
-        return []
-    files = []
-    for key in ("-oo", "-o", "-eo", "-e"):
-        value = opts.get(key)
-        if value:
-            name = str(value).replace("%J", str(job_id)).replace("%I", "0")
-            if name not in files:
-                files.append(name)
-    return files
+    """The -o / -e files (relative to the run directory) a job of ``script`` writes (lsf.output_files)."""
+    from summit_jobs import lsf
+    return lsf.output_files(script, job_id)

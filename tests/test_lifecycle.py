@@ -115,6 +115,9 @@ def test_checkpoint_and_chain(tmp_path, lsf_env, template_dir):
     assert sorted(p.name for p in run_dir.glob("ckpt.*")) == [f"ckpt.{first}.0", f"ckpt.{first}.1"]
     assert "resumed and finished" in (run_dir / f"chain.{second}.out").read_text()
     assert "already complete" in (run_dir / f"chain.{third}.out").read_text()
+    # The script records what it did as an event (trainer.rundir), for status and report.
+    events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+    assert [(e["event"], e["job"], e["by"]) for e in events] == [("already_complete", third, "script")]
     for jid in ids:
         assert (run_dir / f"exitcode.{jid}").read_text() == "0\n"
     rows = status_rows(env, run_dir.name)

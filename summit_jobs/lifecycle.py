@@ -1,0 +1,203 @@
+"""The job lifecycle without the command line: which jobs a target names, their status, their output.
+
+Why apart from the CLI: ``status``, ``cancel``, ``logs`` and ``report`` all
+need the same answers (the jobs of a run, each one's state reconciled from
+bjobs and the run directory), and a command module importing another's
+private helpers tied them into a cycle.
+
+Status asks bjobs for all jobs of a host in one batched ``-json`` call, then
+reads each job's ``exitcode.<id>`` file in the run directory: that file, not
+bjobs, says how a job ended. A job that has dropped out of bjobs without such a
+file is UNKNOWN, never done. A job killed by its owner (cancel, or bkill: LSF's
+EXIT with TERM_OWNER) is EXIT and marked CANCELLED even when the trainer
+checkpointed and exited 0 on the kill's TERM.
+
+``state`` arguments are the CLI's state object (profile, machine, config, ssh_options).
+"""
+from __future__ import annotations
+
+from typing import Dict, List, Optional, Tuple
+
+from summit_jobs.errors import UserError
+from trainer import rundir
+
+FINAL = ("DONE", "EXIT", "UNKNOWN")
+RECENT_RUNS = 20
+CANCELLED = "CANCELLED"
+
+
+def targets(state, target: Optional[str]) -> List[Tuple[Optional[Dict], List[str]]]:
+    """(run record or None, job ids) pairs for TARGET, or for the most recent runs without one."""
+    from summit_jobs import runs
+    if not target:
+        records = runs.indexed()[-RECENT_RUNS:]
+        if not records:
+            raise UserError("no runs recorded yet on this machine; submit one with `summit-jobs submit`, or "
+                            "name a job id.")
+        return [(r, [str(j) for j in r.get("job_ids") or []]) for r in records]
+    if target.isdecimal() and runs._job_id(target) is None:
+        raise UserError(f"{target!r} is not a job id (a whole number from 1 to {runs.MAX_JOB_ID}); give a run "
+                        "directory, a run name or a job id.")
+    found = runs.find(target)
+    if found:
+        if target.isdecimal():
+            return [(r, [target]) for r in found[-1:]]
+        if len(found) > 1:
+            where = "; ".join(f"{r.get('host')}:{r.get('run_dir')}" for r in found)
+            raise UserError(f"{len(found)} runs are named {target!r} ({where}); give the run directory instead.")
+        return [(found[0], [str(j) for j in found[0].get("job_ids") or []])]
+    if target.isdecimal():
+        return [(None, [target])]
+    known = ", ".join(sorted({str(r.get('name')) for r in runs.indexed()})[-10:]) or "none"
+    raise UserError(f"no run named {target!r} and no run directory there. Give a run directory, a run name "
+                    f"(recent: {known}) or a job id.")
+
+
+def host_key(record: Optional[Dict]) -> str:
+    ssh = (record or {}).get("ssh")
+    if not ssh:
+        return "local"
+    return f"{ssh.get('user')}@{ssh['host']}:{ssh.get('port')}"
+
+
+class Hosts:
+    """One host object (one SSH connection) per distinct host for this invocation."""
+
+    def __init__(self, state):
+        self.state = state
+        self.open: Dict[str, object] = {}
+
+    def get(self, record: Optional[Dict]):
+        from summit_jobs import hosts
+        key = host_key(record)
+        if key not in self.open:
+            if record is None:
+                self.open[key] = hosts.for_profile(self.state.profile, self.state.ssh_options)
+            else:
+                self.open[key] = hosts.from_record(record, self.state.ssh_options, self._vouched(record))
+        return self.open[key]
+
+    def _vouched(self, record: Dict) -> List[str]:
+        """known_hosts files named in the user's own profiles: the selected machine's and the run's."""
+        from summit_jobs import config
+        out: List[str] = []
+        for name in {self.state.machine, record.get("machine")}:
+            if not isinstance(name, str):
+                continue
+            try:
+                prof = config.profile(self.state.config, name)
+            except UserError:
+                continue
+            if prof.ssh.known_hosts:
+                out.append(str(prof.ssh.known_hosts))
+        return out
+
+    def close(self) -> None:
+        for h in self.open.values():
+            h.close()
+
+
+def bjobs(host, ids: List[str]):
+    from summit_jobs import lsf
+    found: Dict[str, object] = {}
+    missing: List[str] = []
+    for batch in lsf.batches(ids):
+        res = host.run(lsf.bjobs_argv(batch))
+        if not res.stdout.strip():
+            raise UserError(f"bjobs on {host.label} failed (exit {res.rc}):\n{res.text}")
+        f, m = lsf.parse_bjobs_json(res.stdout, batch)
+        found.update(f)
+        missing += m
+    return found, missing
+
+
+def collect(state, pairs, hosts_: Hosts) -> List[Dict[str, object]]:
+    """One row per job: bjobs' view corrected by the exit-code files."""
+    groups: Dict[str, List[Tuple[Optional[Dict], str]]] = {}
+    for record, ids in with_links(pairs, hosts_):
+        for jid in ids:
+            groups.setdefault(host_key(record), []).append((record, jid))
+    rows = []
+    for key, items in groups.items():
+        host = hosts_.get(items[0][0])
+        found, _missing = bjobs(host, [jid for _, jid in items])
+        for record, jid in items:
+            st = found.get(jid)
+            code: Optional[int] = None
+            if record is not None:
+                text = host.read_text(host.join(str(record["run_dir"]), rundir.exitcode_name(jid)))
+                if text is not None and text.strip().lstrip("-").isdecimal():
+                    code = int(text.strip())
+            row = {"run": (record or {}).get("name", "-"), "job_id": jid, "host": host.label,
+                   "run_dir": (record or {}).get("run_dir"), "exit_code": code, "source": "exit-code file",
+                   "cancelled": False, "lsf_state": None}
+            if st is not None:
+                row["state"] = st.state
+                row["lsf_state"] = st.lsf_state or None
+                row["reason"] = st.reason
+                if st.finished:
+                    if code is None:
+                        row["exit_code"] = st.exit_code
+                        row["source"] = "bjobs"
+                    else:
+                        row["state"] = "DONE" if code == 0 else "EXIT"
+                elif code is None:
+                    row["source"] = "bjobs"
+            elif code is not None:
+                row["state"] = "DONE" if code == 0 else "EXIT"
+                row["reason"] = f"gone from bjobs; exit-code file says {code}"
+            else:
+                row["state"] = "UNKNOWN"
+                row["reason"] = ("gone from bjobs and no exit-code file: the job did not finish normally "
+                                 "(killed, or never started); check its output with `summit-jobs logs`")
+                row["source"] = "none"
+            mark_cancelled(row, st, record)
+            rows.append(row)
+    return rows
+
+
+def with_links(pairs, hosts_: Hosts):
+    """A whole run's ids include the links its chain queued itself; a single job id stays alone."""
+    from summit_jobs import runs
+    out = []
+    for record, ids in pairs:
+        whole_run = record is not None and ids == [str(j) for j in record.get("job_ids") or []]
+        out.append((record, runs.with_chain_links(hosts_.get(record), record, ids) if whole_run else ids))
+    return out
+
+
+def mark_cancelled(row: Dict[str, object], st, record: Optional[Dict]) -> None:
+    """A job its owner killed is EXIT and CANCELLED, whatever exit code the trainer left.
+
+    LSF reports a bkilled job as EXIT with TERM_OWNER even when the job's
+    processes exited 0 (the trainer checkpoints on the kill's TERM and exits
+    cleanly), so the exit-code file must not turn it into DONE.
+    """
+    by_owner = st is not None and st.state == "EXIT" and str(st.reason).startswith("TERM_OWNER")
+    recorded = record is not None and row["job_id"] in [str(j) for j in record.get("cancelled") or []]
+    if not (by_owner or recorded) or row["state"] in ("PEND", "RUN"):
+        return
+    row["state"] = "EXIT"
+    row["cancelled"] = True
+    why = st.reason if by_owner else "killed with `summit-jobs cancel`"
+    row["reason"] = f"{CANCELLED}: {why}"
+
+
+def outputs(host, record: Dict, job_id: str) -> List[str]:
+    from summit_jobs import runs
+    script = host.read_text(host.join(str(record["run_dir"]), runs.SCRIPT)) or ""
+    return [host.join(str(record["run_dir"]), f) for f in runs.output_files(script, job_id)]
+
+
+def each_link(host, record: Dict, ids: List[str]):
+    """The jobs in order, reading the chain file again after the last: a followed link may queue the next."""
+    from summit_jobs import runs
+    whole_run = ids == [str(j) for j in record.get("job_ids") or []]
+    done: List[str] = []
+    while True:
+        todo = [j for j in (runs.with_chain_links(host, record, ids) if whole_run else ids) if j not in done]
+        if not todo:
+            return
+        for jid in todo:
+            done.append(jid)
+            yield jid

@@ -1,0 +1,77 @@
+"""The run directory's contract (trainer.rundir): names, event records, and the readers that use them.
+
+Why these tests: status and report used to recover how each job ended with
+regular expressions over log lines, and found a job's output files with the
+embedded bsub's whitelist of options inside ``except Exception: return []``,
+so a user template with an option that whitelist did not know (``#BSUB
+-core_isolation 2``) made ``logs`` and ``report`` find nothing, silently.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from summit_jobs import hosts, lsf, report
+from trainer import rundir
+
+
+def test_output_files_of_a_script_with_options_no_whitelist_knows():
+    script = ("#!/bin/bash\n#BSUB -core_isolation 2\n#BSUB -csm y\n#BSUB -alloc_flags \"gpumps smt4\"\n"
+              "#BSUB -o tsm.%J.out\n#BSUB -eo errors.%J.%I\n#BSUB -step_cgroup y\necho hi\n#BSUB -o late.out\n")
+    assert lsf.output_files(script, "42") == ["tsm.42.out", "errors.42.0"]
+    from summit_jobs import runs
+    assert runs.output_files(script, "42") == ["tsm.42.out", "errors.42.0"]     # what logs and report use
+
+
+def test_output_files_survive_an_unbalanced_quote_and_take_the_last_value():
+    script = "#BSUB -J \"unbalanced\n#BSUB -o first.out\n#BSUB -o second.%J.out\n"
+    assert lsf.output_files(script, "7") == ["second.7.out"]
+    assert lsf.output_files("#!/bin/sh\necho no directives\n", "7") == []
+
+
+def test_events_are_whole_records_in_one_file(tmp_path):
+    env = dict(os.environ, LSB_JOBID="123")
+    code = ("import sys; from trainer import rundir; "
+            "[rundir.event(sys.argv[1], 'stopped', step=i, reason='SIGUSR2') for i in range(200)]")
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], env=env) for _ in range(4)]
+    assert all(p.wait(timeout=60) == 0 for p in procs)
+    text = (tmp_path / rundir.EVENTS).read_text()
+    events = rundir.parse_events(text)
+    assert len(events) == len(text.splitlines()) == 800          # no torn or interleaved line
+    assert {e["job"] for e in events} == {"123"} and {e["reason"] for e in events} == {"SIGUSR2"}
+    assert rundir.parse_events('{"event": "bogus", "job": "1"}\nnot json\n{"event": "complete"}\n') == \
+        [{"event": "complete"}]
+
+
+def test_report_reads_how_each_job_ended_from_events_not_logs(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / rundir.SCRIPT).write_text("#!/bin/bash\n#BSUB -core_isolation 2\n#BSUB -o tsm.%J.out\n")
+    for jid in ("11", "12", "13", "14"):
+        (run / rundir.exitcode_name(jid)).write_text("0\n")
+        (run / f"tsm.{jid}.out").write_text("nothing the report could parse\n")
+    lines = [{"event": "stopped", "job": "11", "step": 40, "reason": "SIGUSR2", "time": 1.0},
+             {"event": "resumed", "job": "12", "step": 40, "checkpoint": "ckpt-000000040.pt", "time": 2.0},
+             {"event": "complete", "job": "12", "step": 90, "epochs": 3, "time": 3.0},
+             {"event": "already_complete", "job": "13", "by": "script", "time": 4.0}]
+    (run / rundir.EVENTS).write_text("".join(json.dumps(e) + "\n" for e in lines))
+    # Job 14 has no events: its log is read, as for a run written before events existed.
+    (run / "tsm.14.out").write_text("trainer: stopping at step 7 (SIGTERM)\n")
+    record = {"name": "run", "run_dir": str(run), "job_ids": ["11", "12", "13", "14"]}
+    jobs = {j["job_id"]: j for j in report._jobs(hosts.LocalHost(), str(run), record)}
+    assert jobs["11"]["ended"] == "stopped at step 40 (SIGUSR2), checkpoint saved"
+    assert (jobs["12"]["resumed_from_step"], jobs["12"]["ended"]) == (40, "training complete")
+    assert jobs["13"]["ended"] == "nothing left to do (run already complete)"
+    assert jobs["14"]["ended"] == "stopped at step 7 (SIGTERM), checkpoint saved"
+
+
+def test_names_are_spelled_once():
+    """The login side and the templates take the run directory's names from trainer.rundir."""
+    repo = Path(__file__).resolve().parent.parent
+    from summit_jobs import runs
+    assert (runs.RECORD, runs.SCRIPT, report.METRICS) == (rundir.RECORD, rundir.SCRIPT, rundir.METRICS)
+    prologue = (repo / "templates" / "lsf" / "partials" / "prologue.j2").read_text()
+    assert "{{ rundir.EVENTS }}" in prologue and "events.jsonl" not in prologue
