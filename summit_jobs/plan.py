@@ -9,23 +9,29 @@ from __future__ import annotations
 import math
 import re
 import shlex
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Dict, List, Optional, Tuple
 
-from summit_jobs import trainer_args
+from summit_jobs import settings, trainer_args
 from summit_jobs.errors import UserError
-from summit_jobs.machines import Profile, format_hhmm, parse_hhmm
+from summit_jobs.machines import Profile, Queue, WalltimeBin, format_hhmm, parse_hhmm
+from trainer import config as trainer_config
+from trainer import rundir
 
 #: Patterns that guard values are always applied with ``fullmatch``: ``re.match`` with ``$`` accepts a
 #: trailing newline, which would split a ``#BSUB`` line.
 JOB_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 ACCOUNT_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 #: Marker the trainer writes when all epochs are done; later chain links exit at once.
-COMPLETE_MARKER = "COMPLETE"
+COMPLETE_MARKER = rundir.COMPLETE
 #: The job script in the run directory.
-SCRIPT_NAME = "job.lsf"
+SCRIPT_NAME = rundir.SCRIPT
 #: Ids of the links a chain until complete submitted itself (the first link's id is in run.json).
-CHAIN_FILE = "chain.jobs"
+CHAIN_FILE = rundir.CHAIN
+#: Resource-set layouts: one set per GPU, or one per node with all its GPUs (the profile's launcher.layout).
+LAYOUTS = ("gpu", "node")
+#: How staged shards are placed on the nodes' NVMe; the first is the default.
+STAGE_POLICIES = ("partition", "replicate")
 
 
 @dataclass(frozen=True)
@@ -39,7 +45,7 @@ class JobOptions:
     job_name: str = "tsm"
     epochs: Optional[int] = None
     data: Optional[str] = None
-    stage_policy: str = "partition"
+    stage_policy: str = STAGE_POLICIES[0]
     layout: Optional[str] = None
     clips_per_gpu: Optional[int] = None
     lr: Optional[float] = None
@@ -57,12 +63,12 @@ class JobOptions:
     #: Set by simulate: the node count whose optimisation this job reproduces.
     virtual_nodes: Optional[int] = None
     #: Methods of the seed papers (trainer options).
-    schedule: str = "standard"
+    schedule: str = trainer_config.SCHEDULES[0]
     short_cycle: bool = False
-    optimizer: str = "sgd"
-    optimizer_sync: str = "sync"
-    avg_interval: int = -1
-    compression: str = "none"
+    optimizer: str = trainer_config.OPTIMIZERS[0]
+    optimizer_sync: str = trainer_config.OPTIMIZER_SYNCS[0]
+    avg_interval: int = trainer_config.AVG_INTERVAL_EPOCH
+    compression: str = trainer_config.COMPRESSIONS[0]
     fusion_threshold: Optional[int] = None
     #: Training clips per epoch, for the multigrid schedule in the summary.
     train_clips: Optional[int] = None
@@ -140,11 +146,11 @@ class Plan:
     epochs: int
     warmup_epochs: float
     trainer_argv: Tuple[str, ...]
-    schedule: str = "standard"
-    optimizer: str = "sgd"
-    optimizer_sync: str = "sync"
-    avg_interval: int = -1
-    compression: str = "none"
+    schedule: str = trainer_config.SCHEDULES[0]
+    optimizer: str = trainer_config.OPTIMIZERS[0]
+    optimizer_sync: str = trainer_config.OPTIMIZER_SYNCS[0]
+    avg_interval: int = trainer_config.AVG_INTERVAL_EPOCH
+    compression: str = trainer_config.COMPRESSIONS[0]
     multigrid: Tuple[Dict[str, object], ...] = ()
     complete_marker: str = COMPLETE_MARKER
     until_complete: bool = False
@@ -253,41 +259,54 @@ def simulate_command(profile: Profile, virtual_nodes: int, account: Optional[str
     return shlex.join(parts)
 
 
-def make_plan(profile: Profile, opts: JobOptions) -> Plan:
-    """Check ``opts`` against ``profile``'s policy and derive the job's shape."""
-    nodes = parse_nodes(opts.nodes, profile)
-    recipe = profile.recipe
-    account_word = profile.scheduler.account_name
+# ---- step 1: allocation (account, quota, names, queue, bin, walltime) ---------------------------
 
-    # Account (-P project / -G bank).
+@dataclass(frozen=True)
+class Allocation:
+    """What the scheduler is asked for, checked against the queue's and the allocation's rules."""
+    nodes: int
+    account: Optional[str]
+    queue_name: str
+    bin: WalltimeBin
+    minutes: int
+    warning_minutes: int
+
+
+def _account(profile: Profile, opts: JobOptions) -> Optional[str]:
+    """The -P project / -G bank, checked: it lands in a #BSUB line."""
+    word = profile.scheduler.account_name
     account = opts.project
     if account is not None:
         account = str(account).strip()
         if not ACCOUNT_RE.fullmatch(account):
             raise UserError(
-                f"{account_word} {opts.project!r} is not a valid {account_word} name: use letters, digits, "
+                f"{word} {opts.project!r} is not a valid {word} name: use letters, digits, "
                 f"'_', '.' and '-' only (at most 64 characters), as printed by your allocation.")
     if not account and profile.scheduler.account_required:
         raise UserError(
-            f"{profile.name} charges every job to a {account_word} ({profile.scheduler.account_flag}), and none "
+            f"{profile.name} charges every job to a {word} ({profile.scheduler.account_flag}), and none "
             f"was given. Pass --project NAME, set SUMMIT_JOBS_PROJECT, or put 'project: NAME' in the config file.")
+    return account or None
 
-    # Quota: the allocation's node limit (not the machine's).
-    quota = opts.quota_nodes if opts.quota_nodes is not None else profile.quota_nodes
+
+def _check_quota(profile: Profile, opts: JobOptions, nodes: int, account: Optional[str]) -> None:
+    """The allocation's node limit (not the machine's); a simulated run is planned within it by simulate."""
+    quota = settings.quota(opts.quota_nodes, None, profile).nodes
     if quota is not None and nodes > quota and opts.virtual_nodes is None:
         raise UserError(
             f"{nodes:,} nodes is above your allocation's quota of {quota:,} nodes on {profile.name}. "
             f"Run fewer nodes, or reproduce the {nodes:,}-node optimisation exactly on at most {quota:,} nodes "
             f"by gradient accumulation: {simulate_command(profile, nodes, account)}")
 
-    # Job name.
+
+def _check_names(profile: Profile, opts: JobOptions) -> None:
+    """Job name, paths and trainer arguments: values that end up in #BSUB and shell lines."""
     if not JOB_NAME_RE.fullmatch(opts.job_name or ""):
         raise UserError(
             f"job name {opts.job_name!r} cannot be used: it must start with a letter or digit and hold only "
             "letters, digits, '.', '_' and '-' (at most 128 characters), so that it is safe in #BSUB lines and "
             "file names. Pick another --job-name.")
-
-    # Paths that end up in shell lines: quoted later, but a newline or NUL would still break the script.
+    # Quoted later, but a newline or NUL would still break the script.
     for what, path in (("run directory", opts.run_dir), ("data manifest", opts.data), ("python", opts.python)):
         if path is not None and (("\n" in path) or ("\r" in path) or ("\0" in path) or not path.strip()):
             raise UserError(f"{what} path {path!r} contains a newline or NUL byte (or is empty); "
@@ -304,7 +323,9 @@ def make_plan(profile: Profile, opts: JobOptions) -> Plan:
         if "\0" in arg:
             raise UserError(f"trainer argument {arg!r} contains a NUL byte, which no command line can carry.")
 
-    # Queue and its rules.
+
+def _queue(profile: Profile, opts: JobOptions, nodes: int) -> Tuple[str, Queue, WalltimeBin]:
+    """The queue, its node and bin rules, and the walltime bin of ``nodes``."""
     queue_name = opts.queue or profile.default_queue
     if queue_name not in profile.queues:
         raise UserError(f"queue {queue_name!r} does not exist on {profile.name}. "
@@ -323,6 +344,11 @@ def make_plan(profile: Profile, opts: JobOptions) -> Plan:
         raise UserError(f"queue {queue_name!r} only takes jobs in bins {', '.join(map(str, queue.allowed_bins))} "
                         f"({span}); {nodes} nodes is bin {nbin.bin}. Change --nodes or use --queue "
                         f"{profile.default_queue}.")
+    return queue_name, queue, nbin
+
+
+def _check_chain(profile: Profile, opts: JobOptions, queue_name: str, queue: Queue) -> None:
+    """How many jobs the chain queues, against the queue's rules."""
     if opts.chain < 1:
         raise UserError(f"--chain {opts.chain} must be at least 1 (the number of jobs in the chain).")
     if opts.until_complete:
@@ -336,6 +362,10 @@ def make_plan(profile: Profile, opts: JobOptions) -> Plan:
                         f"rejected at submit). Use --chain {queue.max_queued_per_user} or fewer with a longer "
                         f"--walltime, and submit the rest of the chain when these have run.")
 
+
+def _walltime(profile: Profile, opts: JobOptions, nodes: int, queue_name: str, queue: Queue,
+              nbin: WalltimeBin) -> int:
+    """Minutes of run limit: the user's, within the tightest of the bin's and the queue's limits."""
     limits = []
     if queue.use_bins:
         limits.append((nbin.max_minutes, f"bin {nbin.bin} ({nbin.min_nodes}-{nbin.max_nodes} nodes)"))
@@ -343,53 +373,125 @@ def make_plan(profile: Profile, opts: JobOptions) -> Plan:
         limits.append((parse_hhmm(queue.max_walltime, f"queue {queue_name} max_walltime"), f"queue {queue_name!r}"))
     max_minutes, limit_name = min(limits) if limits else (nbin.max_minutes, f"bin {nbin.bin}")
     if opts.walltime is None:
-        minutes = max_minutes
-    else:
-        minutes = parse_hhmm(opts.walltime, "walltime")
-        if minutes > max_minutes:
-            raise UserError(
-                f"walltime {format_hhmm(minutes)} is above the {format_hhmm(max_minutes)} limit of {limit_name} "
-                f"on {profile.name} for {nodes} nodes. Ask for --walltime {format_hhmm(max_minutes)} or less; "
-                f"for longer training use --chain K to run K jobs that resume from checkpoints.")
+        return max_minutes
+    minutes = parse_hhmm(opts.walltime, "walltime")
+    if minutes > max_minutes:
+        raise UserError(
+            f"walltime {format_hhmm(minutes)} is above the {format_hhmm(max_minutes)} limit of {limit_name} "
+            f"on {profile.name} for {nodes} nodes. Ask for --walltime {format_hhmm(max_minutes)} or less; "
+            f"for longer training use --chain K to run K jobs that resume from checkpoints.")
+    return minutes
 
-    # Warning signal before the run limit: the checkpoint-and-chain hook.
+
+def _warning_minutes(profile: Profile, opts: JobOptions, minutes: int) -> int:
+    """Warning signal before the run limit: the checkpoint-and-chain hook, at most half the run."""
     warn = opts.warning_minutes if opts.warning_minutes is not None else profile.scheduler.warning_minutes
     if warn < 1:
         raise UserError(f"--warning-minutes {warn} must be at least 1.")
-    warn = min(warn, max(1, minutes // 2))
+    return min(warn, max(1, minutes // 2))
 
-    # Resource sets.
+
+def allocation(profile: Profile, opts: JobOptions) -> Allocation:
+    """Step 1: nodes, account, quota, queue, bin and walltime, in the order a user would fix them."""
+    nodes = parse_nodes(opts.nodes, profile)
+    account = _account(profile, opts)
+    _check_quota(profile, opts, nodes, account)
+    _check_names(profile, opts)
+    queue_name, queue, nbin = _queue(profile, opts, nodes)
+    _check_chain(profile, opts, queue_name, queue)
+    minutes = _walltime(profile, opts, nodes, queue_name, queue, nbin)
+    return Allocation(nodes=nodes, account=account, queue_name=queue_name, bin=nbin, minutes=minutes,
+                      warning_minutes=_warning_minutes(profile, opts, minutes))
+
+
+# ---- step 2: launch (resource sets, staging, environment) ----------------------------------------
+
+@dataclass(frozen=True)
+class Launch:
+    """How the ranks are placed and what they find in their environment."""
+    layout: str
+    jsrun: Jsrun
+    stage_jsrun: Jsrun
+    ranks: int
+    alloc_flags: Tuple[str, ...]
+    staging: Optional[Staging]
+    variables: Dict[str, str]
+    python: str
+
+
+def _resource_sets(profile: Profile, opts: JobOptions, nodes: int) -> Tuple[str, Jsrun, Jsrun]:
+    """jsrun resource sets of the training and staging steps."""
     layout = opts.layout or profile.launcher.layout
-    if layout not in ("gpu", "node"):
+    if layout not in LAYOUTS:
         raise UserError(f"layout {layout!r} is not known: use 'gpu' (one resource set per GPU) or 'node' "
                         "(one resource set per node with all its GPUs).")
     node = profile.node
-    slots = node.slots
-    gpus = node.gpus
+    cores = max(1, node.cores // node.slots)
     if layout == "gpu":
-        cores = max(1, node.cores // slots)
-        jsrun = Jsrun(n=slots * nodes, r=slots, a=1, g=1 if gpus else 0, c=cores, b=f"packed:{cores}")
+        jsrun = Jsrun(n=node.slots * nodes, r=node.slots, a=1, g=1 if node.gpus else 0, c=cores,
+                      b=f"packed:{cores}")
     else:
-        cores_per_task = max(1, node.cores // slots)
-        jsrun = Jsrun(n=nodes, r=1, a=slots, g=gpus, c=node.cores, b=f"packed:{cores_per_task}")
+        jsrun = Jsrun(n=nodes, r=1, a=node.slots, g=node.gpus, c=node.cores, b=f"packed:{cores}")
     stage_jsrun = Jsrun(n=nodes, r=1, a=1, g=0, c=node.cores, b=f"packed:{node.cores}")
-    ranks = slots * nodes
+    return layout, jsrun, stage_jsrun
 
-    # Data staging onto node-local NVMe.
+
+def _staging(profile: Profile, opts: JobOptions) -> Optional[Staging]:
+    """Data staging onto node-local NVMe, when a manifest was given."""
+    if not opts.data:
+        return None
+    if not profile.node.nvme_path:
+        raise UserError(f"{profile.name} has no node-local NVMe in its profile (node.nvme_path); "
+                        "point the trainer at the shards directly with -- --data DIR instead of --data.")
+    if opts.stage_policy not in STAGE_POLICIES:
+        raise UserError(f"stage policy {opts.stage_policy!r} is not known: use 'partition' or 'replicate'.")
+    return Staging(manifest=opts.data, policy=opts.stage_policy, nvme_data_dir=nvme_data_dir(profile.node.nvme_path))
+
+
+def _variables(profile: Profile, opts: JobOptions) -> Dict[str, str]:
+    """The job's environment variables: the profile's, the host rules of trainer/lsf_hosts.py, the fusion buffer."""
+    variables = dict(profile.environment.variables)
+    variables["SUMMIT_JOBS_LSF_CSM"] = "1" if profile.scheduler.csm else "0"
+    variables["SUMMIT_JOBS_LAUNCH_NODE_PREFIXES"] = ",".join(profile.scheduler.launch_node_prefixes)
+    if opts.fusion_threshold is not None:
+        if opts.fusion_threshold < 0:
+            raise UserError(f"--fusion-threshold {opts.fusion_threshold} must be a byte count >= 0 (0 disables "
+                            "tensor fusion).")
+        variables["HOROVOD_FUSION_THRESHOLD"] = str(opts.fusion_threshold)
+    return variables
+
+
+def launch(profile: Profile, opts: JobOptions, nodes: int) -> Launch:
+    """Step 2: resource sets, NVMe staging and the environment of the ranks."""
+    layout, jsrun, stage_jsrun = _resource_sets(profile, opts, nodes)
+    staging = _staging(profile, opts)
     alloc = list(profile.alloc_flags)
-    staging = None
-    if opts.data:
-        if not node.nvme_path:
-            raise UserError(f"{profile.name} has no node-local NVMe in its profile (node.nvme_path); "
-                            "point the trainer at the shards directly with -- --data DIR instead of --data.")
-        if opts.stage_policy not in ("partition", "replicate"):
-            raise UserError(f"stage policy {opts.stage_policy!r} is not known: use 'partition' or 'replicate'.")
-        staging = Staging(manifest=opts.data, policy=opts.stage_policy,
-                          nvme_data_dir=nvme_data_dir(node.nvme_path))
-        if "nvme" not in alloc:
-            alloc.append("nvme")
+    if staging and "nvme" not in alloc:
+        alloc.append("nvme")
+    return Launch(layout=layout, jsrun=jsrun, stage_jsrun=stage_jsrun, ranks=profile.node.slots * nodes,
+                  alloc_flags=tuple(alloc), staging=staging, variables=_variables(profile, opts),
+                  python=opts.python or profile.environment.python)
 
-    # The optimisation: global batch and linear LR follow the (virtual) rank count.
+
+# ---- step 3: optimisation (batch, LR, warm-up, accumulation, methods) ----------------------------
+
+@dataclass(frozen=True)
+class Optimisation:
+    """The trainer's optimisation: global batch and linear LR follow the (virtual) rank count."""
+    clips: int
+    accum: int
+    virtual_nodes: int
+    virtual_ranks: int
+    global_batch: int
+    lr: float
+    epochs: int
+    warmup: float
+    engine: str
+    multigrid: Tuple[Dict[str, object], ...]
+
+
+def _accumulation(opts: JobOptions, nodes: int) -> Tuple[int, int]:
+    """Accumulation steps and the virtual node count they stand for."""
     accum = opts.accum_steps
     if accum < 1:
         raise UserError(f"accumulation steps {accum} must be at least 1.")
@@ -397,34 +499,26 @@ def make_plan(profile: Profile, opts: JobOptions) -> Plan:
     if virtual_nodes != nodes * accum:
         raise UserError(f"virtual nodes ({virtual_nodes}) must equal nodes x accumulation steps "
                         f"({nodes} x {accum}).")
-    if opts.num_classes is not None and opts.num_classes < 0:
-        raise UserError(f"--num-classes {opts.num_classes} must be a class count >= 1 (or leave it out for the "
-                        "recipe's).")
-    clips = opts.clips_per_gpu if opts.clips_per_gpu is not None else recipe.clips_per_gpu
-    if clips < 1:
-        raise UserError(f"clips per GPU {clips} must be at least 1.")
-    virtual_ranks = ranks * accum
-    global_batch = virtual_ranks * clips
-    lr = opts.lr if opts.lr is not None else linear_lr(global_batch, recipe.lr_per_8_clips)
+    return accum, virtual_nodes
+
+
+def _epochs_and_warmup(opts: JobOptions, recipe) -> Tuple[int, float]:
+    """Epochs, and a warm-up that a short run (a test, a demo) scales instead of warming up forever."""
     epochs = opts.epochs if opts.epochs is not None else recipe.epochs
     if epochs < 1:
         raise UserError(f"--epochs {epochs} must be at least 1.")
     if opts.warmup_epochs is not None:
-        warmup = opts.warmup_epochs
-    elif recipe.warmup_epochs > epochs / 2:
-        # A short run (a test, a demo) keeps the recipe's warm-up fraction instead of warming up forever.
-        warmup = round(recipe.warmup_epochs * epochs / recipe.epochs, 4)
-    else:
-        warmup = recipe.warmup_epochs
-    _check_schedule(lr, epochs, warmup, recipe.lr_per_8_clips)
-    engine = opts.engine or recipe.engine
-    if engine not in ("horovod", "ddp"):
-        raise UserError(f"engine {engine!r} is not known: use 'horovod' (the paper's) or 'ddp' (torch.distributed).")
+        return epochs, opts.warmup_epochs
+    if recipe.warmup_epochs > epochs / 2:
+        return epochs, round(recipe.warmup_epochs * epochs / recipe.epochs, 4)
+    return epochs, recipe.warmup_epochs
 
-    # Methods: checked here so that a bad combination never reaches a compute node.
-    choices = {"schedule": ("standard", "multigrid"), "optimizer": ("sgd", "lars", "adam"),
-               "optimizer_sync": ("sync", "aavg"), "compression": ("none", "fp16", "bf16")}
-    for name, allowed in choices.items():
+
+def _check_methods(opts: JobOptions, accum: int, engine: str) -> None:
+    """Checked here so that a bad combination never reaches a compute node."""
+    if engine not in trainer_config.ENGINES:
+        raise UserError(f"engine {engine!r} is not known: use 'horovod' (the paper's) or 'ddp' (torch.distributed).")
+    for name, allowed in trainer_config.METHODS.items():
         if getattr(opts, name) not in allowed:
             raise UserError(f"--{name.replace('_', '-')} {getattr(opts, name)!r} is not known: use one of "
                             f"{', '.join(allowed)}.")
@@ -443,84 +537,123 @@ def make_plan(profile: Profile, opts: JobOptions) -> Plan:
     if opts.compression == "bf16" and engine == "horovod":
         raise UserError("bf16 gradient compression is a torch.distributed hook; Horovod offers fp16 only. "
                         "Use --compression fp16, or --engine ddp.")
-    variables = dict(profile.environment.variables)
-    # How the ranks and launchers tell compute hosts from launch nodes (trainer/lsf_hosts.py).
-    variables["SUMMIT_JOBS_LSF_CSM"] = "1" if profile.scheduler.csm else "0"
-    variables["SUMMIT_JOBS_LAUNCH_NODE_PREFIXES"] = ",".join(profile.scheduler.launch_node_prefixes)
-    if opts.fusion_threshold is not None:
-        if opts.fusion_threshold < 0:
-            raise UserError(f"--fusion-threshold {opts.fusion_threshold} must be a byte count >= 0 (0 disables "
-                            "tensor fusion).")
-        variables["HOROVOD_FUSION_THRESHOLD"] = str(opts.fusion_threshold)
-    multigrid: Tuple[Dict[str, object], ...] = ()
-    if opts.schedule == "multigrid":
-        from trainer import multigrid as mg  # torch-free
-        segments = opts.num_segments or recipe.num_segments
-        stages = sorted({0, int(epochs * 0.4), int(epochs * 0.8)})
-        if epochs < 3 or len(stages) < 2 or stages[-1] >= epochs:
-            raise UserError(f"a multigrid schedule needs at least 3 epochs (it has LR stages at 40% and 80% of "
-                            f"the run and a final phase); {epochs} were asked for.")
-        phases = mg.schedule(epochs=epochs, stages=stages, frames=segments, size=224,
-                             clips_per_epoch=opts.train_clips or 240_000, base_batch=global_batch,
-                             short_cycle=opts.short_cycle)
-        multigrid = tuple({"stage": p.stage, "cycle": p.cycle, "frames": p.frames, "size": p.size,
-                           "batch_mult": p.batch_mult, "lr_mult": p.lr_mult, "iterations": p.iterations}
-                          for p in phases)
 
-    python = opts.python or profile.environment.python
+
+def _multigrid(opts: JobOptions, recipe, epochs: int, global_batch: int) -> Tuple[Dict[str, object], ...]:
+    """The multigrid phases shown in the summary (the trainer computes the same with the same module)."""
+    if opts.schedule != "multigrid":
+        return ()
+    from trainer import multigrid as mg  # torch-free
+    segments = opts.num_segments or recipe.num_segments
+    stages = sorted({0, int(epochs * 0.4), int(epochs * 0.8)})
+    if epochs < 3 or len(stages) < 2 or stages[-1] >= epochs:
+        raise UserError(f"a multigrid schedule needs at least 3 epochs (it has LR stages at 40% and 80% of "
+                        f"the run and a final phase); {epochs} were asked for.")
+    phases = mg.schedule(epochs=epochs, stages=stages, frames=segments, size=224,
+                         clips_per_epoch=opts.train_clips or 240_000, base_batch=global_batch,
+                         short_cycle=opts.short_cycle)
+    return tuple({"stage": p.stage, "cycle": p.cycle, "frames": p.frames, "size": p.size,
+                  "batch_mult": p.batch_mult, "lr_mult": p.lr_mult, "iterations": p.iterations} for p in phases)
+
+
+def optimisation(profile: Profile, opts: JobOptions, nodes: int) -> Optimisation:
+    """Step 3: batch, LR, warm-up, accumulation and the methods of the seed papers."""
+    recipe = profile.recipe
+    accum, virtual_nodes = _accumulation(opts, nodes)
+    if opts.num_classes is not None and opts.num_classes < 0:
+        raise UserError(f"--num-classes {opts.num_classes} must be a class count >= 1 (or leave it out for the "
+                        "recipe's).")
+    clips = opts.clips_per_gpu if opts.clips_per_gpu is not None else recipe.clips_per_gpu
+    if clips < 1:
+        raise UserError(f"clips per GPU {clips} must be at least 1.")
+    virtual_ranks = profile.node.slots * nodes * accum
+    global_batch = virtual_ranks * clips
+    lr = opts.lr if opts.lr is not None else linear_lr(global_batch, recipe.lr_per_8_clips)
+    epochs, warmup = _epochs_and_warmup(opts, recipe)
+    _check_schedule(lr, epochs, warmup, recipe.lr_per_8_clips)
+    engine = opts.engine or recipe.engine
+    _check_methods(opts, accum, engine)
+    return Optimisation(clips=clips, accum=accum, virtual_nodes=virtual_nodes, virtual_ranks=virtual_ranks,
+                        global_batch=global_batch, lr=lr, epochs=epochs, warmup=warmup, engine=engine,
+                        multigrid=_multigrid(opts, recipe, epochs, global_batch))
+
+
+# ---- step 4: the trainer's command line -----------------------------------------------------------
+
+def _trainer_argv(profile: Profile, opts: JobOptions, run: Launch, opt: Optimisation) -> List[str]:
+    """``python -m trainer`` with the planned values; methods only when they differ from the trainer's defaults."""
+    recipe = profile.recipe
     argv = [
-        python, "-m", "trainer",
+        run.python, "-m", "trainer",
         "--run-dir", opts.run_dir,
-        "--engine", engine,
+        "--engine", opt.engine,
         "--arch", opts.arch or recipe.arch,
         "--num-segments", str(opts.num_segments or recipe.num_segments),
         "--num-classes", str(opts.num_classes or recipe.num_classes),
-        "--batch-per-gpu", str(clips),
-        "--accum-steps", str(accum),
-        "--lr", repr(lr),
-        "--warmup-epochs", repr(float(warmup)),
-        "--epochs", str(epochs),
+        "--batch-per-gpu", str(opt.clips),
+        "--accum-steps", str(opt.accum),
+        "--lr", repr(opt.lr),
+        "--warmup-epochs", repr(float(opt.warmup)),
+        "--epochs", str(opt.epochs),
         "--momentum", repr(recipe.momentum),
         "--weight-decay", repr(recipe.weight_decay),
     ]
-    if staging:
-        argv += ["--data", staging.nvme_data_dir]
-    if opts.schedule != "standard":
+    if run.staging:
+        argv += ["--data", run.staging.nvme_data_dir]
+    if opts.schedule != trainer_config.SCHEDULES[0]:
         argv += ["--schedule", opts.schedule] + (["--short-cycle"] if opts.short_cycle else [])
-    if opts.optimizer != "sgd":
+    if opts.optimizer != trainer_config.OPTIMIZERS[0]:
         argv += ["--optimizer", opts.optimizer]
-    if opts.optimizer_sync != "sync":
+    if opts.optimizer_sync != trainer_config.OPTIMIZER_SYNCS[0]:
         argv += ["--optimizer-sync", opts.optimizer_sync, "--avg-interval", str(opts.avg_interval)]
-    if opts.compression != "none":
+    if opts.compression != trainer_config.COMPRESSIONS[0]:
         argv += ["--compression", opts.compression]
-    if opts.check_trainer_args:
-        given = {name: getattr(opts, name) for name in ("epochs", "lr", "warmup_epochs", "engine", "arch",
-                                                         "num_classes") if getattr(opts, name) is not None}
-        given.update({name: getattr(opts, name) for name, default in (
-            ("schedule", "standard"), ("optimizer", "sgd"), ("optimizer_sync", "sync"), ("compression", "none"))
-            if getattr(opts, name) != default})
-        final = trainer_args.check(argv[3:], opts.trainer_args, given, staging is not None)
-        # What the ranks will really use (arguments after `--` may set them): the summary must not differ.
-        warmup = final.warmup_epochs
-        lr = final.lr if final.lr is not None else lr
-        _check_schedule(lr, epochs, warmup, recipe.lr_per_8_clips)
-    argv += list(opts.trainer_args)
+    return argv
 
+
+def _given_to_trainer(opts: JobOptions) -> Dict[str, object]:
+    """Trainer options the user set through submit options (a conflicting value after ``--`` is refused)."""
+    given = {name: getattr(opts, name) for name in ("epochs", "lr", "warmup_epochs", "engine", "arch",
+                                                     "num_classes") if getattr(opts, name) is not None}
+    given.update({name: getattr(opts, name) for name, choices in trainer_config.METHODS.items()
+                  if getattr(opts, name) != choices[0]})
+    return given
+
+
+def _checked_argv(profile: Profile, opts: JobOptions, run: Launch, opt: Optimisation) -> Tuple[List[str], Optimisation]:
+    """The trainer's full argv, parsed as a rank will parse it; the optimisation it really runs."""
+    argv = _trainer_argv(profile, opts, run, opt)
+    if opts.check_trainer_args:
+        final = trainer_args.check(argv[3:], opts.trainer_args, _given_to_trainer(opts), run.staging is not None)
+        # What the ranks will really use (arguments after `--` may set them): the summary must not differ.
+        lr = final.lr if final.lr is not None else opt.lr
+        _check_schedule(lr, opt.epochs, final.warmup_epochs, profile.recipe.lr_per_8_clips)
+        opt = replace(opt, lr=lr, warmup=final.warmup_epochs)
+    return argv + list(opts.trainer_args), opt
+
+
+def make_plan(profile: Profile, opts: JobOptions) -> Plan:
+    """Check ``opts`` against ``profile``'s policy and derive the job's shape: the three steps, composed."""
+    alloc = allocation(profile, opts)
+    run = launch(profile, opts, alloc.nodes)
+    opt = optimisation(profile, opts, alloc.nodes)
+    argv, opt = _checked_argv(profile, opts, run, opt)
+    nbin, minutes = alloc.bin, alloc.minutes
     return Plan(
-        machine=profile.name, nodes=nodes, ranks_per_node=slots, ranks=ranks, layout=layout,
-        jsrun=jsrun, stage_jsrun=stage_jsrun, walltime_minutes=minutes, walltime=format_hhmm(minutes),
-        bin=nbin.bin, bin_max_walltime=nbin.max_walltime, queue=queue_name, alloc_flags=tuple(alloc),
-        node_hours=nodes * minutes / 60.0 * opts.chain, account_flag=profile.scheduler.account_flag,
-        account=account or None, job_name=opts.job_name, run_dir=opts.run_dir, chain=opts.chain,
-        warning_signal="USR2", warning_minutes=warn, submit_mode=profile.scheduler.submit_mode,
-        python=python, modules=profile.environment.modules, setup=profile.environment.setup,
-        variables=variables, smpiargs=profile.launcher.smpiargs,
-        nvme_path=node.nvme_path, staging=staging, engine=engine, clips_per_gpu=clips,
-        accum_steps=accum, virtual_nodes=virtual_nodes, virtual_ranks=virtual_ranks,
-        global_batch=global_batch, lr=lr, epochs=epochs, warmup_epochs=float(warmup),
+        machine=profile.name, nodes=alloc.nodes, ranks_per_node=profile.node.slots, ranks=run.ranks,
+        layout=run.layout, jsrun=run.jsrun, stage_jsrun=run.stage_jsrun, walltime_minutes=minutes,
+        walltime=format_hhmm(minutes), bin=nbin.bin, bin_max_walltime=nbin.max_walltime, queue=alloc.queue_name,
+        alloc_flags=run.alloc_flags, node_hours=alloc.nodes * minutes / 60.0 * opts.chain,
+        account_flag=profile.scheduler.account_flag, account=alloc.account, job_name=opts.job_name,
+        run_dir=opts.run_dir, chain=opts.chain, warning_signal="USR2", warning_minutes=alloc.warning_minutes,
+        submit_mode=profile.scheduler.submit_mode, python=run.python, modules=profile.environment.modules,
+        setup=profile.environment.setup, variables=run.variables, smpiargs=profile.launcher.smpiargs,
+        nvme_path=profile.node.nvme_path, staging=run.staging, engine=opt.engine, clips_per_gpu=opt.clips,
+        accum_steps=opt.accum, virtual_nodes=opt.virtual_nodes, virtual_ranks=opt.virtual_ranks,
+        global_batch=opt.global_batch, lr=opt.lr, epochs=opt.epochs, warmup_epochs=float(opt.warmup),
         trainer_argv=tuple(argv), schedule=opts.schedule, optimizer=opts.optimizer,
         optimizer_sync=opts.optimizer_sync, avg_interval=opts.avg_interval, compression=opts.compression,
-        multigrid=multigrid, until_complete=opts.until_complete,
+        multigrid=opt.multigrid, until_complete=opts.until_complete,
         max_links=opts.max_links if opts.until_complete else opts.chain,
     )
 

@@ -16,27 +16,37 @@ from typing import Callable, Dict, List, Optional, Tuple
 LR_PER_8_CLIPS = 0.00125
 #: The depths trainer.model builds (listed here too: this module must not import torch).
 ARCHS = ("resnet18", "resnet34", "resnet50", "resnet101", "resnet152")
+#: Choice lists of the options ``summit-jobs submit`` also offers; the first entry is the trainer's default.
+#: The login side (click choices, JobOptions defaults, plan checks) reads them from here: written once.
+ENGINES = ("horovod", "ddp")
+SCHEDULES = ("standard", "multigrid")
+OPTIMIZERS = ("sgd", "lars", "adam")
+OPTIMIZER_SYNCS = ("sync", "aavg")
+COMPRESSIONS = ("none", "fp16", "bf16")
+#: AAVG's default averaging interval: once per epoch.
+AVG_INTERVAL_EPOCH = -1
+#: Method options by trainer option name: (choices, default). The planner renders only non-defaults.
+METHODS: Dict[str, Tuple[str, ...]] = {
+    "schedule": SCHEDULES, "optimizer": OPTIMIZERS, "optimizer_sync": OPTIMIZER_SYNCS, "compression": COMPRESSIONS,
+}
 
 
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="python -m trainer",
-        description="Train TSM (temporal shift) ResNet on Kinetics-style shards; one process per GPU. "
-                    "Resumes from the newest checkpoint in --run-dir; on SIGUSR2/SIGTERM saves and exits 0; "
-                    "writes <run-dir>/COMPLETE when all epochs and the final test are done.")
-    a = p.add_argument
-    g = p.add_argument_group("run")
+def _run_options(g: "argparse._ArgumentGroup") -> None:
+    """The run options."""
     g.add_argument("--run-dir", required=True, help="checkpoints, metrics.jsonl, COMPLETE (parallel file system; "
                    "$VARS are expanded)")
     g.add_argument("--data", help="folder of shards with manifest.json (train and val splits; $VARS expanded)")
-    g.add_argument("--engine", choices=("horovod", "ddp"), default="horovod",
+    g.add_argument("--engine", choices=ENGINES, default=ENGINES[0],
                    help="horovod (the paper's; falls back to ddp when not installed) or torch.distributed ddp")
     g.add_argument("--seed", type=int, default=0, help="model init, shuffles and augmentation derive from it")
     g.add_argument("--max-steps", type=int, default=0,
                    help="stop (checkpoint, exit 0, no COMPLETE) once this many optimiser steps are done in total")
     g.add_argument("--log-every", type=int, default=10, help="optimiser steps between metrics records")
     g.add_argument("--threads", type=int, default=0, help="torch CPU threads per rank (0 = torch's default)")
-    g = p.add_argument_group("model")
+
+
+def _model_options(g: "argparse._ArgumentGroup") -> None:
+    """The model options."""
     g.add_argument("--arch", choices=ARCHS, default="resnet50", help="the ResNet depth (the paper: resnet50)")
     g.add_argument("--num-segments", type=int, default=8, help="frames per clip (T)")
     g.add_argument("--num-classes", type=int, default=0, help="0 = the number of classes in the data's manifest")
@@ -45,7 +55,10 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--shift-placement", choices=("blockres", "block"), default="blockres")
     g.add_argument("--fold-div", type=int, default=8, help="1/fold_div channels shifted each way")
     g.add_argument("--dropout", type=float, default=0.0, help="before the fc head (the paper: none)")
-    g = p.add_argument_group("optimisation (the paper's recipe)")
+
+
+def _optimisation_options(g: "argparse._ArgumentGroup") -> None:
+    """The optimisation (the paper's recipe) options."""
     g.add_argument("--batch-per-gpu", type=int, default=8, help="clips per rank per micro-batch (the paper: 8)")
     g.add_argument("--accum-steps", type=int, default=1,
                    help="micro-batches per optimiser step; each rank stands in for this many virtual ranks")
@@ -56,35 +69,44 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--momentum", type=float, default=0.9)
     g.add_argument("--weight-decay", type=float, default=1e-4, help="not applied to BatchNorm and biases")
     g.add_argument("--clip-grad", type=float, default=0.0, help="max gradient norm after the allreduce (0 = off)")
-    g.add_argument("--compression", choices=("none", "fp16", "bf16"), default="none",
+    g.add_argument("--compression", choices=COMPRESSIONS, default=COMPRESSIONS[0],
                    help="gradient compression for the allreduce (horovod: fp16 only)")
-    g.add_argument("--optimizer", choices=("sgd", "lars", "adam"), default="sgd",
+    g.add_argument("--optimizer", choices=OPTIMIZERS, default=OPTIMIZERS[0],
                    help="sgd (the paper's, momentum); lars (layer-wise trust ratio for very large batches, BN "
                         "parameters and biases excluded); adam (as the AAVG paper)")
     g.add_argument("--trust-coefficient", type=float, default=0.001, help="LARS trust coefficient")
     g.add_argument("--amp", choices=("auto", "off", "fp16", "bf16"), default="auto",
                    help="autocast on GPU (auto: bf16 where supported, else fp16); never on CPU")
     g.add_argument("--channels-last", choices=("auto", "on", "off"), default="auto", help="auto: on GPU only")
-    g = p.add_argument_group("multigrid (Wu et al.): a schedule of clip shapes")
-    g.add_argument("--schedule", choices=("standard", "multigrid"), default="standard",
+
+
+def _multigrid_options(g: "argparse._ArgumentGroup") -> None:
+    """The multigrid (Wu et al.): a schedule of clip shapes options."""
+    g.add_argument("--schedule", choices=SCHEDULES, default=SCHEDULES[0],
                    help="multigrid: long cycle of (frames, size) shapes with proportionally larger batches and "
                         "LR, LR stages at 40%% and 80%% of the epochs, final phase at full shape")
     g.add_argument("--short-cycle", action="store_true",
                    help="multigrid: also cycle the crop size 1/2, 1/sqrt2, 1 of the current shape per iteration")
     g.add_argument("--bn-clips", type=int, default=8,
                    help="multigrid: clips per BatchNorm statistics group whatever the batch (sub-batch BN)")
-    g = p.add_argument_group("AAVG model averaging (learners step locally, then average)")
-    g.add_argument("--optimizer-sync", choices=("sync", "aavg"), default="sync",
+
+
+def _aavg_options(g: "argparse._ArgumentGroup") -> None:
+    """The AAVG model averaging (learners step locally, then average) options."""
+    g.add_argument("--optimizer-sync", choices=OPTIMIZER_SYNCS, default=OPTIMIZER_SYNCS[0],
                    help="sync: gradient allreduce every step; aavg: no gradient allreduce, average parameters, "
                         "optimiser moments and BN statistics every --avg-interval steps")
-    g.add_argument("--avg-interval", type=int, default=-1,
+    g.add_argument("--avg-interval", type=int, default=AVG_INTERVAL_EPOCH,
                    help="aavg: local steps between averaging rounds (-1 = once per epoch)")
     g.add_argument("--aavg-eval-every", type=int, default=0,
                    help="aavg: steps between validations that drive the batch rule (0 = off)")
     g.add_argument("--aavg-b1", type=float, default=1.0, help="aavg: grow the batch when accuracy < best x b1")
     g.add_argument("--aavg-b2", type=float, default=2.0, help="aavg: batch growth factor")
     g.add_argument("--aavg-max-batch", type=int, default=576, help="aavg: largest per-learner batch")
-    g = p.add_argument_group("data")
+
+
+def _data_options(g: "argparse._ArgumentGroup") -> None:
+    """The data options."""
     g.add_argument("--sampling", choices=("dense", "uniform"), default="dense",
                    help="dense: T frames from a T*stride window; uniform: TSN segments")
     g.add_argument("--frame-stride", type=int, default=8, help="dense sampling stride")
@@ -94,7 +116,10 @@ def parser() -> argparse.ArgumentParser:
                    help="no horizontal flip (for classes that left/right tells apart)")
     g.add_argument("--workers", type=int, default=4, help="DataLoader worker processes (forkserver) per rank")
     g.add_argument("--prefetch", type=int, default=2, help="batches each worker keeps ready")
-    g = p.add_argument_group("evaluation and checkpoints")
+
+
+def _evaluation_options(g: "argparse._ArgumentGroup") -> None:
+    """The evaluation and checkpoints options."""
     g.add_argument("--eval-every", type=int, default=1, help="epochs between 1-clip validations (0 = never)")
     g.add_argument("--test-clips", type=int, default=10, help="clips per video in the final test")
     g.add_argument("--test-crops", type=int, choices=(1, 3), default=1, help="spatial crops per clip in the test")
@@ -104,8 +129,30 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--keep", type=int, default=3, help="step checkpoints kept (plus best and last epochs)")
     g.add_argument("--ckpt-every-steps", type=int, default=0, help="also checkpoint every N steps (0 = off)")
     g.add_argument("--ckpt-every-minutes", type=float, default=15.0, help="also checkpoint this often (0 = off)")
-    return p
 
+
+#: Argument groups in --help order: (title, function that adds the group's options).
+GROUPS = (
+    ("run", _run_options),
+    ("model", _model_options),
+    ("optimisation (the paper's recipe)", _optimisation_options),
+    ("multigrid (Wu et al.): a schedule of clip shapes", _multigrid_options),
+    ("AAVG model averaging (learners step locally, then average)", _aavg_options),
+    ("data", _data_options),
+    ("evaluation and checkpoints", _evaluation_options),
+)
+
+
+def parser() -> argparse.ArgumentParser:
+    """The trainer's argparse parser, one argument group per concern."""
+    p = argparse.ArgumentParser(
+        prog="python -m trainer",
+        description="Train TSM (temporal shift) ResNet on Kinetics-style shards; one process per GPU. "
+                    "Resumes from the newest checkpoint in --run-dir; on SIGUSR2/SIGTERM saves and exits 0; "
+                    "writes <run-dir>/COMPLETE when all epochs and the final test are done.")
+    for title, add in GROUPS:
+        add(p.add_argument_group(title))
+    return p
 
 def _finite(lo: float, hi: float = math.inf, lo_open: bool = False, hi_open: bool = False):
     """A check that a float is finite and within [lo, hi] (ends open where asked)."""
