@@ -58,6 +58,7 @@ def test_two_ranks_write_one_event_per_occurrence(data, tmp_path):
     assert all(e["job"].isdecimal() for e in got)
     run_ranks(2, args, tmp_path / "logs3", timeout=300)
     last = events(run)[3:]
+    assert len(last) == 1, last
     assert [(e["event"], e["by"]) for e in last] == [("already_complete", "trainer")]
     assert "COMPLETE exists" in (tmp_path / "logs3" / "rank0.log").read_text()
     lines = (run / rundir.EVENTS).read_text().splitlines()

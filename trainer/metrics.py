@@ -17,7 +17,7 @@ from typing import Dict, List, Optional
 
 import torch
 
-METRICS = "metrics.jsonl"
+from .rundir import METRICS  # the run directory names its files in one place
 
 
 def topk_correct(logits: torch.Tensor, target: torch.Tensor, ks=(1, 5)) -> List[int]:

@@ -1,0 +1,160 @@
+"""Setting a run up, one concern per function: numerics, data, schedule, model and optimiser, and the
+run record of what took effect.
+
+Why not in the trainer's constructor: each of these has its own failure (a missing --data, too few
+clips for one global batch, staging that disagrees with the job's placement) and its own side
+effects; small functions keep each failure next to its cause and the constructor a list of steps.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import dataclass
+from typing import Dict, Optional, Tuple
+
+import torch
+
+from .clips import ClipSpec
+from .config import LR_PER_8_CLIPS
+from .data import EvalClips, TrainClips
+from .engines import Engine
+from .metrics import log
+from .model import build_model
+from .optim import build_optimizer
+from .sampler import steps_per_epoch
+from .schedules import Schedule, TrainData
+from .shards import ShardDataset
+
+#: Horovod's tensor-fusion buffer when HOROVOD_FUSION_THRESHOLD is not set (bytes).
+HOROVOD_DEFAULT_FUSION = 128 * 1024 * 1024
+#: torch DDP's default gradient bucket (bucket_cap_mb=25).
+DDP_DEFAULT_BUCKET = 25 * 1024 * 1024
+
+
+def numerics(args: argparse.Namespace, device: torch.device) -> Tuple[Optional[torch.dtype], bool]:
+    """(autocast dtype or None, channels-last memory format): what the device and the options allow."""
+    cuda = device.type == "cuda"
+    amp = None
+    if cuda and args.amp != "off":
+        if args.amp == "bf16" or (args.amp == "auto" and torch.cuda.is_bf16_supported()):
+            amp = torch.bfloat16
+        else:
+            amp = torch.float16
+    return amp, args.channels_last == "on" or (args.channels_last == "auto" and cuda)
+
+
+def clip_spec(args: argparse.Namespace) -> ClipSpec:
+    return ClipSpec(num_segments=args.num_segments, mode=args.sampling, stride=args.frame_stride,
+                    size=args.input_size, scale_size=args.scale_size, flip=args.flip, test_crops=args.test_crops)
+
+
+@dataclass
+class Data:
+    """The run's data and its epoch geometry at the base batch."""
+    train: TrainData
+    val_set: Optional[EvalClips]
+    num_classes: int
+    steps_per_epoch: int
+    global_batch: int
+
+
+def load_data(args: argparse.Namespace, engine: Engine, spec: ClipSpec, device: torch.device) -> Data:
+    """The training and validation clips, the class count, and the steps per epoch every rank agrees on."""
+    train_set = TrainClips(args.data, spec, args.seed, "train")
+    num_classes = args.num_classes or len(train_set.shards.classes)
+    labels = train_set.shards.labels()
+    if labels and max(labels) >= num_classes:
+        raise SystemExit(f"trainer: the data has label {max(labels)} but the model has {num_classes} "
+                         "classes: pass --num-classes 0 to take the count from the manifest")
+    val_set = EvalClips(args.data, spec, 1, "val") if len(ShardDataset(args.data, "val")) else None
+    k = args.accum_steps
+    global_batch = engine.size * k * args.batch_per_gpu
+    train = TrainData(train_set, engine.rank, engine.size, k, None)
+    steps = steps_per_epoch(len(train_set), engine.size * k, args.batch_per_gpu)
+    placement = train_set.shards.manifest.get("placement") or {}
+    if placement.get("policy") == "partition" and int(placement.get("nodes", 1)) > 1:
+        train, steps = partitioned(args, engine, train_set, int(placement["nodes"]), int(placement["node"]), device)
+    if steps == 0:
+        raise SystemExit(f"trainer: {len(train_set)} training clips are fewer than one global batch "
+                         f"of {global_batch} ({engine.size} ranks x {k} accumulation x "
+                         f"{args.batch_per_gpu} clips)")
+    return Data(train, val_set, num_classes, steps, global_batch)
+
+
+def partitioned(args: argparse.Namespace, engine: Engine, train_set: TrainClips, nodes: int, node: int,
+                device: torch.device) -> Tuple[TrainData, int]:
+    """Steps per epoch when each node holds only its share of the training shards.
+
+    A node's ranks split that node's samples (the same sampler, over the node's
+    ranks); every node must run the same number of steps or the allreduce
+    hangs, so all take the smallest share's count. Exact accumulation still
+    holds within the node: its physical ranks stand in for the node's virtual ranks.
+    """
+    e = engine
+    if e.size % nodes:
+        raise SystemExit(f"trainer: {e.size} ranks cannot be spread evenly over the {nodes} nodes the data was "
+                         "staged for; stage with --nodes equal to the job's node count")
+    per_node = e.size // nodes
+    if e.rank // per_node != node:
+        raise SystemExit(f"trainer: rank {e.rank} runs on node {e.rank // per_node} but this NVMe copy holds "
+                         f"node {node}'s shards; the staging step and the training step disagree on placement")
+    counts = torch.zeros(nodes, dtype=torch.float64, device=device)
+    if e.rank % per_node == 0:
+        counts[node] = len(train_set)
+    shares = [int(c) for c in e.allreduce_sum(counts).tolist()]
+    train = TrainData(train_set, e.rank % per_node, per_node, args.accum_steps, shares)
+    steps = train.steps_for_batch(args.batch_per_gpu)
+    log(f"partitioned data: node shares {shares} clips, {steps} steps per epoch", e.rank == 0)
+    return train, steps
+
+
+def base_lr(args: argparse.Namespace, global_batch: int) -> float:
+    """--lr, or the paper's rate scaled linearly with the global batch."""
+    return args.lr if args.lr is not None else LR_PER_8_CLIPS * global_batch / 8
+
+
+def model_and_optimizer(args: argparse.Namespace, num_classes: int, schedule: Schedule, device: torch.device,
+                        channels_last: bool, lr: float) -> Tuple[torch.nn.Module, torch.optim.Optimizer]:
+    """The same initial model on every rank (seeded; rank 0's is broadcast anyway) and its optimiser."""
+    torch.manual_seed(args.seed)
+    model = build_model(args.arch, num_classes, args.num_segments, args.shift, args.shift_placement,
+                        args.width, args.fold_div, args.dropout).to(device)
+    schedule.adapt_model(model)
+    if channels_last:
+        model = model.to(memory_format=torch.channels_last)
+    opt = build_optimizer(args.optimizer, model, lr, args.momentum, args.weight_decay, args.trust_coefficient)
+    return model, opt
+
+
+def _communication(args: argparse.Namespace, engine: Engine) -> Dict:
+    """The compression and fusion buffer that took effect (Horovod reads its buffer from the environment)."""
+    comp = args.compression
+    if args.optimizer_sync == "aavg":
+        comp = "none (aavg: no gradient allreduce)" if comp != "none" else "none"
+    elif comp == "bf16" and engine.name == "horovod":
+        comp = "none (horovod has no bf16 compression)"
+    cfg: Dict = {"compression_effective": comp}
+    env = os.environ.get("HOROVOD_FUSION_THRESHOLD")
+    if engine.name == "horovod":
+        cfg["fusion_threshold_bytes"] = int(env) if env and env.isdigit() else HOROVOD_DEFAULT_FUSION
+        cfg["fusion_threshold_source"] = "HOROVOD_FUSION_THRESHOLD" if env and env.isdigit() else "default"
+    else:
+        cfg["fusion_threshold_bytes"] = DDP_DEFAULT_BUCKET
+        cfg["fusion_threshold_source"] = "ddp bucket_cap_mb default (HOROVOD_FUSION_THRESHOLD not used)"
+    return cfg
+
+
+def run_config(args: argparse.Namespace, engine: Engine, schedule: Schedule, global_batch: int,
+               amp: Optional[torch.dtype]) -> Dict:
+    """What the run record shows: the methods in force and the communication settings that took effect."""
+    a = args
+    cfg: Dict = {
+        "engine": engine.name, "ranks": engine.size, "accum_steps": a.accum_steps, "batch_per_gpu": a.batch_per_gpu,
+        "global_batch": global_batch, "base_lr": schedule.base_lr, "schedule": a.schedule,
+        "optimizer": a.optimizer, "optimizer_sync": a.optimizer_sync, "compression": a.compression,
+        "amp": str(amp).replace("torch.", "") if amp else "off", **_communication(a, engine),
+    }
+    if a.optimizer == "lars":
+        cfg["trust_coefficient"] = a.trust_coefficient
+    cfg.update(schedule.config())
+    return cfg

@@ -1,0 +1,149 @@
+"""One optimiser step and one evaluation pass, apart from the loop that calls them.
+
+Why apart: the loop decides when (epochs, stops, checkpoints); these decide how (micro-batches,
+mixed precision, the engine's gradient exchange, per-video view averaging). Each can be read,
+and changed, without the other.
+"""
+from __future__ import annotations
+
+import time
+from contextlib import nullcontext
+from dataclasses import dataclass
+from typing import Dict, Iterator, List, Optional, Tuple
+
+import torch
+import torch.nn.functional as F
+
+from .clips import normalize
+from .data import EvalClips, eval_loader
+from .engines import Engine, unwrap
+from .metrics import topk_correct
+from .sampler import eval_indices
+
+
+@dataclass
+class StepContext:
+    """What a step needs: the engine, the (possibly wrapped) model, its optimiser and the numerics."""
+    engine: Engine
+    model: torch.nn.Module
+    opt: torch.optim.Optimizer
+    scaler: Optional[torch.amp.GradScaler]
+    device: torch.device
+    amp_dtype: Optional[torch.dtype]
+    channels_last: bool
+    accum: int
+    clip_grad: float
+    synchronous: bool  # False for AAVG learners: no gradient allreduce, no engine contexts
+
+    def prep(self, x: torch.Tensor) -> torch.Tensor:
+        """A batch of clips (N, T, C, H, W) as the frames the 2D network takes, on the device."""
+        x = normalize(x.to(self.device, non_blocking=True))
+        x = x.reshape(-1, *x.shape[2:])
+        return x.contiguous(memory_format=torch.channels_last) if self.channels_last else x
+
+    def autocast(self):
+        if self.amp_dtype is None:
+            return nullcontext()
+        return torch.autocast("cuda", dtype=self.amp_dtype)
+
+
+def _micro_batches(ctx: StepContext, batches: Iterator) -> Tuple[List[float], float]:
+    """Forward and backward over the step's micro-batches; returns [loss sum, top1, top5, n] and data wait."""
+    e, k = ctx.engine, ctx.accum
+    wait = 0.0
+    loss_sum = torch.zeros((), dtype=torch.float64, device=ctx.device)
+    c1 = c5 = n = 0
+    for micro in range(k):
+        t0 = time.perf_counter()
+        x, y = next(batches)
+        wait += time.perf_counter() - t0
+        x, y = ctx.prep(x), y.to(ctx.device, non_blocking=True)
+        with (e.micro_context(ctx.model, micro, k) if ctx.synchronous else nullcontext()):
+            with ctx.autocast():
+                out = ctx.model(x)
+                loss = F.cross_entropy(out.float(), y)
+            scaled = loss / k
+            (ctx.scaler.scale(scaled) if ctx.scaler is not None else scaled).backward()
+        loss_sum += loss.detach().double() * y.shape[0]
+        a, b = topk_correct(out.detach(), y)
+        c1, c5, n = c1 + a, c5 + b, n + y.shape[0]
+    return [float(loss_sum), c1, c5, n], wait
+
+
+def train_step(ctx: StepContext, batches: Iterator, lr: float) -> Tuple[List[float], float]:
+    """k micro-batches, one allreduce, optional clipping, one update; returns [loss sum, top1, top5, n, lr]
+    and the time spent waiting for data."""
+    e, opt = ctx.engine, ctx.opt
+    for g in opt.param_groups:
+        g["lr"] = lr
+    opt.zero_grad()  # set_to_none (torch >= 2 default; Horovod takes no argument)
+    sums, wait = _micro_batches(ctx, batches)
+    if ctx.synchronous:
+        e.finish_grads(opt)
+    if ctx.scaler is not None:
+        ctx.scaler.unscale_(opt)
+    if ctx.clip_grad > 0:
+        torch.nn.utils.clip_grad_norm_(ctx.model.parameters(), ctx.clip_grad)
+    with (e.step_context(opt) if ctx.synchronous else nullcontext()):
+        if ctx.scaler is not None:
+            ctx.scaler.step(opt)
+            ctx.scaler.update()
+        else:
+            opt.step()
+    return sums + [lr], wait
+
+
+@dataclass
+class EvalLoader:
+    """How evaluation batches are read: per-rank clips per batch and the loader's workers."""
+    batch_per_gpu: int
+    workers: int
+    prefetch: int
+
+
+def _eval_sums(ctx: StepContext, model: torch.nn.Module, loader, views: int) -> torch.Tensor:
+    """[loss, top1, top5, videos, data wait] over this rank's share; softmax averaged over each video's views."""
+    sums = torch.zeros(5, dtype=torch.float64, device=ctx.device)
+    it = iter(loader)
+    while True:
+        tw = time.perf_counter()
+        try:
+            x, y = next(it)
+        except StopIteration:
+            break
+        sums[4] += time.perf_counter() - tw
+        x, y = ctx.prep(x), y.to(ctx.device)
+        with ctx.autocast():
+            out = unwrap(model)(x).float()
+        prob = out.softmax(1).view(-1, views, out.shape[1]).mean(1)
+        y = y.view(-1, views)[:, 0]
+        sums[0] += F.nll_loss(prob.clamp_min(1e-12).log(), y, reduction="sum").double()
+        a, b = topk_correct(prob, y)
+        sums[1] += a
+        sums[2] += b
+        sums[3] += y.shape[0]
+    return sums
+
+
+@torch.no_grad()
+def evaluate(ctx: StepContext, how: EvalLoader, dataset: EvalClips, views: int,
+             model: torch.nn.Module) -> Dict[str, float]:
+    """Average softmax over ``views`` clips per video; counts summed over ranks. The caller sets the
+    model's evaluation shape; the model is back in training mode afterwards."""
+    e = ctx.engine
+    model.eval()
+    idx = eval_indices(len(dataset), e.rank, e.size)
+    loader = eval_loader(dataset, idx, views, max(how.batch_per_gpu, views), how.workers,
+                         ctx.device.type == "cuda", how.prefetch)
+    t0 = time.perf_counter()
+    sums = _eval_sums(ctx, model, loader, views)
+    elapsed = time.perf_counter() - t0
+    times = torch.tensor([elapsed], dtype=torch.float64, device=ctx.device)
+    sums = e.allreduce_sum(sums)
+    times = e.allreduce_sum(times)
+    model.train()
+    loss, c1, c5, n, wait = sums.tolist()
+    n = max(n, 1)
+    return {"loss": loss / n, "top1": c1 / n, "top5": c5 / n, "videos": int(n),
+            "clips_per_s": n * views / max(times.item() / e.size, 1e-9),
+            "data_wait_frac": wait / max(times.item(), 1e-9), "step_time": elapsed, "views": views}

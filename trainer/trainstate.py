@@ -1,0 +1,112 @@
+"""The resumable training state: what a checkpoint saves and a resume restores, in one object.
+
+Why one owner: a field saved in one place and restored in another drifts (a new counter saved but
+never restored resumes silently wrong). ``TrainState.checkpoint`` and ``TrainState.restore`` are the
+two halves, next to each other; the schedule adds its own part (``Schedule.state``).
+
+Checkpoints are read with ``weights_only=True``: everything here is a tensor or a plain value.
+"""
+from __future__ import annotations
+
+import argparse
+import random
+from dataclasses import dataclass
+from typing import Dict, Optional
+
+import numpy as np
+import torch
+
+from .engines import unwrap
+from .schedules import Position, Schedule
+
+
+def rng_states() -> Dict:
+    """torch, numpy and python RNG states as a tensor and plain lists and numbers.
+
+    Why not the objects the libraries return: checkpoints are read with
+    ``weights_only=True``, which refuses numpy arrays; a numpy state stored as
+    plain values restores the same stream bit for bit.
+    """
+    name, keys, pos, has_gauss, gauss = np.random.get_state()
+    version, internal, py_gauss = random.getstate()
+    return {"torch": torch.get_rng_state(),
+            "numpy": {"name": str(name), "keys": [int(k) for k in keys], "pos": int(pos),
+                      "has_gauss": int(has_gauss), "gauss": float(gauss)},
+            "python": {"version": int(version), "state": [int(v) for v in internal], "gauss": py_gauss}}
+
+
+def set_rng_states(rng: Dict) -> None:
+    """The inverse of ``rng_states``."""
+    torch.set_rng_state(rng["torch"])
+    n = rng["numpy"]
+    np.random.set_state((n["name"], np.array(n["keys"], dtype=np.uint32), n["pos"], n["has_gauss"], n["gauss"]))
+    p = rng["python"]
+    random.setstate((p["version"], tuple(p["state"]), p["gauss"]))
+
+
+def plain_args(args: argparse.Namespace) -> Dict:
+    """The options as plain values (strings, numbers, booleans, None, lists of them) for the checkpoint."""
+    def plain(v):
+        if v is None or isinstance(v, (str, int, float, bool)):
+            return v
+        if isinstance(v, (list, tuple)):
+            return [plain(x) for x in v]
+        return str(v)
+    return {k: plain(v) for k, v in vars(args).items()}
+
+
+@dataclass
+class TrainState:
+    """Where the run is and what it has learned about itself; the model and optimiser live beside it."""
+    step: int = 0
+    epoch: int = 0
+    step_in_epoch: int = 0
+    best_top1: float = -1.0
+
+    @property
+    def position(self) -> Position:
+        return Position(self.step, self.epoch, self.step_in_epoch)
+
+    def advance(self) -> None:
+        """One optimiser step done."""
+        self.step += 1
+        self.step_in_epoch += 1
+
+    def next_epoch(self) -> None:
+        self.epoch, self.step_in_epoch = self.epoch + 1, 0
+
+    def checkpoint(self, model: torch.nn.Module, opt: torch.optim.Optimizer, scaler: Optional[object],
+                   schedule: Schedule, args: argparse.Namespace) -> Dict:
+        """Tensors and plain values only: what ``checkpoint.load`` (weights_only) accepts."""
+        return {**schedule.state(),
+                "model": unwrap(model).state_dict(), "optimizer": opt.state_dict(),
+                "scaler": scaler.state_dict() if scaler is not None else None,
+                "step": self.step, "epoch": self.epoch, "step_in_epoch": self.step_in_epoch,
+                "steps_per_epoch": schedule.steps_per_epoch, "best_top1": self.best_top1,
+                "rng": rng_states(), "args": plain_args(args)}
+
+    def restore(self, state: Dict, opt: torch.optim.Optimizer, scaler: Optional[object],
+                schedule: Schedule) -> Optional[str]:
+        """The inverse of ``checkpoint`` (the model is loaded before the engine wraps it).
+
+        Returns a warning when the checkpoint's epoch geometry differs from this run's: the epoch then
+        restarts at its first step, since the sampler's offsets no longer mean the same clips.
+        """
+        schedule.restore(state)
+        opt.load_state_dict(state["optimizer"])
+        if scaler is not None and state.get("scaler"):
+            scaler.load_state_dict(state["scaler"])
+        self.step, self.epoch, self.step_in_epoch = state["step"], state["epoch"], state["step_in_epoch"]
+        self.best_top1 = state.get("best_top1", -1.0)
+        rng = state.get("rng", {})
+        if "torch" in rng:
+            set_rng_states(rng)
+        warning = None
+        if state.get("steps_per_epoch") != schedule.steps_per_epoch:
+            warning = (f"was written with {state.get('steps_per_epoch')} steps/epoch, now "
+                       f"{schedule.steps_per_epoch} (different ranks/batch): the epoch restarts at step 0")
+            self.step_in_epoch = 0
+        if self.step_in_epoch >= schedule.epoch_steps(self.epoch):
+            self.next_epoch()
+            schedule.start_epoch()
+        return warning
