@@ -10,9 +10,11 @@ from typing import Optional, Tuple
 
 import click
 
-from summit_jobs import __version__
+from summit_jobs import __version__, settings
 from summit_jobs.cli_types import FiniteFloat, whole
 from summit_jobs.errors import UserError, describe_os_error
+from summit_jobs.plan import LAYOUTS, STAGE_POLICIES
+from trainer import config as trainer_config
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -36,7 +38,7 @@ class State:
     def __init__(self, machine: Optional[str], config_path: Optional[str]):
         from summit_jobs import config
         self.config = config.load(config_path)
-        self.machine = machine or os.environ.get("SUMMIT_JOBS_MACHINE") or self.config.machine or "local"
+        self.machine = settings.machine(machine, settings.environ(), self.config)
         self._profile = None
         #: SSH overrides from the command line (host, port, user, key_file, known_hosts, ...).
         self.ssh_options: dict = {}
@@ -49,7 +51,12 @@ class State:
         return self._profile
 
     def project(self, given: Optional[str]) -> Optional[str]:
-        return given or os.environ.get("SUMMIT_JOBS_PROJECT") or self.config.project
+        """The account to charge (summit_jobs.settings has the precedence)."""
+        return settings.project(given, settings.environ(), self.config)
+
+    def quota(self, given: Optional[int]) -> "settings.Quota":
+        """The allocation's node limit, the same for every command (summit_jobs.settings has the rule)."""
+        return settings.quota(given, self.config, self.profile)
 
 
 @click.group(cls=_Group, context_settings=CONTEXT)
@@ -138,9 +145,9 @@ def machines_cmd(state: State, as_json: bool) -> None:
         click.echo(f"  profile: {r['source']}")
 
 
-def _job_options(f):
-    """The options submit and simulate share: the schema of a job."""
-    opts = [
+def _allocation_options() -> list:
+    """What the scheduler is asked for: account, run limit, queue, quota, chain."""
+    return [
         click.option("--project", "-P", metavar="NAME",
                      help="Project/bank to charge (-P on Summit, -G on Lassen). Default: $SUMMIT_JOBS_PROJECT "
                           "or the config file."),
@@ -149,33 +156,47 @@ def _job_options(f):
         click.option("--queue", "-q", metavar="QUEUE", help="Queue. Default: the profile's default queue."),
         click.option("--job-name", "-J", default="tsm", show_default=True,
                      help="Job name (letters, digits, '.', '_', '-')."),
-        click.option("--epochs", type=whole(1), help="Training epochs. Default: the recipe's (100)."),
         click.option("--data", metavar="MANIFEST",
                      help="Dataset manifest on the parallel file system: adds the NVMe staging step."),
-        click.option("--stage-policy", type=click.Choice(["partition", "replicate"]), default="partition",
+        click.option("--stage-policy", type=click.Choice(STAGE_POLICIES), default=STAGE_POLICIES[0],
                      show_default=True, help="How shards are placed on the nodes' NVMe."),
-        click.option("--layout", type=click.Choice(["gpu", "node"]),
+        click.option("--layout", type=click.Choice(LAYOUTS),
                      help="Resource sets: one per GPU (gpu) or one per node with all GPUs (node). "
                           "Default: the profile's."),
+    ]
+
+
+def _trainer_options() -> list:
+    """Options the trainer also takes: choice lists and defaults come from trainer.config, written once."""
+    tc = trainer_config
+    return [
+        click.option("--epochs", type=whole(1), help="Training epochs. Default: the recipe's (100)."),
         click.option("--clips-per-gpu", type=whole(1), help="Clips per GPU per step. Default: the recipe's (8)."),
-        click.option("--lr", type=FiniteFloat(0, low_open=True), help="Learning rate. Default: 0.00125 per 8 clips of global batch."),
+        click.option("--lr", type=FiniteFloat(0, low_open=True),
+                     help="Learning rate. Default: 0.00125 per 8 clips of global batch."),
         click.option("--warmup-epochs", type=FiniteFloat(0), help="Linear warm-up epochs. Default: the recipe's (5)."),
-        click.option("--engine", type=click.Choice(["horovod", "ddp"]), help="Gradient exchange engine."),
+        click.option("--engine", type=click.Choice(tc.ENGINES), help="Gradient exchange engine."),
         click.option("--arch", help="Backbone (resnet50, resnet18, ...). Default: the profile's recipe."),
         click.option("--num-classes", type=whole(1), help="Classes of the dataset. Default: the recipe's."),
-        click.option("--schedule", type=click.Choice(["standard", "multigrid"]), default="standard",
+        click.option("--schedule", type=click.Choice(tc.SCHEDULES), default=tc.SCHEDULES[0],
                      show_default=True, help="Training schedule: the recipe's, or multigrid (variable shapes)."),
         click.option("--short-cycle", is_flag=True, help="Multigrid: add the per-iteration short cycle."),
-        click.option("--optimizer", type=click.Choice(["sgd", "lars", "adam"]), default="sgd", show_default=True,
+        click.option("--optimizer", type=click.Choice(tc.OPTIMIZERS), default=tc.OPTIMIZERS[0], show_default=True,
                      help="LARS for very large batches (BN parameters and biases excluded)."),
-        click.option("--optimizer-sync", type=click.Choice(["sync", "aavg"]), default="sync", show_default=True,
-                     help="Synchronous SGD, or AAVG model averaging with adaptive batch size."),
-        click.option("--avg-interval", type=whole(-1), default=-1, show_default=True,
+        click.option("--optimizer-sync", type=click.Choice(tc.OPTIMIZER_SYNCS), default=tc.OPTIMIZER_SYNCS[0],
+                     show_default=True, help="Synchronous SGD, or AAVG model averaging with adaptive batch size."),
+        click.option("--avg-interval", type=whole(-1), default=tc.AVG_INTERVAL_EPOCH, show_default=True,
                      help="AAVG: local steps between averaging rounds (-1: once per epoch)."),
-        click.option("--compression", type=click.Choice(["none", "fp16", "bf16"]), default="none",
+        click.option("--compression", type=click.Choice(tc.COMPRESSIONS), default=tc.COMPRESSIONS[0],
                      show_default=True, help="Gradient compression for the allreduce (bf16: DDP only)."),
         click.option("--fusion-threshold", type=whole(0), metavar="BYTES",
                      help="Horovod tensor-fusion buffer (HOROVOD_FUSION_THRESHOLD). Default: the profile's."),
+    ]
+
+
+def _chain_options() -> list:
+    """How many jobs, the warning before the run limit, and the quota they are held to."""
+    return [
         click.option("--chain", type=whole(1), default=1, show_default=True,
                      help="Submit this many jobs, each depending on ended() of the previous and resuming "
                           "from the run's latest checkpoint."),
@@ -187,13 +208,19 @@ def _job_options(f):
                      help="With --until-complete: the most jobs the chain may run."),
         click.option("--warning-minutes", type=whole(1),
                      help="Minutes before the run limit at which USR2 asks the trainer to checkpoint."),
-        click.option("--quota-nodes", type=whole(1),
-                     help="Your allocation's node limit. Default: the config file's or the profile's."),
+        click.option("--quota-nodes", type=whole(1), help=settings.QUOTA_RULE),
+    ]
+
+
+def _output_options() -> list:
+    """Where the run goes and what is printed or written."""
+    return [
         click.option("--env", "env_vars", multiple=True, metavar="NAME=VALUE",
                      help="Override an environment variable of the profile (e.g. HOROVOD_FUSION_THRESHOLD=8388608)."),
         click.option("--run-dir", metavar="DIR", help="Run directory. Default: RUNS_DIR/JOB_NAME-TIMESTAMP."),
         click.option("--runs-dir", metavar="DIR",
-                     help="Parent of run directories. Default: the config's runs_dir, else ./summit-jobs-runs."),
+                     help="Parent of run directories. Default: the config's runs_dir, else the profile's, "
+                          "else ./summit-jobs-runs."),
         click.option("--template-dir", metavar="DIR", type=click.Path(file_okay=False),
                      help="Your own templates; they override the shipped ones file by file."),
         click.option("--dry-run", is_flag=True,
@@ -204,6 +231,11 @@ def _job_options(f):
         click.option("--force", is_flag=True, help="Allow overwriting an existing --output file or run directory."),
         click.argument("trainer_args", nargs=-1, type=click.UNPROCESSED),
     ]
+
+
+def _job_options(f):
+    """The options submit and simulate share: the schema of a job, in --help order."""
+    opts = _allocation_options() + _trainer_options() + _chain_options() + _output_options()
     for opt in reversed(opts):
         f = opt(f)
     return f
@@ -223,46 +255,56 @@ def _env_overrides(pairs: Tuple[str, ...]) -> dict:
     return out
 
 
+def _profile_with_env(profile, pairs: Tuple[str, ...]):
+    """The profile with the --env overrides in its environment (the profile itself is not changed)."""
+    import dataclasses
+    env = _env_overrides(pairs)
+    if not env:
+        return profile
+    return dataclasses.replace(profile, environment=dataclasses.replace(
+        profile.environment, variables={**profile.environment.variables, **env}))
+
+
+def _run_dir(state: State, kw: dict, profile) -> str:
+    """--run-dir, else RUNS_DIR/JOB_NAME-TIMESTAMP; absolute on this machine."""
+    runs_dir = settings.runs_dir(kw.get("runs_dir"), state.config, profile)
+    run_dir = kw.get("run_dir") or os.path.join(runs_dir, f"{kw['job_name']}-{time.strftime('%Y%m%d-%H%M%S')}")
+    return os.path.abspath(os.path.expanduser(run_dir))
+
+
+#: Options handed to JobOptions under the same name, as given (None: the profile's or the recipe's).
+_AS_GIVEN = ("walltime", "queue", "job_name", "epochs", "stage_policy", "layout", "clips_per_gpu", "lr",
+             "warmup_epochs", "engine", "arch", "num_classes", "chain", "warning_minutes", "short_cycle",
+             "fusion_threshold", "train_clips", "schedule", "optimizer", "optimizer_sync", "avg_interval",
+             "compression", "max_links")
+
+
+def job_options(state: State, kw: dict, profile, *, accum_steps: int = 1, virtual_nodes: Optional[int] = None,
+                template_dir: Optional[str] = None):
+    """The command's options as the planner's JobOptions, every default resolved by summit_jobs.settings."""
+    from summit_jobs import plan as plan_mod
+    given = {name: kw[name] for name in _AS_GIVEN if kw.get(name) is not None}
+    return plan_mod.JobOptions(
+        **given, nodes=kw["nodes"], run_dir=_run_dir(state, kw, profile), project=state.project(kw.get("project")),
+        data=os.path.abspath(kw["data"]) if kw.get("data") else None, accum_steps=accum_steps,
+        quota_nodes=state.quota(kw.get("quota_nodes")).nodes, virtual_nodes=virtual_nodes,
+        python=sys.executable if profile.environment.python == "auto" else None,
+        trainer_args=tuple(kw.get("trainer_args") or ()), check_trainer_args=not _replaces_launch(template_dir),
+        until_complete=bool(kw.get("until_complete")),
+    )
+
+
 def build_job(state: State, kw: dict, *, accum_steps: int = 1, virtual_nodes: Optional[int] = None):
     """Options -> (profile, plan, script). The one place the CLI's inputs meet the pure planner."""
-    import dataclasses
-
     from summit_jobs import plan as plan_mod
     from summit_jobs import render
 
-    profile = state.profile
-    template_dir = kw.get("template_dir") or state.config.template_dir
-    env = _env_overrides(kw.get("env_vars") or ())
-    if env:
-        profile = dataclasses.replace(profile, environment=dataclasses.replace(
-            profile.environment, variables={**profile.environment.variables, **env}))
-    python = None
-    if profile.environment.python == "auto":
-        python = sys.executable
-    runs_dir = kw.get("runs_dir") or state.config.runs_dir or profile.runs_dir or "summit-jobs-runs"
-    run_dir = kw.get("run_dir") or os.path.join(runs_dir, f"{kw['job_name']}-{time.strftime('%Y%m%d-%H%M%S')}")
-    run_dir = os.path.abspath(os.path.expanduser(run_dir))
-    quota = kw.get("quota_nodes")
-    if quota is None:
-        quota = state.config.quota_nodes
-    opts = plan_mod.JobOptions(
-        nodes=kw["nodes"], run_dir=run_dir, project=state.project(kw.get("project")),
-        walltime=kw.get("walltime"), queue=kw.get("queue"), job_name=kw["job_name"], epochs=kw.get("epochs"),
-        data=os.path.abspath(kw["data"]) if kw.get("data") else None, stage_policy=kw["stage_policy"],
-        layout=kw.get("layout"), clips_per_gpu=kw.get("clips_per_gpu"), lr=kw.get("lr"),
-        warmup_epochs=kw.get("warmup_epochs"), engine=kw.get("engine"), arch=kw.get("arch"),
-        num_classes=kw.get("num_classes"), chain=kw["chain"], accum_steps=accum_steps, quota_nodes=quota,
-        python=python, warning_minutes=kw.get("warning_minutes"), trainer_args=tuple(kw.get("trainer_args") or ()),
-        virtual_nodes=virtual_nodes, schedule=kw.get("schedule", "standard"),
-        short_cycle=kw.get("short_cycle", False), optimizer=kw.get("optimizer", "sgd"),
-        optimizer_sync=kw.get("optimizer_sync", "sync"), avg_interval=kw.get("avg_interval", -1),
-        compression=kw.get("compression", "none"), fusion_threshold=kw.get("fusion_threshold"),
-        train_clips=kw.get("train_clips"), check_trainer_args=not _replaces_launch(template_dir),
-        until_complete=bool(kw.get("until_complete")), max_links=kw.get("max_links") or 20,
-    )
+    profile = _profile_with_env(state.profile, kw.get("env_vars") or ())
+    template_dir = settings.template_dir(kw.get("template_dir"), state.config)
+    opts = job_options(state, kw, profile, accum_steps=accum_steps, virtual_nodes=virtual_nodes,
+                       template_dir=template_dir)
     plan = plan_mod.make_plan(profile, opts)
-    script = render.render(plan, template_dir)
-    return profile, plan, script
+    return profile, plan, render.render(plan, template_dir)
 
 
 def _replaces_launch(template_dir: Optional[str]) -> bool:
@@ -316,7 +358,7 @@ def submit_cmd(state: State, **kw) -> None:
       summit-jobs submit --nodes 2 --epochs 3 --chain 2 -- --data /path/to/shards
     """
     from summit_jobs import submission
-    submission.prepare(state, kw)
+    kw = submission.prepare(state, kw)
     profile, plan, script = build_job(state, kw)
     if kw["dry_run"]:
         emit_dry_run(plan, script, kw)
@@ -356,7 +398,7 @@ def expected_links(profile, plan, data: Optional[str]) -> str:
 def require_data(state: State, plan, kw: dict) -> None:
     """A real job needs data: without --data (or --data after `--`) every rank would stop at once."""
     from summit_jobs import trainer_args
-    if _replaces_launch(kw.get("template_dir") or state.config.template_dir):
+    if _replaces_launch(settings.template_dir(kw.get("template_dir"), state.config)):
         return
     if trainer_args.parse(plan.trainer_argv[3:]).data:
         return

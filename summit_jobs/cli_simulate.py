@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Optional
+from typing import List, Optional
 
 import click
 
@@ -78,13 +78,12 @@ def simulate_cmd(state: State, virtual_nodes: int, forced_nodes: Optional[int], 
     """
     from summit_jobs import simulate
 
-    profile = state.profile
-    quota = next((q for q in (kw.get("quota_nodes"), state.config.quota_nodes, profile.quota_nodes)
-                  if q is not None), profile.max_nodes)
-    shape = simulate.choose_shape(virtual_nodes, min(quota, profile.max_nodes), forced_nodes, max_accum_steps)
+    limit = state.quota(kw.get("quota_nodes"))
+    # Shown as set (a quota above the machine's size is still the user's figure); planned within the machine.
+    quota = limit.nodes if limit.nodes is not None else limit.usable
+    shape = simulate.choose_shape(virtual_nodes, limit.usable, forced_nodes, max_accum_steps)
     kw = dict(kw, nodes=shape.nodes, quota_nodes=quota)
     profile, plan, script = build_job(state, kw, accum_steps=shape.accum_steps, virtual_nodes=virtual_nodes)
-
     rate = measured_throughput(throughput_from) if throughput_from else profile.performance.clips_per_second_per_gpu
     clips = train_clips_from(kw.get("data"), train_clips)
     est = simulate.estimate(profile, nodes=plan.nodes, ranks_per_node=plan.ranks_per_node,
@@ -97,6 +96,22 @@ def simulate_cmd(state: State, virtual_nodes: int, forced_nodes: Optional[int], 
         "global_batch": plan.global_batch, "lr": plan.lr, "train_clips": clips,
         "throughput_clips_per_s_per_gpu": rate, **est.to_dict(),
     }
+    lines = _cost_lines(plan, shape, est, quota, clips, rate)
+    if kw["dry_run"]:
+        emit_dry_run(plan, script, kw, extra={"simulate": summary})
+        if not kw.get("as_json"):
+            click.echo("\n".join(lines), err=True)
+        return
+    click.echo("\n".join(lines), err=True)
+    from summit_jobs import submission
+    from summit_jobs.cli import require_data
+    require_data(state, plan, kw)
+    submission.submit(state, profile, plan, script, dict(kw, simulate=summary))
+
+
+def _cost_lines(plan, shape, est, quota: int, clips: int, rate: float) -> List[str]:
+    """What the simulated run costs, for stderr: the figures a user weighs before spending node-hours."""
+    from summit_jobs import simulate
     lines = [
         f"simulate: {shape.virtual_nodes:,} virtual nodes ({plan.virtual_ranks:,} GPUs) on {plan.nodes:,} physical "
         f"nodes ({plan.ranks:,} GPUs), k = {plan.accum_steps} accumulation steps (quota {quota:,})",
@@ -110,19 +125,10 @@ def simulate_cmd(state: State, virtual_nodes: int, forced_nodes: Optional[int], 
         + f"about {est.node_hours:,.1f} node-hours charged",
     ]
     if shape.nodes < quota / 2:
-        alt = simulate.better_quota_use(virtual_nodes, shape, quota)
+        alt = simulate.better_quota_use(shape.virtual_nodes, shape, quota)
         lines.append(f"note: this uses {shape.nodes:,} of your {quota:,} quota nodes; virtual node counts that use "
                      f"more of it: {', '.join(f'{x:,}' for x in alt)}")
-    if kw["dry_run"]:
-        emit_dry_run(plan, script, kw, extra={"simulate": summary})
-        if not kw.get("as_json"):
-            click.echo("\n".join(lines), err=True)
-        return
-    click.echo("\n".join(lines), err=True)
-    from summit_jobs import submission
-    from summit_jobs.cli import require_data
-    require_data(state, plan, kw)
-    submission.submit(state, profile, plan, script, dict(kw, simulate=summary))
+    return lines
 
 
 #: A projection is arithmetic, so any machine size may be asked about; beyond this it is a typo.

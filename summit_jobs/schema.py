@@ -34,22 +34,11 @@ def build(cls: type, data: Any, where: str) -> Any:
 
 
 def _convert(tp: Any, value: Any, where: str, path: str) -> Any:
+    """``value`` as type ``tp``: dispatch on the kind of type hint."""
     label = path or "(top level)"
     origin = get_origin(tp)
     if origin is Union:
-        args = get_args(tp)
-        if value is None and type(None) in args:
-            return None
-        errors = []
-        for arg in args:
-            if arg is type(None):
-                continue
-            try:
-                return _convert(arg, value, where, path)
-            except UserError as exc:
-                errors.append(str(exc))
-        raise UserError(errors[0] if len(errors) == 1 else
-                        f"{where}: '{label}' must be {_type_name(tp)}, got {value!r}.")
+        return _convert_union(tp, value, where, path)
     if origin is Literal:
         if value not in get_args(tp):
             raise UserError(f"{where}: '{label}' must be one of {_type_name(tp)}, got {value!r}.")
@@ -66,26 +55,54 @@ def _convert(tp: Any, value: Any, where: str, path: str) -> Any:
         return {str(k): _convert(val_t, v, where, f"{label}.{k}" if path else str(k))
                 for k, v in value.items()}
     if dataclasses.is_dataclass(tp):
-        if not isinstance(value, dict):
-            raise UserError(f"{where}: '{label}' must be a mapping, got {value!r}.")
-        hints = get_type_hints(tp)
-        fields = {f.name: f for f in dataclasses.fields(tp)}
-        unknown = sorted(set(value) - set(fields))
-        if unknown:
-            raise UserError(
-                f"{where}: unknown key '{(path + '.') if path else ''}{unknown[0]}'. "
-                f"Valid keys{' under ' + repr(path) if path else ''}: {', '.join(sorted(fields))}.")
-        kwargs = {}
-        for name, field in fields.items():
-            sub = f"{path}.{name}" if path else name
-            if name in value:
-                kwargs[name] = _convert(hints[name], value[name], where, sub)
-            elif field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
-                raise UserError(f"{where}: required key '{sub}' is missing.")
+        return _convert_dataclass(tp, value, where, path)
+    return _convert_scalar(tp, value, where, label)
+
+
+def _convert_union(tp: Any, value: Any, where: str, path: str) -> Any:
+    """The first member type that accepts ``value``; a lone member's own message otherwise."""
+    args = get_args(tp)
+    if value is None and type(None) in args:
+        return None
+    errors = []
+    for arg in args:
+        if arg is type(None):
+            continue
         try:
-            return tp(**kwargs)
-        except (ValueError, TypeError) as exc:  # __post_init__ checks
-            raise UserError(f"{where}: {exc}") from None
+            return _convert(arg, value, where, path)
+        except UserError as exc:
+            errors.append(str(exc))
+    raise UserError(errors[0] if len(errors) == 1 else
+                    f"{where}: '{path or '(top level)'}' must be {_type_name(tp)}, got {value!r}.")
+
+
+def _convert_dataclass(tp: Any, value: Any, where: str, path: str) -> Any:
+    """A dataclass from a mapping: unknown keys named with the valid ones, required keys enforced."""
+    label = path or "(top level)"
+    if not isinstance(value, dict):
+        raise UserError(f"{where}: '{label}' must be a mapping, got {value!r}.")
+    hints = get_type_hints(tp)
+    fields = {f.name: f for f in dataclasses.fields(tp)}
+    unknown = sorted(set(value) - set(fields))
+    if unknown:
+        raise UserError(
+            f"{where}: unknown key '{(path + '.') if path else ''}{unknown[0]}'. "
+            f"Valid keys{' under ' + repr(path) if path else ''}: {', '.join(sorted(fields))}.")
+    kwargs = {}
+    for name, field in fields.items():
+        sub = f"{path}.{name}" if path else name
+        if name in value:
+            kwargs[name] = _convert(hints[name], value[name], where, sub)
+        elif field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
+            raise UserError(f"{where}: required key '{sub}' is missing.")
+    try:
+        return tp(**kwargs)
+    except (ValueError, TypeError) as exc:  # __post_init__ checks
+        raise UserError(f"{where}: {exc}") from None
+
+
+def _convert_scalar(tp: Any, value: Any, where: str, label: str) -> Any:
+    """Numbers, booleans and text, strictly: YAML's ``yes`` is not a number and ``1`` is not a boolean."""
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise UserError(f"{where}: '{label}' must be a number, got {value!r}.")

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import os
 import posixpath
-from typing import Dict, List
+from typing import Dict, List, Optional, Tuple
 
 import click
 
@@ -27,36 +27,42 @@ def ssh_options(state) -> Dict[str, object]:
     return dict(getattr(state, "ssh_options", None) or {})
 
 
-def prepare(state, kw: dict) -> None:
+def prepare(state, kw: dict) -> dict:
     """Before planning: over SSH, run directories are paths on the login node, not here.
 
     The planner makes run directories absolute on this machine, which is only
     right when the jobs run here; over SSH the parent folder must come from
     --remote-dir, the profile's ssh.remote_dir or the config's runs_dir, and
-    must be absolute (``~`` would be expanded on the wrong machine).
+    must be absolute (``~`` would be expanded on the wrong machine). Returns
+    the options to plan with: a new mapping, ``kw`` itself is left as given.
     """
     target = hosts.ssh_target_for(state.profile, ssh_options(state))
     if target is None:
-        return
-    remote = ssh_options(state).get("remote_dir") or state.profile.ssh.remote_dir
-    if kw.get("run_dir"):
-        chosen, what = kw["run_dir"], "--run-dir"
-    elif kw.get("runs_dir"):
-        chosen, what = kw["runs_dir"], "--runs-dir"
-    elif remote:
-        chosen, what = remote, "--remote-dir (or the profile's ssh.remote_dir)"
-        kw["runs_dir"] = remote
-    elif state.config.runs_dir:
-        chosen, what = state.config.runs_dir, "the config's runs_dir"
-    elif kw.get("dry_run"):
-        return               # a dry run only shows the script; the paths are this machine's
-    else:
+        return dict(kw)
+    chosen, what = _remote_parent(state, kw)
+    if chosen is None:
+        if kw.get("dry_run"):
+            return dict(kw)     # a dry run only shows the script; the paths are this machine's
         raise UserError(f"submitting over SSH to {target.label()} needs a folder on that machine for the run "
                         "directories: pass --remote-dir /ABSOLUTE/PATH (e.g. your scratch folder), or set "
                         "ssh.remote_dir in the profile or runs_dir in the config file.")
     if not str(chosen).startswith("/"):
         raise UserError(f"{what} {chosen!r} must be an absolute path on {target.label()} (no '~' or relative "
                         "paths: they would be resolved on this machine).")
+    if what.startswith("--remote-dir"):
+        return dict(kw, runs_dir=chosen)
+    return dict(kw)
+
+
+def _remote_parent(state, kw: dict) -> Tuple[Optional[str], str]:
+    """Over SSH: --run-dir > --runs-dir > --remote-dir > profile ssh.remote_dir > config runs_dir."""
+    remote = ssh_options(state).get("remote_dir") or state.profile.ssh.remote_dir
+    for chosen, what in ((kw.get("run_dir"), "--run-dir"), (kw.get("runs_dir"), "--runs-dir"),
+                         (remote, "--remote-dir (or the profile's ssh.remote_dir)"),
+                         (state.config.runs_dir, "the config's runs_dir")):
+        if chosen:
+            return chosen, what
+    return None, ""
 
 
 #: Plan fields that fix the optimisation trajectory: a run resumed with other values is another experiment.

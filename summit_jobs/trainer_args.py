@@ -14,6 +14,7 @@ import io
 from typing import Dict, Sequence
 
 from summit_jobs.errors import UserError
+from trainer import config as trainer_config  # torch-free by contract (tests/test_cli_jobs.py checks sys.modules)
 
 #: Trainer options the planner derives and a user may not set after ``--``, with the way to set them.
 PLANNER_OWNED: Dict[str, str] = {
@@ -22,11 +23,12 @@ PLANNER_OWNED: Dict[str, str] = {
     "batch_per_gpu": "--clips-per-gpu of submit (the global batch and the LR follow from it)",
     "epochs": "--epochs of submit (a short run's warm-up is scaled from it)",
 }
-#: Trainer options that a submit option also sets: given both ways with different values is a conflict.
+#: Trainer options that a submit option of the same name also sets: given both ways with different values is a
+#: conflict. The method options are trainer.config.METHODS (their choice lists live there).
 SUBMIT_OPTION: Dict[str, str] = {
-    "epochs": "--epochs", "lr": "--lr", "warmup_epochs": "--warmup-epochs", "engine": "--engine",
-    "arch": "--arch", "num_classes": "--num-classes", "schedule": "--schedule", "optimizer": "--optimizer",
-    "optimizer_sync": "--optimizer-sync", "avg_interval": "--avg-interval", "compression": "--compression",
+    name: "--" + name.replace("_", "-")
+    for name in ("epochs", "lr", "warmup_epochs", "engine", "arch", "num_classes", *trainer_config.METHODS,
+                 "avg_interval")
 }
 
 
