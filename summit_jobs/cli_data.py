@@ -153,15 +153,45 @@ def stage_data_cmd(state: State, manifest: str, nodes: int, policy: str, transpo
           --htar /home/me/k400.tar --dest $MEMBERWORK/abc123/k400 --nodes 256
       summit-jobs stage-data -M shards/manifest.json --nodes 2 --to-nvme     (local demo)
     """
-    import os
-    from pathlib import Path
-
     from summit_jobs import staging
-    from trainer import shards as shards_mod
 
     manifest_path, data = staging.load_manifest(manifest)
     profile = state.profile
     staging.check_transfer_options(jobs, retries, retry_delay)
+    src, pfs, hop1_needed = _hop1_paths(manifest_path, transport, source, htar, dest)
+    plan = staging.plan_placement(profile, data, nodes, policy)
+    hop1 = staging.Hop1(data, transport, src, pfs, htar=htar, jobs=jobs, retries=retries, retry_delay=retry_delay,
+                        progress=not quiet and not as_json)
+    if dry_run:
+        _print_stage_plan(profile, plan, hop1, data, src, pfs, hop1_needed, transport, htar, nodes, policy, as_json)
+        return
+    if plan.warnings and (to_nvme or any("larger than a node's NVMe" in w for w in plan.warnings)):
+        raise UserError(plan.warnings[0] + ".")
+    for w in plan.warnings:
+        click.echo(f"stage-data: warning: {w}", err=True)
+    result: dict = {"plan": plan.to_dict()}
+    if hop1_needed:
+        result["hop1"] = _run_hop1(hop1, force, as_json)
+    manifest_on_pfs = pfs / _manifest_name()
+    if to_nvme:
+        result["hop2"] = _run_local_hop2(profile, manifest_on_pfs, nodes, policy, quiet, as_json)
+    elif not as_json:
+        click.echo(f"stage-data: hop 2 runs inside the job: summit-jobs submit --nodes {nodes} --data "
+                   f"{manifest_on_pfs} --stage-policy {policy}")
+    if as_json:
+        click.echo(json.dumps(result, indent=2))
+
+
+def _manifest_name() -> str:
+    from trainer import shards
+    return shards.MANIFEST_NAME
+
+
+def _hop1_paths(manifest_path, transport: str, source: Optional[str], htar: Optional[str],
+                dest: Optional[str]):
+    """(hop 1's source, the folder on the parallel file system, whether hop 1 copies anything)."""
+    import os
+    from pathlib import Path
     if htar and transport != "hpss":
         raise UserError("--htar names an archive in HPSS: use it with --transport hpss.")
     if transport == "hpss" and not (source or htar):
@@ -170,15 +200,17 @@ def stage_data_cmd(state: State, manifest: str, nodes: int, policy: str, transpo
     src = source or (str(Path(htar).parent) if htar else str(manifest_path.parent))
     if transport == "posix":
         src = os.path.abspath(os.path.expanduser(src))
-    hop1_needed = transport == "hpss" or (dest is not None and
-                                          os.path.abspath(os.path.expanduser(dest)) != src)
+    hop1_needed = transport == "hpss" or (dest is not None and os.path.abspath(os.path.expanduser(dest)) != src)
     if transport == "hpss" and not dest:
         raise UserError("--transport hpss needs --dest: the folder on the parallel file system the shards go to.")
     pfs = Path(os.path.abspath(os.path.expanduser(dest))) if hop1_needed else Path(src)
-    pfs_manifest = pfs / shards_mod.MANIFEST_NAME
-    plan = staging.plan_placement(profile, data, nodes, policy)
-    hop1 = staging.Hop1(data, transport, src, pfs, htar=htar, jobs=jobs, retries=retries, retry_delay=retry_delay,
-                        progress=not quiet and not as_json)
+    return src, pfs, hop1_needed
+
+
+def _print_stage_plan(profile, plan, hop1, data, src, pfs, hop1_needed: bool, transport: str,
+                      htar: Optional[str], nodes: int, policy: str, as_json: bool) -> None:
+    """--dry-run: per node shares, hop 1's commands and hop 2's jsrun line; nothing copied."""
+    from summit_jobs import staging
     names = [str(s["name"]) for s in data["shards"]]
     if hop1_needed:
         hop1_lines = [f"hop 1 ({transport} -> parallel file system, here on the login/transfer node): "
@@ -187,40 +219,33 @@ def stage_data_cmd(state: State, manifest: str, nodes: int, policy: str, transpo
         hop1_lines = [f"hop 1: none, the shards are already in {src}"]
     hop2_cmd = (f"jsrun -n {nodes} -r 1 -a 1 -c {profile.node.cores} {profile.environment.python} "
                 f"-m trainer.stage --manifest "
-                f"{pfs_manifest} --dest {staging.nvme_data_dir(profile.node.nvme_path or '<no nvme>')} "
+                f"{pfs / _manifest_name()} --dest {staging.nvme_data_dir(profile.node.nvme_path or '<no nvme>')} "
                 f"--policy {policy} --nodes {nodes}")
-    if dry_run:
-        if as_json:
-            click.echo(json.dumps({"plan": plan.to_dict(), "hop1": hop1_lines, "hop2": hop2_cmd}, indent=2))
-        else:
-            click.echo(staging.describe(plan, hop1_lines, hop2_cmd))
-        return
-    if plan.warnings and (to_nvme or any("larger than a node's NVMe" in w for w in plan.warnings)):
-        raise UserError(plan.warnings[0] + ".")
-    for w in plan.warnings:
-        click.echo(f"stage-data: warning: {w}", err=True)
-    result: dict = {"plan": plan.to_dict()}
-    if hop1_needed:
-        summary = hop1.run(force=force)
-        result["hop1"] = summary
-        if not as_json:
-            click.echo(f"stage-data: hop 1: {summary['shards']} shards in {summary['dest']}: {summary['fetched']} "
-                       f"fetched ({human(summary['fetched_bytes'])} at {human(summary['rate_bytes_per_s'])}/s), "
-                       f"{summary['present']} already present; all verified")
-    if to_nvme:
-        nodes_out = staging.run_local_hop2(profile, pfs_manifest, nodes, policy, quiet=quiet or as_json)
-        result["hop2"] = nodes_out
-        if not as_json:
-            for r in nodes_out:
-                click.echo(f"stage-data: hop 2: {r['host']}: {r['shards']} shards ({human(r['bytes'])}) in "
-                           f"{r['dest']}: {r['copied']} copied, {r['present']} already present; verified")
-    elif not as_json:
-        click.echo(f"stage-data: hop 2 runs inside the job: summit-jobs submit --nodes {nodes} --data {pfs_manifest} "
-                   f"--stage-policy {policy}")
     if as_json:
-        click.echo(json.dumps(result, indent=2))
+        click.echo(json.dumps({"plan": plan.to_dict(), "hop1": hop1_lines, "hop2": hop2_cmd}, indent=2))
+    else:
+        click.echo(staging.describe(plan, hop1_lines, hop2_cmd))
+
+
+def _run_hop1(hop1, force: bool, as_json: bool) -> dict:
+    summary = hop1.run(force=force)
+    if not as_json:
+        click.echo(f"stage-data: hop 1: {summary['shards']} shards in {summary['dest']}: {summary['fetched']} "
+                   f"fetched ({human(summary['fetched_bytes'])} at {human(summary['rate_bytes_per_s'])}/s), "
+                   f"{summary['present']} already present; all verified")
+    return summary
+
+
+def _run_local_hop2(profile, manifest_on_pfs, nodes: int, policy: str, quiet: bool, as_json: bool) -> list:
+    from summit_jobs import staging
+    nodes_out = staging.run_local_hop2(profile, manifest_on_pfs, nodes, policy, quiet=quiet or as_json)
+    if not as_json:
+        for r in nodes_out:
+            click.echo(f"stage-data: hop 2: {r['host']}: {r['shards']} shards ({human(r['bytes'])}) in "
+                       f"{r['dest']}: {r['copied']} copied, {r['present']} already present; verified")
+    return nodes_out
 
 
 def human(n: float) -> str:
-    from summit_jobs.pack import human_bytes
-    return human_bytes(n)
+    from trainer import units
+    return units.human_bytes(n)

@@ -32,6 +32,7 @@ from typing import Dict, Iterator, List, Optional, Sequence
 
 from summit_jobs import resources
 from summit_jobs.errors import UserError
+from trainer import files
 
 DEFAULT_TIMEOUT = 120.0
 USER_KNOWN_HOSTS = "~/.ssh/known_hosts"
@@ -164,10 +165,7 @@ class LocalHost(Host):
     def write_file(self, path, text, *, force=False) -> None:
         if os.path.exists(path) and not force:
             raise UserError(f"{path} already exists; pass --force to overwrite it.")
-        tmp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.tmp{os.getpid()}")
-        with open(tmp, "w") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
+        files.write_atomic(path, text)
 
     def makedirs(self, path) -> None:
         os.makedirs(path, exist_ok=True)

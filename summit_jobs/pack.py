@@ -38,6 +38,7 @@ from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 from summit_jobs.errors import UserError
 from trainer import shards
+from trainer import files, units
 
 STATE_NAME = ".pack-state.json"
 REPORT_NAME = "pack-report.json"
@@ -45,12 +46,7 @@ VIDEO_EXTS = (".mp4", ".avi", ".mkv", ".webm", ".mov")
 SPLIT_ORDER = ("train", "val", "test")
 
 
-def human_bytes(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if abs(n) < 1000 or unit == "TB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000.0
-    return f"{n:.1f} TB"
+human_bytes = units.human_bytes
 
 
 def parse_size(text: str) -> int:
@@ -292,7 +288,7 @@ def _fingerprint(o: PackOptions, samples: Sequence[Sample], classes: Sequence[st
 
 
 def _write_json(path: Path, data: object) -> None:
-    shards.write_atomic(path, (json.dumps(data, indent=1, sort_keys=True) + "\n").encode())
+    files.write_atomic(path, json.dumps(data, indent=1, sort_keys=True) + "\n")
 
 
 def max_workers() -> int:

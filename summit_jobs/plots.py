@@ -1,11 +1,11 @@
 """PNG plots (matplotlib, imported only when a plot is asked for)."""
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Dict, List
 
 from summit_jobs.errors import UserError
+from trainer import files
 
 
 def _pyplot():
@@ -23,9 +23,8 @@ def save(fig, path: str) -> None:
     p = Path(path)
     if not p.parent.is_dir():
         raise UserError(f"cannot write {p}: its folder {p.parent} does not exist.")
-    tmp = p.with_name(f".{p.name}.tmp{os.getpid()}.png")
-    fig.savefig(tmp, dpi=110, bbox_inches="tight")
-    os.replace(tmp, p)
+    with files.atomic_path(p, suffix=".png") as tmp:
+        fig.savefig(tmp, dpi=110, bbox_inches="tight")
 
 
 def scaling_plot(rows: List[Dict[str, float]], path: str) -> None:

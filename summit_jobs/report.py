@@ -35,6 +35,7 @@ from typing import Dict, List, Optional, Tuple
 
 from summit_jobs.errors import UserError
 from trainer import rundir
+from trainer import files, units
 
 METRICS = rundir.METRICS
 SCALING = "scaling.json"
@@ -99,7 +100,6 @@ class Metrics:
     replayed: int          # train records replaced by a later launch's record for the same step
     wall_seconds: float    # first to last record, queue waits included
     active_seconds: float  # the same with the gaps between launches removed
-    first_time: float
 
 
 def _segments(records: List[Dict]) -> List[int]:
@@ -153,7 +153,7 @@ def deduplicate(records: List[Dict]) -> Metrics:
     return Metrics(train=by_kind["train"], eval=by_kind["eval"], test=by_kind["test"],
                    test_summary=summaries[-1] if summaries else None, launches=(max(segs) + 1) if segs else 0,
                    replayed=replayed, wall_seconds=(max(times) - min(times)) if times else 0.0,
-                   active_seconds=out[-1]["elapsed"] if out else 0.0, first_time=min(times) if times else 0.0)
+                   active_seconds=out[-1]["elapsed"] if out else 0.0)
 
 
 def fractional_epochs(train: List[Dict]) -> List[float]:
@@ -406,13 +406,7 @@ def _pct(v: Optional[float]) -> str:
     return "-" if v is None else f"{100 * v:.1f}%"
 
 
-def _hms(seconds: Optional[float]) -> str:
-    if seconds is None:
-        return "-"
-    if seconds < 60:
-        return f"{seconds:.1f} s"
-    s = int(round(seconds))
-    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
+_hms = units.duration
 
 
 def _num(v: Optional[float], fmt: str = "{:.1f}") -> str:
@@ -542,9 +536,7 @@ def check_out_dir(out: Path, force: bool) -> None:
 
 
 def _write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    files.write_atomic(path, text)
 
 
 def write(runs: List[RunData], out: Path, force: bool = False, progress=None) -> Dict[str, object]:

@@ -26,6 +26,7 @@ import yaml
 from summit_jobs.errors import UserError
 from summit_jobs.hosts import Host
 from trainer import rundir
+from trainer import files
 
 RECORD = rundir.RECORD
 SCRIPT = rundir.SCRIPT
@@ -66,9 +67,7 @@ def _index_path(record: Dict[str, object]) -> Path:
 def _save_index(record: Dict[str, object]) -> None:
     path = _index_path(record)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(json.dumps(record, indent=2))
-    os.replace(tmp, path)
+    files.write_atomic(path, json.dumps(record, indent=2))
 
 
 def create(host: Host, plan, profile, script: str, *, force: bool, ssh: Optional[Dict[str, object]]) -> Dict:

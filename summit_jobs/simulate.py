@@ -189,9 +189,6 @@ def project_scaling(profile: Profile, node_counts: Sequence[int], *, single_node
 
 
 def hms(seconds: float) -> str:
-    s = int(round(seconds))
-    h, rem = divmod(s, 3600)
-    m, sec = divmod(rem, 60)
-    if h:
-        return f"{h} h {m:02d} min"
-    return f"{m} min {sec:02d} s"
+    """A duration as every command spells it (trainer.units)."""
+    from trainer import units
+    return units.duration(seconds)

@@ -41,7 +41,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from summit_jobs.errors import UserError
 from summit_jobs.pack import Progress, human_bytes
 from summit_jobs.plan import nvme_data_dir  # noqa: F401  (one rule for the NVMe data path)
-from trainer import shards
+from trainer import shards, units
 from trainer import stage as node_stage
 
 PARTIAL = node_stage.PARTIAL_TAG
@@ -140,12 +140,7 @@ def plan_placement(profile, manifest: Dict[str, object], nodes: int, policy: str
                      len(manifest["shards"]), tuple(shares), capacity, rate, tuple(warnings))
 
 
-def _seconds(s: float) -> str:
-    if s < 120:
-        return f"{s:.1f} s"
-    if s < 7200:
-        return f"{s / 60:.1f} min"
-    return f"{s / 3600:.1f} h"
+_seconds = units.duration
 
 
 def describe(plan: StagePlan, hop1_lines: Sequence[str], hop2_command: str, max_nodes_shown: int = 16) -> str:

@@ -34,7 +34,7 @@ import numpy as np
 from PIL import Image, ImageDraw
 
 from summit_jobs.errors import UserError
-from trainer import shards
+from trainer import files
 
 CLASSES: Tuple[str, ...] = (
     "moving_right", "moving_left", "moving_down", "moving_up",
@@ -166,21 +166,21 @@ def _write_mp4(path: Path, frames: Sequence[np.ndarray]) -> None:
     """
     import av.error
 
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp = files.tmp_name(path)
     try:
         _encode_mp4(tmp, frames)
         os.replace(tmp, path)
     except (OSError, av.error.FFmpegError) as exc:
-        shards.discard(tmp)
+        files.discard(tmp)
         code = getattr(exc, "errno", None) or errno.EIO
         raise OSError(code, getattr(exc, "strerror", None) or os.strerror(code), str(path)) from None
     except BaseException:
-        shards.discard(tmp)
+        files.discard(tmp)
         raise
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
-    shards.write_atomic(path, data)
+    files.write_atomic(path, data)
 
 
 def _prepare_out(root: Path, force: bool) -> None:

@@ -78,7 +78,12 @@ def state_shards(out: Path) -> int:
 
 
 def verifies(path: Path, entry: dict) -> bool:
-    return path.is_file() and path.stat().st_size == entry["bytes"] and shards.file_hash(path) == entry["sha256"]
+    """Whether ``path`` holds exactly the shard ``entry`` names; a file the watched process removes or
+    renames while this looks is simply not (yet) there."""
+    try:
+        return path.is_file() and path.stat().st_size == entry["bytes"] and shards.file_hash(path) == entry["sha256"]
+    except FileNotFoundError:
+        return False
 
 
 def assert_pack_consistent(out: Path) -> None:

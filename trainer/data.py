@@ -168,8 +168,6 @@ def eval_loader(dataset: EvalClips, indices: List[int], views: int, batch: int, 
     return _loader(dataset, _ListBatches(batches), workers, pin, prefetch)
 
 
-def class_count(root: str) -> int:
-    return len(ShardDataset(root, "train").classes)
 
 
 __all__ = ["TrainClips", "EvalClips", "SampleError", "error_line", "train_loader", "shape_loader", "eval_loader"]

@@ -51,6 +51,8 @@ import time
 from pathlib import Path
 from typing import Dict, Optional, Tuple
 
+from . import files
+
 TOKEN_KEY = "summit_jobs/rendezvous_token"
 #: How many ports rank 0 tries (every second one, so the derived pair p, p+1 keeps its parity).
 TRIES = 64
@@ -174,12 +176,7 @@ def publish(path: Path, record: Dict[str, object]) -> None:
     for old in path.parent.glob(".rendezvous.*"):
         if old != path:
             old.unlink(missing_ok=True)
-    tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
-    try:
-        tmp.write_text(json.dumps(record))
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    files.write_atomic(path, json.dumps(record))
 
 
 def _read(path: Path) -> Optional[Dict[str, object]]:

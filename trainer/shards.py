@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
+from .files import discard, named, write_atomic  # noqa: F401 - the one atomic-write helper (trainer.files)
+
 FORMAT = "summit-jobs-shards/1"
 INDEX_MEMBER = "__index__.json"
 MANIFEST_NAME = "manifest.json"
@@ -65,22 +67,6 @@ def new_hash(algo: str):
 
 def digest_hex_len(algo: str) -> int:
     return 64 if algo == "blake3" else hashlib.new(algo).digest_size * 2
-
-
-def discard(path: os.PathLike) -> None:
-    """Remove a temporary file while handling another error: a read-only or vanished folder must
-    not replace that error with its own."""
-    try:
-        os.unlink(path)
-    except OSError:
-        pass
-
-
-def named(exc: OSError, path: os.PathLike) -> OSError:
-    """The same error naming ``path``: a write to a full disk reports no file name of its own."""
-    if exc.filename and not os.path.basename(os.fsdecode(exc.filename)).startswith("."):
-        return exc
-    return OSError(exc.errno, exc.strerror or str(exc), os.fspath(path))
 
 
 def _header(name: str, size: int) -> bytes:
@@ -304,25 +290,6 @@ def write_manifest(path: os.PathLike, manifest: Dict[str, object]) -> None:
     p = Path(path)
     validate_manifest(manifest, str(p))
     write_atomic(p, (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode())
-
-
-def tmp_name(path: Path) -> Path:
-    """The hidden temporary name ``path`` is written under before the rename (see remove_stale_tmp)."""
-    return path.with_name(f".{path.name}.tmp{os.getpid()}")
-
-
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write under a temporary name, then rename: a full disk or a kill never leaves half a file."""
-    tmp = tmp_name(path)
-    try:
-        tmp.write_bytes(data)
-        os.replace(tmp, path)
-    except OSError as exc:
-        discard(tmp)
-        raise named(exc, path) from None
-    except BaseException:
-        discard(tmp)
-        raise
 
 
 def remove_stale_tmp(folder: Path, pattern: str = ".*.tmp*") -> None:

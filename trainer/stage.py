@@ -44,7 +44,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from trainer import shards
+from trainer import files, shards
 
 BUF = 8 << 20
 PARTIAL_TAG = ".partial."
@@ -283,7 +283,7 @@ def copy_verified(src: Path, dst: Path, algo: str, digest: str, size: int,
             hasher.close()
             os.close(fout)
     except BaseException:
-        shards.discard(tmp)
+        files.discard(tmp)
         raise
     finally:
         os.close(fin)
@@ -480,7 +480,7 @@ def collect(src: Path, dest: Path, name: Optional[str] = None, quiet: bool = Fal
             shutil.copy2(path, tmp)
             os.replace(tmp, out)
         except BaseException:
-            shards.discard(tmp)
+            files.discard(tmp)
             raise
         n += 1
     if not quiet:

@@ -40,10 +40,6 @@ def host_slots(job: Dict) -> List[Tuple[str, int]]:
     return list(zip(hosts, job["slots"]))
 
 
-def execution_hosts(job: Dict) -> List[Tuple[str, int]]:
-    """(host, slots) that run tasks: the allocation without the CSM launch node."""
-    pairs = host_slots(job)
-    return pairs[1:] if job.get("form", "csm") == "csm" else pairs
 
 
 def slot_lines(job: Dict) -> str:

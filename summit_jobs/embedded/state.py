@@ -295,11 +295,6 @@ def commit_job_id(lsf_home: Path, value: int) -> None:
     write_bytes(high_water_path(lsf_home), str(value).encode())
 
 
-def next_job_id(lsf_home: Path) -> int:
-    """Allocate a job id never handed out before by this LSF (caller holds the lock)."""
-    value = peek_job_id(lsf_home)
-    commit_job_id(lsf_home, value)
-    return value
 
 
 def pid_alive(pid: Optional[int]) -> bool:
