@@ -146,7 +146,7 @@ def machines_cmd(state: State, as_json: bool) -> None:
 
 
 def _allocation_options() -> list:
-    """What the scheduler is asked for: account, run limit, queue, quota, chain."""
+    """What the scheduler is asked for: account, run limit, queue, name, data staging and layout."""
     return [
         click.option("--project", "-P", metavar="NAME",
                      help="Project/bank to charge (-P on Summit, -G on Lassen). Default: $SUMMIT_JOBS_PROJECT "
