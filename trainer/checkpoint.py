@@ -169,7 +169,7 @@ def load(path: os.PathLike) -> Dict:
     Why: a checkpoint is a pickle, and a pickle may name any function to call
     while it is read. Run directories are shared, copied and downloaded; a file
     in one must not be able to run code in every rank of a job. Our checkpoints
-    hold only tensors and plain values (see ``Trainer._state``).
+    hold only tensors and plain values (see ``trainstate.TrainState.checkpoint``).
     """
     try:
         if not zipfile.is_zipfile(path):  # torch.save writes a zip archive; anything else is not ours
