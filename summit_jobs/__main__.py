@@ -1,3 +1,3 @@
-from summit_jobs.cli import main
+from summit_jobs.main import main
 
 main()

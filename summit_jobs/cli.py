@@ -233,7 +233,7 @@ def _output_options() -> list:
     ]
 
 
-def _job_options(f):
+def shared_job_options(f):
     """The options submit and simulate share: the schema of a job, in --help order."""
     opts = _allocation_options() + _trainer_options() + _chain_options() + _output_options()
     for opt in reversed(opts):
@@ -343,7 +343,7 @@ def emit_dry_run(plan, script: str, kw: dict, extra: Optional[dict] = None) -> N
 
 @cli.command("submit")
 @click.option("--nodes", "-n", required=True, metavar="N", help="Number of nodes (whole number).")
-@_job_options
+@shared_job_options
 @click.pass_obj
 def submit_cmd(state: State, **kw) -> None:
     """Render, check and submit a training job.
@@ -376,11 +376,10 @@ def expected_links(profile, plan, data: Optional[str]) -> str:
     import math
 
     from summit_jobs import simulate
-    from summit_jobs.cli_simulate import train_clips_from
     rate = profile.performance.clips_per_second_per_gpu
     if rate <= 0:
         return "expected links: unknown (the profile has no performance.clips_per_second_per_gpu figure)"
-    clips = train_clips_from(data, None)
+    clips = simulate.train_clips_from(data, None)
     est = simulate.estimate(profile, nodes=plan.nodes, ranks_per_node=plan.ranks_per_node,
                             accum_steps=plan.accum_steps, clips_per_gpu=plan.clips_per_gpu, epochs=plan.epochs,
                             train_clips=clips, clips_per_second_per_gpu=rate, model_params=simulate.TSM_R50_PARAMS,
@@ -408,12 +407,3 @@ def require_data(state: State, plan, kw: dict) -> None:
 
 
 # Command groups kept in modules of their own; imported last so they can use `cli` and `State`.
-from summit_jobs import cli_data, cli_lifecycle, cli_report, cli_simulate  # noqa: E402,F401
-
-
-def main() -> None:
-    cli(prog_name="summit-jobs")
-
-
-if __name__ == "__main__":
-    main()

@@ -7,7 +7,7 @@ from typing import List, Optional
 
 import click
 
-from summit_jobs.cli import State, _job_options, build_job, cli, emit_dry_run
+from summit_jobs.cli import State, build_job, cli, emit_dry_run, shared_job_options
 from summit_jobs.cli_types import FiniteFloat, whole
 from summit_jobs.errors import UserError
 
@@ -34,20 +34,6 @@ def measured_throughput(run_dir: str) -> float:
     return rates[len(rates) // 2]
 
 
-def train_clips_from(data: Optional[str], given: Optional[int]) -> int:
-    from summit_jobs import simulate
-    if given:
-        return given
-    if data:
-        from trainer.shards import ShardError, read_manifest
-        try:
-            manifest = read_manifest(data)
-        except ShardError as exc:
-            raise UserError(str(exc)) from None
-        return sum(s["samples"] for s in manifest["shards"] if s["split"] == "train") or simulate.KINETICS_TRAIN_CLIPS
-    return simulate.KINETICS_TRAIN_CLIPS
-
-
 @cli.command("simulate")
 @click.option("--virtual-nodes", "-V", type=whole(1), required=True,
               help="The node count whose optimisation to reproduce (global batch, LR, warm-up, sample assignment).")
@@ -60,7 +46,7 @@ def train_clips_from(data: Optional[str], given: Optional[int]) -> int:
               help="Estimate step time from a previous run's measured clips/s instead of the profile's figure.")
 @click.option("--train-clips", type=whole(1),
               help="Training clips per epoch for the estimate. Default: the --data manifest's, else Kinetics-400's.")
-@_job_options
+@shared_job_options
 @click.pass_obj
 def simulate_cmd(state: State, virtual_nodes: int, forced_nodes: Optional[int], max_accum_steps: int,
                  throughput_from: Optional[str], train_clips: Optional[int], **kw) -> None:
@@ -85,7 +71,7 @@ def simulate_cmd(state: State, virtual_nodes: int, forced_nodes: Optional[int], 
     kw = dict(kw, nodes=shape.nodes, quota_nodes=quota)
     profile, plan, script = build_job(state, kw, accum_steps=shape.accum_steps, virtual_nodes=virtual_nodes)
     rate = measured_throughput(throughput_from) if throughput_from else profile.performance.clips_per_second_per_gpu
-    clips = train_clips_from(kw.get("data"), train_clips)
+    clips = simulate.train_clips_from(kw.get("data"), train_clips)
     est = simulate.estimate(profile, nodes=plan.nodes, ranks_per_node=plan.ranks_per_node,
                             accum_steps=plan.accum_steps, clips_per_gpu=plan.clips_per_gpu, epochs=plan.epochs,
                             train_clips=clips, clips_per_second_per_gpu=rate, model_params=simulate.TSM_R50_PARAMS,

@@ -192,3 +192,18 @@ def hms(seconds: float) -> str:
     """A duration as every command spells it (trainer.units)."""
     from trainer import units
     return units.duration(seconds)
+
+
+def train_clips_from(data: Optional[str], given: Optional[int]) -> int:
+    """Training clips per epoch: as given, else counted in the manifest, else Kinetics-400's."""
+    from summit_jobs.errors import UserError
+    if given:
+        return given
+    if data:
+        from trainer.shards import ShardError, read_manifest
+        try:
+            manifest = read_manifest(data)
+        except ShardError as exc:
+            raise UserError(str(exc)) from None
+        return sum(s["samples"] for s in manifest["shards"] if s["split"] == "train") or KINETICS_TRAIN_CLIPS
+    return KINETICS_TRAIN_CLIPS

@@ -20,8 +20,7 @@ from trainer_utils import REPO, make_dataset, run_ranks, tiny_args
 from summit_jobs import report
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-#: The report command whether or not cli.py imports its module yet.
-CLI = [sys.executable, "-c", "from summit_jobs import cli, cli_report; cli.main()"]
+CLI = [sys.executable, "-m", "summit_jobs"]
 
 
 def run_report(args, env=None, timeout=120):

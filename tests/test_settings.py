@@ -131,8 +131,8 @@ def test_prepare_returns_new_options_and_leaves_its_input_alone():
 # ---- one schema for the trainer's options -----------------------------------------------------
 
 def _click_params(command: str) -> dict:
-    from summit_jobs import cli
-    return {p.name: p for p in cli.cli.commands[command].params}
+    from summit_jobs import main  # every command registered
+    return {p.name: p for p in main.cli.cli.commands[command].params}
 
 
 @pytest.mark.parametrize("name", ["engine", "schedule", "optimizer", "optimizer_sync", "compression"])

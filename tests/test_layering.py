@@ -1,0 +1,92 @@
+"""The code's shape: small functions, one direction of imports, the torch-free modules torch-free.
+
+Why as tests: each of these once drifted (a 270-line planning function, the CLI
+modules importing each other's private helpers in a cycle, production code
+reading job scripts with the embedded LSF's option whitelist), and a review
+only catches drift after the fact.
+"""
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+PACKAGES = ("summit_jobs", "trainer")
+MAX_LINES = 60
+
+
+def sources():
+    for pkg in PACKAGES:
+        yield from sorted((REPO / pkg).rglob("*.py"))
+
+
+def test_no_function_is_longer_than_60_lines():
+    long = []
+    for path in sources():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > MAX_LINES:
+                    long.append(f"{path.relative_to(REPO)}:{node.lineno} {node.name} ({lines} lines)")
+    assert not long, "functions over 60 lines:\n" + "\n".join(long)
+
+
+def imports(path: Path):
+    """(module, names) of every import statement, at any depth."""
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            yield node.module, [a.name for a in node.names]
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                yield a.name, []
+
+
+def test_no_module_imports_another_modules_private_names():
+    found = []
+    for path in sources():
+        for module, names in imports(path):
+            if module.startswith(PACKAGES):
+                found += [f"{path.relative_to(REPO)}: from {module} import {n}" for n in names
+                          if n.startswith("_") and not n.startswith("__")]
+    assert not found, "\n".join(found)
+
+
+def test_the_login_side_does_not_use_the_embedded_lsf_outside_its_own_machine():
+    """Only the embedded machine's own NVMe hop (staging.py, --to-nvme on the local profile) may reach into
+    the embedded LSF; everything else talks to whatever LSF the profile names, through lsf.py."""
+    allowed = {"summit_jobs/staging.py"}
+    users = set()
+    for path in (REPO / "summit_jobs").glob("*.py"):
+        if any(m.startswith("summit_jobs.embedded") for m, _ in imports(path)):
+            users.add(str(path.relative_to(REPO)))
+    assert users <= allowed, users - allowed
+
+
+def test_the_trainer_needs_no_scheduler_code():
+    users = [str(p.relative_to(REPO)) for p in (REPO / "trainer").rglob("*.py")
+             if any(m.startswith("summit_jobs") for m, _ in imports(p))]
+    assert not users
+
+
+def shared_modules():
+    """The trainer modules the login side imports: they must import neither torch nor summit_jobs."""
+    names = set()
+    for path in (REPO / "summit_jobs").rglob("*.py"):
+        for module, names_ in imports(path):
+            if module == "trainer":
+                names |= {f"trainer.{n}" for n in names_}
+            elif module.startswith("trainer."):
+                names.add(module)
+    return sorted(names)
+
+
+@pytest.mark.parametrize("module", shared_modules())
+def test_modules_the_login_side_imports_are_torch_free(module):
+    code = f"import sys, {module}; bad = [m for m in ('torch', 'numpy.testing') if m in sys.modules]; print(bad)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=str(REPO), timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]", f"{module} imports {out.stdout.strip()}"
