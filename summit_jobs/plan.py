@@ -515,28 +515,18 @@ def _epochs_and_warmup(opts: JobOptions, recipe) -> Tuple[int, float]:
 
 
 def _check_methods(opts: JobOptions, accum: int, engine: str) -> None:
-    """Checked here so that a bad combination never reaches a compute node."""
+    """Checked here so that a bad combination never reaches a compute node (the rules: trainer.config)."""
     if engine not in trainer_config.ENGINES:
         raise UserError(f"engine {engine!r} is not known: use 'horovod' (the paper's) or 'ddp' (torch.distributed).")
     for name, allowed in trainer_config.METHODS.items():
         if getattr(opts, name) not in allowed:
             raise UserError(f"--{name.replace('_', '-')} {getattr(opts, name)!r} is not known: use one of "
                             f"{', '.join(allowed)}.")
-    if opts.optimizer_sync == "aavg":
-        if accum > 1:
-            raise UserError("AAVG model averaging (--optimizer-sync aavg) cannot be combined with exact "
-                            "accumulation (simulate): averaging learners is not the synchronous V-node run. "
-                            "Use --optimizer-sync sync with simulate.")
-        if opts.compression != "none":
-            raise UserError("--compression applies to the gradient allreduce, which AAVG does not do (learners "
-                            "average parameters every K steps instead). Drop --compression, or use "
-                            "--optimizer-sync sync.")
-        if opts.avg_interval == 0 or opts.avg_interval < -1:
-            raise UserError(f"--avg-interval {opts.avg_interval} must be a number of local steps >= 1, or -1 "
-                            "(average once per epoch).")
-    if opts.compression == "bf16" and engine == "horovod":
-        raise UserError("bf16 gradient compression is a torch.distributed hook; Horovod offers fp16 only. "
-                        "Use --compression fp16, or --engine ddp.")
+    problem = trainer_config.method_conflict({
+        "optimizer_sync": opts.optimizer_sync, "avg_interval": opts.avg_interval, "accum_steps": accum,
+        "compression": opts.compression, "engine": engine})
+    if problem:
+        raise UserError(problem)
 
 
 def _multigrid(opts: JobOptions, recipe, epochs: int, global_batch: int) -> Tuple[Dict[str, object], ...]:

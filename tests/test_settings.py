@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import ast
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -158,6 +160,30 @@ def test_run_directory_names_are_rundirs():
     from summit_jobs import plan
     from trainer import rundir
     assert (plan.COMPLETE_MARKER, plan.SCRIPT_NAME, plan.CHAIN_FILE) == (rundir.COMPLETE, rundir.SCRIPT, rundir.CHAIN)
+
+
+COMBINATIONS = [
+    (["--optimizer-sync", "aavg", "--compression", "fp16"], "--compression applies to the gradient allreduce"),
+    (["--optimizer-sync", "aavg", "--avg-interval", "0"], "--avg-interval 0 must be"),
+    (["--compression", "bf16", "--engine", "horovod"], "bf16 gradient compression is a torch.distributed hook"),
+]
+
+
+@pytest.mark.parametrize("args,needle", COMBINATIONS, ids=[" ".join(a) for a, _ in COMBINATIONS])
+def test_method_combination_rules_have_one_owner(args, needle, cli_env, tmp_path):
+    """submit refuses a combination with the same words the trainer's own parser uses (trainer.config)."""
+    from trainer import config
+    submit = run_cli([*SUMMIT, "submit", "--nodes", "2", "--project", "P1", "--dry-run", *args], cli_env,
+                     cwd=tmp_path)
+    assert submit.returncode == 2 and needle in submit.stderr, submit.stderr
+    values = dict(vars(config.parse(["--run-dir", "r"])))
+    for flag, value in zip(args[0::2], args[1::2]):
+        key = flag[2:].replace("-", "_")
+        values[key] = int(value) if value.lstrip("-").isdecimal() else value
+    assert needle in config.method_conflict(values)
+    proc = subprocess.run([sys.executable, "-c", "from trainer import config; import sys; config.parse(sys.argv[1:])",
+                           "--run-dir", "r", *args], capture_output=True, text=True, cwd=str(REPO))
+    assert proc.returncode == 2 and needle in proc.stderr, proc.stderr
 
 
 # ---- small functions ----------------------------------------------------------------------------

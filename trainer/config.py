@@ -11,7 +11,7 @@ import argparse
 import math
 import os
 import re
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Mapping, Optional, Tuple
 
 LR_PER_8_CLIPS = 0.00125
 #: The depths trainer.model builds (listed here too: this module must not import torch).
@@ -220,19 +220,44 @@ def _check_numbers(p: argparse.ArgumentParser, args: argparse.Namespace) -> None
                 f"of this size; use at least {args.input_size}, or 0 for input-size x 256/224")
 
 
+def method_conflict(values: Mapping[str, object]) -> Optional[str]:
+    """The first combination of methods that cannot run, in words for the user; None when they can.
+
+    One owner for these rules: the trainer's parser asks here, and so does the
+    planner before anything is submitted (``summit_jobs.plan``). ``values``
+    holds the options by their argument names; a missing one is not checked.
+    """
+    get = values.get
+    if get("optimizer_sync") == "aavg":
+        interval = get("avg_interval")
+        if isinstance(interval, int) and (interval == 0 or interval < -1):
+            return (f"--avg-interval {interval} must be a number of local steps >= 1, or -1 (average once per "
+                    "epoch)")
+        if get("accum_steps", 1) != 1:
+            return ("AAVG model averaging (--optimizer-sync aavg) cannot be combined with exact accumulation "
+                    "(simulate, --accum-steps): averaging learners is not the synchronous V-node run. Use "
+                    "--optimizer-sync sync with simulate.")
+        if get("compression", "none") != "none":
+            return ("--compression applies to the gradient allreduce, which AAVG does not do (learners average "
+                    "parameters every K steps instead). Drop --compression, or use --optimizer-sync sync.")
+        top, batch = get("aavg_max_batch"), get("batch_per_gpu")
+        if isinstance(top, int) and isinstance(batch, int) and top < batch:
+            return f"--aavg-max-batch {top}: must be at least --batch-per-gpu {batch}"
+    if get("compression") == "bf16" and get("engine") == "horovod":
+        return ("bf16 gradient compression is a torch.distributed hook; Horovod offers fp16 only. Use "
+                "--compression fp16, or --engine ddp.")
+    epochs = get("epochs")
+    if get("schedule") == "multigrid" and isinstance(epochs, int) and epochs < 3:
+        return (f"--schedule multigrid needs at least 3 epochs (LR stages at 40% and 80% and a final phase); "
+                f"got {epochs}")
+    return None
+
+
 def _check_methods(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """Combinations the methods cannot run with."""
-    if args.optimizer_sync == "aavg":
-        if args.avg_interval == 0 or args.avg_interval < -1:
-            p.error(f"--avg-interval {args.avg_interval}: use a number of local steps >= 1, or -1 (once per epoch)")
-        if args.accum_steps != 1:
-            p.error("--optimizer-sync aavg has no gradient allreduce to accumulate for: use --accum-steps 1")
-        if args.aavg_max_batch < args.batch_per_gpu:
-            p.error(f"--aavg-max-batch {args.aavg_max_batch}: must be at least --batch-per-gpu "
-                    f"{args.batch_per_gpu}")
-    if args.schedule == "multigrid" and args.epochs < 3:
-        p.error(f"--schedule multigrid needs at least 3 epochs (LR stages at 40% and 80% and a final phase); "
-                f"got {args.epochs}")
+    """Combinations the methods cannot run with (method_conflict)."""
+    problem = method_conflict(vars(args))
+    if problem:
+        p.error(problem)
 
 
 def parse(argv: Optional[List[str]] = None) -> argparse.Namespace:
