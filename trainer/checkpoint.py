@@ -19,6 +19,8 @@ from typing import Dict, List, Optional, Tuple
 
 import torch
 
+from .rundir import CHECKPOINTS, checkpoint_name
+
 CKPT_RE = re.compile(r"^ckpt-(\d{9})\.pt$")
 EPOCH_RE = re.compile(r"^epoch-(\d{4})\.pt$")
 BEST = "best.pt"
@@ -29,7 +31,7 @@ class CheckpointError(SystemExit):
 
 
 def ckpt_dir(run_dir: os.PathLike) -> Path:
-    return Path(run_dir) / "checkpoints"
+    return Path(run_dir) / CHECKPOINTS
 
 
 def _tmp_name(path: Path) -> Path:
@@ -102,7 +104,7 @@ def clean_leftovers(run_dir: os.PathLike, run_files: Tuple[str, ...] = ()) -> Li
 
 def step_path(run_dir: os.PathLike, step: int) -> Path:
     """Where the checkpoint of optimiser step ``step`` lives (the name ranks agree on)."""
-    return ckpt_dir(run_dir) / f"ckpt-{step:09d}.pt"
+    return ckpt_dir(run_dir) / checkpoint_name(step)
 
 
 def epoch_path(run_dir: os.PathLike, epoch: int) -> Path:
