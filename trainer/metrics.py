@@ -17,6 +17,7 @@ from typing import Dict, List, Optional
 
 import torch
 
+from . import units
 from .rundir import METRICS  # the run directory names its files in one place
 
 
@@ -62,12 +63,6 @@ def read_metrics(run_dir: os.PathLike) -> List[Dict]:
     return out
 
 
-def fmt_duration(seconds: float) -> str:
-    seconds = int(max(seconds, 0))
-    h, rem = divmod(seconds, 3600)
-    return f"{h}:{rem // 60:02d}:{rem % 60:02d}"
-
-
 def log(msg: str, enabled: bool = True) -> None:
     """One line on stderr, written in one piece.
 
@@ -84,4 +79,4 @@ def progress_line(rec: Dict, epochs: int, steps_per_epoch: int, total_steps: int
     return (f"epoch {rec['epoch'] + 1}/{epochs} step {rec['step']}/{total_steps} ({pct:.1f}%) | "
             f"loss {rec['loss']:.4f} top1 {100 * rec['top1']:.1f}% top5 {100 * rec['top5']:.1f}% | "
             f"lr {rec['lr']:.5g} | {rec['clips_per_s']:.1f} clips/s | data wait {100 * rec['data_wait_frac']:.0f}%"
-            + (f" | eta {fmt_duration(eta)}" if eta is not None else ""))
+            + (f" | eta {units.duration(eta)}" if eta is not None else ""))

@@ -119,8 +119,6 @@ def schedule(*, epochs: int, stages: Sequence[int], frames: int, size: int, clip
     return out
 
 
-def base_iterations(epochs: int, clips_per_epoch: int, base_batch: int) -> int:
-    return int(round(epochs * clips_per_epoch / base_batch))
 
 
 def describe(phases: Sequence[Phase]) -> str:
