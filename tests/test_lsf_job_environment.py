@@ -164,8 +164,8 @@ def test_blaunch_runs_one_task_per_slot_with_task_ids_from_1(tmp_path, lsf_env):
         #BSUB -n 3
         #BSUB -R "span[ptile=2]"
         #BSUB -o bl.%J.out
-        blaunch {PY} -c "{DUMP}" "$LS_SUBCWD/task.env"
-        blaunch -z "127.1.0.2" {PY} -c "{DUMP}" "$LS_SUBCWD/one.env"
+        blaunch -no-shell {PY} -c "{DUMP}" "$LS_SUBCWD/task.env"
+        blaunch -no-shell -z "127.1.0.2" {PY} -c "{DUMP}" "$LS_SUBCWD/one.env"
         blaunch 127.1.0.4 true; echo "unknown-host-rc=$?"
         blaunch --bogus true; echo "bad-option-rc=$?"
         """)

@@ -8,11 +8,23 @@
   per host named, each of which must belong to the job.
 
 Each task gets the batch script's environment plus LSF_PM_TASKID, counted
-from 1 in launch order, and, as on the embedded LSF's other launchers,
+from 1 in launch order, CUDA_VISIBLE_DEVICES of its host when the job asked
+``-gpu`` (jobenv.gpu_list), and, as on the embedded LSF's other launchers,
 SUMMIT_JOBS_VNODE (its virtual host) and SUMMIT_JOBS_NVME (that node's NVMe
 folder). Like IBM's blaunch it sets no MPI or torchrun rank variables: a
 program derives its rank from LSF_PM_TASKID (trainer.engines does). Tasks
-run, fail and get signals as tasks.py describes; commands run without a shell.
+run, fail and get signals as tasks.py describes.
+
+The shell: IBM documents blaunch as a drop-in replacement for ``rsh host
+command`` and ``ssh host command``, with ``-no-shell`` to start the command
+"without any intermediate shell" and ``-use-login-shell`` for the user's
+login shell. So by default, like rsh and ssh, the command words are joined
+with spaces and run by ``/bin/sh -c``: a program that launches through
+blaunch (Open MPI's ``plm_rsh_agent blaunch`` passes ``orted -mca ess
+"env" -mca orte_hnp_uri "...;tcp://..."``, quoted for that remote shell)
+needs exactly that. The command line is the caller's own shell code, as it
+is for ssh; a caller whose arguments must arrive untouched gives
+``-no-shell``.
 """
 from __future__ import annotations
 
@@ -20,11 +32,12 @@ import os
 import sys
 from typing import Dict, List, Optional, Tuple
 
-from summit_jobs.embedded import state, tasks
+from summit_jobs.embedded import jobenv, state, tasks
 from summit_jobs.errors import describe_os_error
 from trainer import lsf_hosts
 
-IGNORED_FLAGS = {"-n", "-no-shell", "-use-login-shell"}
+IGNORED_FLAGS = {"-n"}
+SHELL_FLAGS = {"-no-shell": "none", "-use-login-shell": "login"}
 
 
 class BlaunchError(Exception):
@@ -42,13 +55,15 @@ def job_hosts(env: Dict[str, str]) -> List[Tuple[str, int]]:
     return pairs
 
 
-def parse(args: List[str]) -> Tuple[Optional[List[str]], List[str]]:
-    """(the hosts asked for, or None for every slot; the command)."""
+def parse(args: List[str]) -> Tuple[Optional[List[str]], List[str], str]:
+    """(the hosts asked for, or None for every slot; the command; the shell: "sh", "login" or "none")."""
     hosts: Optional[List[str]] = None
+    shell = "sh"
     i = 0
     while i < len(args) and args[i].startswith("-"):
         opt = args[i]
-        if opt in IGNORED_FLAGS:
+        if opt in IGNORED_FLAGS or opt in SHELL_FLAGS:
+            shell = SHELL_FLAGS.get(opt, shell)
             i += 1
             continue
         if opt in ("-z", "-u") and i + 1 < len(args):
@@ -60,7 +75,34 @@ def parse(args: List[str]) -> Tuple[Optional[List[str]], List[str]]:
             break
         raise BlaunchError(f"unknown option {opt!r} (blaunch takes -n, -z \"host ...\", -u hostfile, "
                            "-no-shell, -use-login-shell)")
-    return hosts, args[i:]
+    return hosts, args[i:], shell
+
+
+def shell_command(command: List[str], shell: str) -> List[str]:
+    """What each task runs: the words joined for ``/bin/sh -c`` (rsh and ssh's way), the user's login
+    shell with ``-use-login-shell``, the words as they are with ``-no-shell``."""
+    if shell == "none":
+        return command
+    line = " ".join(command)
+    if shell == "login":
+        return [os.environ.get("SHELL") or "/bin/sh", "-l", "-c", line]
+    return ["/bin/sh", "-c", line]
+
+
+def task_envs(on: List[str]) -> List[Dict[str, str]]:
+    """Each task's own variables: LSF_PM_TASKID from 1, its host, that host's NVMe and GPUs."""
+    lsf_home = state.home()
+    job_id = os.environ.get("LSB_JOBID", "")
+    job = state.load_job(lsf_home, int(job_id)) if job_id.isdecimal() else None
+    envs = []
+    for i, host in enumerate(on):
+        env = {"LSF_PM_TASKID": str(i + 1), "SUMMIT_JOBS_VNODE": host,
+               "SUMMIT_JOBS_NVME": str(state.nvme_dir(lsf_home, host))}
+        gpus = jobenv.gpu_list(job, host) if job else None
+        if gpus is not None:
+            env["CUDA_VISIBLE_DEVICES"] = gpus
+        envs.append(env)
+    return envs
 
 
 def _host_file(path: str) -> List[str]:
@@ -94,11 +136,9 @@ def placement(hosts: Optional[List[str]], command: List[str], allocated: List[Tu
 def main(argv: Optional[List[str]] = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     try:
-        asked, command = parse(args)
+        asked, command, shell = parse(args)
         on, command = placement(asked, command, job_hosts(dict(os.environ)))
-        lsf_home = state.home()
-        envs = [{"LSF_PM_TASKID": str(i + 1), "SUMMIT_JOBS_VNODE": host,
-                 "SUMMIT_JOBS_NVME": str(state.nvme_dir(lsf_home, host))} for i, host in enumerate(on)]
+        envs = task_envs(on)
     except BlaunchError as exc:
         print(f"blaunch: error: {exc}", file=sys.stderr)
         return 255
@@ -106,7 +146,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         text = describe_os_error(exc) if isinstance(exc, OSError) else str(exc)
         print(f"blaunch: error: embedded LSF state: {text}", file=sys.stderr)
         return 255
-    return tasks.run(command, envs, os.getcwd(), "blaunch", "task")
+    return tasks.run(shell_command(command, shell), envs, os.getcwd(), "blaunch", "task")
 
 
 if __name__ == "__main__":

@@ -33,17 +33,16 @@ from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 from summit_jobs.embedded import state
+from summit_jobs.embedded import resources
 from summit_jobs.embedded.deps import DependencyError, parse_dependency
 from summit_jobs.errors import describe_os_error
 
 #: Options that take a value, and flags that do not.
 VALUE_OPTS = {"-J", "-q", "-o", "-oo", "-e", "-eo", "-W", "-nnodes", "-P", "-G", "-w", "-wa", "-wt",
-              "-alloc_flags", "-U", "-cwd", "-n", "-R", "-M", "-ln_slots", "-csm"}
+              "-alloc_flags", "-U", "-cwd", "-n", "-R", "-M", "-ln_slots", "-csm", "-gpu", "-app"}
 FLAG_OPTS = {"-B", "-N", "-rn", "-r", "-x", "-ti"}
 #: Options that may be given several times (merged, as LSF does).
 REPEATABLE = {"-R"}
-#: The sections of a resource requirement (-R) and the span keys this embedded LSF honours.
-RES_SECTION_RE = re.compile(r"\s*([a-z]+)\[([^\[\]]*)\]\s*")
 QUEUE_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
 DEFAULT_QUEUE = "batch"
 #: LSF's longest job name.
@@ -192,36 +191,6 @@ def _whole(text: str, what: str) -> int:
     return int(text)
 
 
-def _span(res_req: str) -> Dict[str, int]:
-    """The ``span[...]`` of a ``-R`` string: {"ptile": N} or {"hosts": 1}; other sections are refused.
-
-    Why refuse and not ignore: a requirement this LSF cannot honour would let a
-    job run here in a shape it would never get on the cluster.
-    """
-    span: Dict[str, int] = {}
-    pos = 0
-    for m in RES_SECTION_RE.finditer(res_req):
-        if m.start() != pos:
-            break
-        pos = m.end()
-        if m.group(1) != "span":
-            raise BsubError(f"-R {res_req!r}: this embedded LSF honours only span[ptile=N] and span[hosts=1] "
-                            f"(not {m.group(1)}[...])")
-        for item in filter(None, m.group(2).split(":")):
-            key, _, value = item.partition("=")
-            if key not in ("ptile", "hosts") or key in span:
-                raise BsubError(f"-R {res_req!r}: span takes ptile=N or hosts=1")
-            span[key] = _whole(value, f"-R span[{key}=]")
-    if pos != len(res_req) or not res_req.strip():
-        raise BsubError(f"{res_req}: Bad resource requirement syntax")
-    if span.get("hosts", 1) != 1:
-        raise BsubError(f"-R {res_req!r}: this embedded LSF honours span[hosts=1] (all slots on one host), "
-                        "not other host counts; use span[ptile=N]")
-    if len(span) > 1:
-        raise BsubError(f"-R {res_req!r}: span takes ptile=N or hosts=1, not both")
-    return span
-
-
 def slot_request(opts: Dict[str, object], nodes_total: int, cores: int) -> Tuple[str, List[int]]:
     """The job's shape: ("csm", cores on each of ``-nnodes`` nodes) or ("generic", slots on each host).
 
@@ -233,8 +202,9 @@ def slot_request(opts: Dict[str, object], nodes_total: int, cores: int) -> Tuple
     """
     if "-n" in opts and "-nnodes" in opts:
         raise BsubError("-n and -nnodes: give -nnodes (whole nodes, CSM) or -n with -R span[...] (slots), not both")
+    span = resources.parse_resreq(str(opts["-R"]))[0] if "-R" in opts else {}
     if "-n" not in opts:
-        if "-R" in opts:
+        if span:
             raise BsubError(f"-R {opts['-R']!r}: span[...] places the slots of -n; give -n")
         nnodes = _whole(str(opts["-nnodes"]), "-nnodes") if "-nnodes" in opts else 1
         if nnodes > nodes_total:
@@ -242,7 +212,6 @@ def slot_request(opts: Dict[str, object], nodes_total: int, cores: int) -> Tuple
                             "LSF (SUMMIT_JOBS_LSF_NODES); the job could never start")
         return "csm", [cores] * nnodes
     slots = _whole(str(opts["-n"]), "-n")
-    span = _span(str(opts["-R"])) if "-R" in opts else {}
     ptile = slots if span.get("hosts") else span.get("ptile", cores)
     if ptile > cores:
         raise BsubError(f"-n {slots} with {ptile} slots on one host: a virtual node of this embedded LSF has "
@@ -254,12 +223,30 @@ def slot_request(opts: Dict[str, object], nodes_total: int, cores: int) -> Tuple
     return "generic", per_host
 
 
+def host_resources(opts: Dict[str, object]) -> Dict[str, object]:
+    """The job's GPU, memory and application-profile requests (resources.py), checked.
+
+    A job asking more GPUs per host than a virtual node has could never start,
+    so it is refused at submission, as -nnodes beyond the nodes is.
+    """
+    gpu = resources.parse_gpu(str(opts["-gpu"])) if "-gpu" in opts else None
+    if gpu is not None and int(gpu["num"]) > state.gpus_per_node():
+        raise BsubError(f'-gpu "{opts["-gpu"]}" asks {gpu["num"]} GPUs per host, but a virtual node of this '
+                        f"embedded LSF has {state.gpus_per_node()} (SUMMIT_JOBS_LSF_GPUS); the job could "
+                        "never start")
+    mem_limit = resources.memory_kb(str(opts["-M"]), "-M", "KB") if "-M" in opts else None
+    rusage_mem = resources.parse_resreq(str(opts["-R"]))[1] if "-R" in opts else None
+    app = resources.check_app(str(opts["-app"]), state.app_profiles()) if "-app" in opts else None
+    return {"gpu": gpu, "mem_limit_kb": mem_limit, "rusage_mem_mb": rusage_mem, "app": app}
+
+
 def build_job(opts: Dict[str, object], command: List[str], script: Optional[str], lsf_home: Path,
               job_id: int, typed: Optional[List[str]] = None) -> Dict:
     """The job's record, every option checked; BsubError names the first value refused."""
     cwd = os.getcwd()
     nodes_total = state.virtual_nodes()
     form, slots = slot_request(opts, nodes_total, state.cores_per_node())
+    asked = host_resources(opts)
     queue = str(opts.get("-q") or DEFAULT_QUEUE)
     if not QUEUE_RE.fullmatch(queue):
         raise BsubError(f"queue {queue!r} is not a valid queue name")
@@ -298,7 +285,7 @@ def build_job(opts: Dict[str, object], command: List[str], script: Optional[str]
         "user": _user(),
         "from_host": os.uname().nodename.split(".")[0],
         "kill_grace": state.kill_grace(), "runlimit_grace_s": state.runlimit_grace(),
-        "orphan_terminate": bool(opts.get("-ti")),
+        "orphan_terminate": bool(opts.get("-ti")), **asked,
     }
 
 
@@ -346,7 +333,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             opts, _ = parse_options(directives(script), "#BSUB")
         opts.update(cmd_opts)
         job = submit(opts, command, script, rest)
-    except (BsubError, state.LsfError) as exc:
+    except (BsubError, resources.ResourceError, state.LsfError) as exc:
         print(f"{exc}. Job not submitted.", file=sys.stderr)
         return 255
     except OSError as exc:

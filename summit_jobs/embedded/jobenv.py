@@ -19,12 +19,19 @@ job dumps:
   line per slot, launch node first; Summit's pointed at ``<job file>.hostfile``)
   and CSM_ALLOCATION_ID is CSM's own number;
 * generic form (``-n``): no launch node, and the script runs on the first
-  host.
+  host;
+* ``-gpu``: CUDA_VISIBLE_DEVICES lists the GPUs of the host allocated to the
+  job (gpu_list), in the batch script (its host's) and in every task blaunch
+  starts (that task's host's). Numbering: a virtual node's GPUs are 0 to
+  SUMMIT_JOBS_LSF_GPUS - 1, as the CUDA runtime numbers a host's devices; as
+  nodes are never shared between jobs here, a job asking ``num=N`` always
+  gets GPUs 0 to N-1 of each of its hosts (``num=2``: ``0,1``). The CSM
+  launch node has no GPUs, so a CSM job's script gets none.
 """
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from summit_jobs.embedded import state
 
@@ -40,6 +47,14 @@ def host_slots(job: Dict) -> List[Tuple[str, int]]:
     return list(zip(hosts, job["slots"]))
 
 
+
+
+def gpu_list(job: Dict, host: str) -> Optional[str]:
+    """CUDA_VISIBLE_DEVICES of ``host`` for the job: its allocated GPUs, comma-separated; None without -gpu."""
+    gpu = job.get("gpu")
+    if not gpu or host == state.LAUNCH_NODE:
+        return None
+    return ",".join(str(i) for i in range(int(gpu["num"])))
 
 
 def slot_lines(job: Dict) -> str:
@@ -78,6 +93,9 @@ def variables(lsf_home: Path, job: Dict) -> Dict[str, str]:
         first = pairs[0][0]
         env["SUMMIT_JOBS_VNODE"] = first
         env["SUMMIT_JOBS_NVME"] = str(lsf_home / "nodes" / first / "nvme")
+        gpus = gpu_list(job, first)
+        if gpus is not None:
+            env["CUDA_VISIBLE_DEVICES"] = gpus
     return env
 
 

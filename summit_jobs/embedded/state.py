@@ -14,6 +14,12 @@ Settings (environment variables, read by each command):
 ``SUMMIT_JOBS_LSF_NODES`` / ``SUMMIT_JOBS_LSF_CORES``
     Virtual nodes of this machine and cores per virtual node (default 4 and 2;
     the host layer sets them from the ``local`` profile).
+``SUMMIT_JOBS_LSF_GPUS``
+    GPUs of each virtual node (default 0: a job asking ``-gpu`` could never
+    start). A job's GPUs are told to it in CUDA_VISIBLE_DEVICES (jobenv.py).
+``SUMMIT_JOBS_LSF_APPS``
+    Comma-separated names of the application profiles ``bsub -app`` accepts
+    (default none).
 ``SUMMIT_JOBS_LSF_MINUTE``
     Seconds in one LSF minute (default 60). Tests set e.g. 3 so that ``-W 2``
     kills after 6 seconds and ``-wt 1`` warns 3 seconds before that.
@@ -111,6 +117,20 @@ def virtual_nodes() -> int:
 
 def cores_per_node() -> int:
     return _env_count("SUMMIT_JOBS_LSF_CORES", 2, 4096)
+
+
+def gpus_per_node() -> int:
+    """GPUs of each virtual node (SUMMIT_JOBS_LSF_GPUS); 0, the default, is a valid answer."""
+    raw = (os.environ.get("SUMMIT_JOBS_LSF_GPUS") or "0").strip()
+    if not raw.isdecimal() or int(raw) > 64:
+        raise LsfError(f"SUMMIT_JOBS_LSF_GPUS={raw!r} must be a whole number of GPUs per virtual node "
+                       "from 0 to 64")
+    return int(raw)
+
+
+def app_profiles() -> List[str]:
+    """The application profiles ``bsub -app`` accepts (SUMMIT_JOBS_LSF_APPS, comma-separated)."""
+    return [n.strip() for n in os.environ.get("SUMMIT_JOBS_LSF_APPS", "").split(",") if n.strip()]
 
 
 def seconds_per_minute() -> float:

@@ -11,6 +11,12 @@ script in a new process group with LSF's variables and, as IBM LSF does:
 * at the run limit sends SIGUSR2 to the whole job; a job that then ends on its
   own ends as it exits (exit 0: DONE); one still running after the run-limit
   grace (10 LSF minutes, SUMMIT_JOBS_LSF_RUNLIMIT_GRACE) is terminated;
+* enforces ``-M``: every MEMORY_CHECK seconds it adds up the resident memory
+  (RSS) of the job's processes on each virtual host (a process's host is its
+  SUMMIT_JOBS_VNODE, else the first host); a job above its limit on any host
+  is terminated and ends EXIT with TERM_MEMLIMIT, as LSF does with a job-level
+  limit (LSB_JOB_MEMLIMIT=Y, or cgroup enforcement, the usual setting of GPU
+  clusters);
 * terminates a job (bkill, or the run limit's grace over) with IBM's TERMINATE
   action: SIGINT, SIGTERM one JOB_TERMINATE_INTERVAL later, SIGKILL one more
   interval later, each to the whole process group.
@@ -38,6 +44,9 @@ from summit_jobs.embedded import deps, jobenv, state, watchdog
 NEVER = "Dependency condition invalid or never satisfied"
 OWNER_KILL = "TERM_OWNER: job killed by owner"
 RUNLIMIT = "TERM_RUNLIMIT: job killed after reaching LSF run time limit"
+MEMLIMIT = "TERM_MEMLIMIT: job killed after reaching LSF memory usage limit"
+#: Seconds between two looks at the job's memory (LSF's PIM looks every few seconds too).
+MEMORY_CHECK = 0.5
 ORPHAN = "TERM_ORPHAN_SYSTEM: The orphan job was automatically terminated by LSF"
 #: IBM's TERMINATE action: these signals, one JOB_TERMINATE_INTERVAL apart.
 TERMINATE = (signal.SIGINT, signal.SIGTERM, signal.SIGKILL)
@@ -103,7 +112,7 @@ def _environment(lsf_home: Path, job: Dict) -> Dict[str, str]:
     lsf = jobenv.variables(lsf_home, job)
     jobenv.write_host_files(lsf, job)
     for stale in ("LSB_OUTPUTFILE", "LSB_ERRORFILE", "LSB_DJOB_RANKFILE", "CSM_ALLOCATION_ID",
-                  "SUMMIT_JOBS_VNODE", "SUMMIT_JOBS_NVME"):
+                  "SUMMIT_JOBS_VNODE", "SUMMIT_JOBS_NVME") + (("CUDA_VISIBLE_DEVICES",) if job.get("gpu") else ()):
         env.pop(stale, None)            # a job submitted from inside another must not inherit these
     env.update(lsf)
     return env
@@ -242,6 +251,48 @@ def _warn(lsf_home: Path, job: Dict, proc: subprocess.Popen, now: float) -> None
     _update(lsf_home, job["id"], warning_sent=now)
 
 
+def _vnode_of(pid: int) -> Optional[str]:
+    """The virtual host a process runs on (its SUMMIT_JOBS_VNODE), None when it has none or is gone."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as fh:
+            for item in fh.read().split(b"\0"):
+                if item.startswith(b"SUMMIT_JOBS_VNODE="):
+                    return item.split(b"=", 1)[1].decode("ascii", "replace")
+    except OSError:
+        pass
+    return None
+
+
+def _rss_kb(pid: int) -> int:
+    """Resident memory of one process in KB (0 when it is gone)."""
+    try:
+        with open(f"/proc/{pid}/statm", "rb") as fh:
+            return int(fh.read().split()[1]) * (os.sysconf("SC_PAGE_SIZE") // 1024)
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def memory_by_host(pgid: int, first_host: str) -> Dict[str, int]:
+    """RSS in KB of the job's processes (its process group), added up per virtual host."""
+    usage: Dict[str, int] = {}
+    for pid in state.group_members(pgid):
+        host = _vnode_of(pid) or first_host
+        usage[host] = usage.get(host, 0) + _rss_kb(pid)
+    return usage
+
+
+def _over_memory(lsf_home: Path, job: Dict, pgid: int) -> bool:
+    """Whether the job uses more than its -M limit on one of its hosts; the usage is recorded when it does."""
+    limit = job.get("mem_limit_kb")
+    if not limit:
+        return False
+    usage = memory_by_host(pgid, job["hosts"][0] if job.get("hosts") else state.LAUNCH_NODE)
+    if max(usage.values(), default=0) <= limit:
+        return False
+    _update(lsf_home, job["id"], memory_kb_at_kill=usage)
+    return True
+
+
 def _supervise(lsf_home: Path, job: Dict, proc: subprocess.Popen) -> Tuple[Optional[str], bool]:
     """Warn, enforce the run limit and bkill until the script ends: (why LSF acted, whether it terminated)."""
     start, limit = job["start_time"], job.get("limit_s")
@@ -250,7 +301,7 @@ def _supervise(lsf_home: Path, job: Dict, proc: subprocess.Popen) -> Tuple[Optio
     grace = float(job.get("runlimit_grace_s") or 0.0)
     terminate = _Terminate(proc.pid, float(job["kill_grace"]))
     reason: Optional[str] = None
-    last_check = 0.0
+    last_check = last_memory = 0.0
     while proc.poll() is None:
         now = time.time()
         if warn_at is not None and now >= warn_at:
@@ -267,6 +318,11 @@ def _supervise(lsf_home: Path, job: Dict, proc: subprocess.Popen) -> Tuple[Optio
             if _owner_kill(lsf_home, job["id"]):
                 reason = OWNER_KILL
                 terminate.start(now)
+        if terminate.started_at is None and now - last_memory >= MEMORY_CHECK:
+            last_memory = now
+            if _over_memory(lsf_home, job, proc.pid):
+                reason = MEMLIMIT
+                terminate.start(now)
         terminate.tick(now)
         time.sleep(0.05)
     return reason, terminate.started_at is not None
@@ -279,7 +335,7 @@ def _outcome(code: int, reason: Optional[str], terminated: bool) -> Tuple[str, O
     it exited 0, as in LSF. A job that got the run limit's USR2 and ended on its
     own within the grace ends as it exits: 0 is DONE.
     """
-    if reason == OWNER_KILL or (reason and terminated):
+    if reason in (OWNER_KILL, MEMLIMIT) or (reason and terminated):
         return "EXIT", reason
     if code == 0:
         return "DONE", None
