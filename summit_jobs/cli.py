@@ -13,6 +13,7 @@ import click
 from summit_jobs import __version__, settings
 from summit_jobs.cli_types import FiniteFloat, whole
 from summit_jobs.errors import UserError, describe_os_error
+from summit_jobs.machines import LAUNCHERS, REQUESTS
 from summit_jobs.plan import LAYOUTS, STAGE_POLICIES
 from trainer import config as trainer_config
 
@@ -163,6 +164,27 @@ def _allocation_options() -> list:
         click.option("--layout", type=click.Choice(LAYOUTS),
                      help="Resource sets: one per GPU (gpu) or one per node with all GPUs (node). "
                           "Default: the profile's."),
+        click.option("--request", type=click.Choice(REQUESTS),
+                     help="How nodes are asked for: nnodes (CSM: Summit, Lassen) or slots (-n with "
+                          "span[ptile], every other LSF cluster). Default: the profile's."),
+        click.option("--launcher", type=click.Choice(LAUNCHERS),
+                     help="What starts the ranks: jsrun (CSM), blaunch (one rank per slot), mpirun (Open MPI "
+                          "through blaunch) or torchrun (one per node through blaunch -z). Default: the "
+                          "profile's."),
+        click.option("--mem", metavar="SIZE",
+                     help="Memory per node, e.g. 64GB: written as -M and/or rusage[mem=] in the site's unit "
+                          "and counting (per slot, host or job: the profile's scheduler.memory)."),
+        click.option("--app", metavar="NAME", help="LSF application profile (-app). Default: the profile's."),
+        click.option("--container", metavar="IMAGE",
+                     help="Run the job in this container (-a \"docker(IMAGE)\"). Default: the profile's."),
+        click.option("--bsub-option", "bsub_options", multiple=True, metavar="'-OPT VALUE'",
+                     help="A further #BSUB line, e.g. '-B', '-N', '-U resv', '-R select[mem>64000]', "
+                          "'-sla class' (repeatable; options summit-jobs writes itself are refused)."),
+        click.option("--command", "user_command", metavar="'PROGRAM ARGS'",
+                     help="Run this training command on every rank instead of python -m trainer (split like a "
+                          "shell would, never run by one). Chains, staging, status and logs apply; see "
+                          "docs/user-command.md for the contract (checkpoint and exit 0 on SIGUSR2, a "
+                          "COMPLETE file when done)."),
     ]
 
 
@@ -273,7 +295,8 @@ def _run_dir(state: State, kw: dict, profile) -> str:
 
 
 #: Options handed to JobOptions under the same name, as given (None: the profile's or the recipe's).
-_AS_GIVEN = ("walltime", "queue", "job_name", "epochs", "stage_policy", "layout", "clips_per_gpu", "lr",
+_AS_GIVEN = ("walltime", "queue", "job_name", "epochs", "stage_policy", "layout", "request", "launcher", "mem",
+             "app", "container", "clips_per_gpu", "lr",
              "warmup_epochs", "engine", "arch", "num_classes", "chain", "warning_minutes", "short_cycle",
              "fusion_threshold", "train_clips", "schedule", "optimizer", "optimizer_sync", "avg_interval",
              "compression", "max_links")
@@ -290,8 +313,23 @@ def job_options(state: State, kw: dict, profile, *, accum_steps: int = 1, virtua
         quota_nodes=state.quota(kw.get("quota_nodes")).nodes, virtual_nodes=virtual_nodes,
         python=sys.executable if profile.environment.python == "auto" else None,
         trainer_args=tuple(kw.get("trainer_args") or ()), check_trainer_args=not _replaces_launch(template_dir),
-        until_complete=bool(kw.get("until_complete")),
+        until_complete=bool(kw.get("until_complete")), bsub_options=tuple(kw.get("bsub_options") or ()),
+        command=_user_command(kw.get("user_command")),
     )
+
+
+def _user_command(text: Optional[str]) -> Tuple[str, ...]:
+    """--command split into words as a shell would split it (it is never run by a shell)."""
+    import shlex
+    if text is None:
+        return ()
+    try:
+        words = tuple(shlex.split(text))
+    except ValueError as exc:
+        raise UserError(f"--command {text!r} cannot be split into words: {exc}.") from None
+    if not words:
+        raise UserError("--command '' names no program; give the training command, e.g. --command 'python train.py'.")
+    return words
 
 
 def build_job(state: State, kw: dict, *, accum_steps: int = 1, virtual_nodes: Optional[int] = None):

@@ -29,6 +29,11 @@ _YamlLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when pres
 SHELL_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 TOKEN_RE = re.compile(r"[A-Za-z0-9_.,:=+/@%-]+")
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+MEMORY_FORM_RE = re.compile(r"-M|rusage")
+#: A container image reference (registry/name:tag@digest).
+CONTAINER_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@-]{0,255}")
+#: One extra #BSUB line: an option and its value words, each a validated token; brackets for -R strings.
+DIRECTIVE_RE = re.compile(r"-[A-Za-z][A-Za-z_]*(?: [A-Za-z0-9_.,:=+/@%\[\]>()!<&|-]+)*")
 #: A path that may name variables the compute node's shell or the trainer expands ($USER, ${SCRATCH}).
 VAR_PATH_RE = re.compile(r"(?:[A-Za-z0-9_.,:=+/@%-]|\$[A-Za-z_][A-Za-z0-9_]*|\$\{[A-Za-z_][A-Za-z0-9_]*\})+")
 
@@ -57,6 +62,16 @@ def check_script_values(profile: "Profile") -> None:
                for i, p in enumerate(profile.scheduler.launch_node_prefixes)]
     if profile.node.nvme_path:
         checks.append(("node.nvme_path", profile.node.nvme_path, VAR_PATH_RE))
+    sched = profile.scheduler
+    checks += [(f"scheduler.gpu.{k}", v, TOKEN_RE) for k, v in (("gmodel", sched.gpu.gmodel),
+                                                                 ("gmem", sched.gpu.gmem)) if v]
+    checks += [(f"scheduler.memory.forms[{i}]", f, MEMORY_FORM_RE) for i, f in enumerate(sched.memory.forms)]
+    if sched.app:
+        checks.append(("scheduler.app", sched.app, NAME_RE))
+    if sched.container:
+        checks.append(("scheduler.container", sched.container, CONTAINER_RE))
+    for i, line in enumerate(sched.extra_directives):
+        checks.append((f"scheduler.extra_directives[{i}]", line, DIRECTIVE_RE))
     for key, value, pattern in checks:
         if not pattern.fullmatch(value):
             raise ValueError(f"{key} = {value!r} is not allowed: it is printed into job scripts, so it must be "
@@ -73,6 +88,10 @@ def check_script_values(profile: "Profile") -> None:
 def _shape(pattern: "re.Pattern[str]") -> str:
     return {SHELL_NAME_RE: "a shell variable name (letters, digits, '_'; not starting with a digit)",
             TOKEN_RE: "one word of letters, digits and . , : = + / @ % _ - (no spaces, quotes, $ or ;)",
+            MEMORY_FORM_RE: "'-M' or 'rusage'",
+            CONTAINER_RE: "an image reference of letters, digits and . _ / : @ -",
+            DIRECTIVE_RE: "'-OPTION value ...': an option then words of letters, digits and . , : = + / @ % _ - [ ] "
+                          "> < ( ) ! & | (no quotes, $ or ;)",
             NAME_RE: "a name of letters, digits, '.', '_' and '-' (starting with a letter or digit)",
             VAR_PATH_RE: "a path of letters, digits and . _ - / with $NAME or ${NAME} references only"}[pattern]
 
@@ -128,6 +147,38 @@ class Queue:
     max_queued_per_user: Optional[int] = None
 
 
+#: How a job asks for its nodes: Summit's CSM ``-nnodes N``, or IBM's slot form ``-n S -R "span[ptile=P]"``.
+REQUESTS = ("nnodes", "slots")
+#: What starts the ranks: jsrun (CSM), blaunch (one rank per slot), Open MPI's mpirun through blaunch, or one
+#: torchrun per node through ``blaunch -z``.
+LAUNCHERS = ("jsrun", "blaunch", "mpirun", "torchrun")
+#: Memory units LSF takes (LSF_UNIT_FOR_LIMITS) and what a memory request counts.
+MEMORY_UNITS = ("KB", "MB", "GB", "TB")
+MEMORY_PER = ("slot", "host", "job")
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """The ``-gpu`` request of IBM LSF 10.1 (``num`` is per host and comes from node.gpus)."""
+    mode: Literal["shared", "exclusive_process"] = "exclusive_process"
+    j_exclusive: Optional[bool] = None
+    mps: Optional[bool] = None
+    gmodel: Optional[str] = None
+    gmem: Optional[str] = None
+    #: Request GPUs with the legacy ``-R "rusage[ngpus_excl_p=N]"`` instead (only where the site still takes it).
+    legacy_rusage: bool = False
+
+
+@dataclass(frozen=True)
+class Memory:
+    """How the site reads a memory request: the unit of -M and rusage[mem] and what they count."""
+    unit: Literal["KB", "MB", "GB", "TB"] = "MB"
+    #: ``slot``: per slot (LSF's default for rusage); ``host``: per host; ``job``: for the whole job.
+    per: Literal["slot", "host", "job"] = "slot"
+    #: Which forms the site wants: ``-M`` (a limit) and/or ``rusage`` (a reservation in -R).
+    forms: Tuple[str, ...] = ("-M", "rusage")
+
+
 @dataclass(frozen=True)
 class Scheduler:
     #: ``file``: ``bsub script`` (Summit); ``stdin``: ``bsub < script`` (most LSF sites).
@@ -147,6 +198,18 @@ class Scheduler:
     warning_minutes: int = 10
     #: Embedded LSF only: how many virtual nodes this machine pretends to have.
     virtual_nodes: Optional[int] = None
+    #: ``nnodes`` (CSM, Summit) or ``slots`` (-n and span[ptile], every other LSF cluster).
+    request: Literal["nnodes", "slots"] = "nnodes"
+    #: Slots asked per host in the slot form (default: the node's cores, i.e. whole nodes).
+    slots_per_host: Optional[int] = None
+    gpu: Gpu = field(default_factory=Gpu)
+    memory: Memory = field(default_factory=Memory)
+    #: Application profile (-app) every job uses, e.g. Janelia's parallel-96; --app overrides.
+    app: Optional[str] = None
+    #: Container image every job runs in (-a "docker(IMAGE)", WashU RIS); --container overrides.
+    container: Optional[str] = None
+    #: Further #BSUB lines the site requires, each "-FLAG value" (validated tokens).
+    extra_directives: Tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -172,6 +235,8 @@ class Node:
 
 @dataclass(frozen=True)
 class Launcher:
+    #: What starts the ranks (LAUNCHERS); --launcher overrides.
+    kind: Literal["jsrun", "blaunch", "mpirun", "torchrun"] = "jsrun"
     #: ``gpu``: one resource set per GPU (-n 6N -r 6 -a 1 -g 1 -c 7);
     #: ``node``: one resource set per node holding all GPUs (-n N -r 1 -a 6 -g 6 -c 42).
     layout: Literal["gpu", "node"] = "gpu"
@@ -255,6 +320,10 @@ class Profile:
     writable_hint: str = ""
     #: The file it was loaded from (for messages and the run record).
     source: str = ""
+    #: When the machine was retired (kept as the paper's reference), e.g. "2024-11".
+    retired: Optional[str] = None
+    #: Where the profile's facts come from (a site guide's address and the date it was read).
+    reference: str = ""
 
     def __post_init__(self) -> None:
         if self.max_nodes < 1:
@@ -268,6 +337,8 @@ class Profile:
             b.max_minutes  # validates the format
         if self.node.slots < 1:
             raise ValueError("node needs gpus >= 1 or, for CPU-only machines, cpu_slots >= 1")
+        if self.scheduler.slots_per_host is not None and self.scheduler.slots_per_host < 1:
+            raise ValueError("scheduler.slots_per_host must be at least 1")
         if self.quota_nodes is not None and self.quota_nodes < 1:
             raise ValueError(f"quota_nodes = {self.quota_nodes} must be at least 1 (or left out: no quota)")
         check_script_values(self)

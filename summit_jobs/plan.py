@@ -12,6 +12,7 @@ import shlex
 from dataclasses import asdict, dataclass, replace
 from typing import Dict, List, Optional, Tuple
 
+from summit_jobs import request as request_mod
 from summit_jobs import settings, trainer_args
 from summit_jobs.errors import UserError
 from summit_jobs.machines import Profile, Queue, WalltimeBin, format_hhmm, parse_hhmm
@@ -79,6 +80,15 @@ class JobOptions:
     #: next one itself, up to ``max_links`` links in all.
     until_complete: bool = False
     max_links: int = 20
+    #: Request and launcher kinds (None: the profile's), memory per node, -app, container, extra #BSUB lines.
+    request: Optional[str] = None
+    launcher: Optional[str] = None
+    mem: Optional[str] = None
+    app: Optional[str] = None
+    container: Optional[str] = None
+    bsub_options: Tuple[str, ...] = ()
+    #: The user's own training command (words), run on every rank instead of ``python -m trainer``.
+    command: Tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -159,6 +169,25 @@ class Plan:
     script_name: str = SCRIPT_NAME
     #: Job ids of links submitted by the chain itself, one per line, in the run directory.
     chain_file: str = CHAIN_FILE
+    #: ``nnodes`` or ``slots`` (summit_jobs.request) and what starts the ranks.
+    request_kind: str = "nnodes"
+    launcher: str = "jsrun"
+    slots: int = 0
+    slots_per_host: int = 0
+    #: ``(flag, value)`` #BSUB directives: the allocation's shape (where -nnodes stands), then the rest.
+    shape_directives: Tuple[Tuple[str, str], ...] = ()
+    extra_directives: Tuple[Tuple[str, str], ...] = ()
+    memory: str = ""
+    #: True when ``trainer_argv`` is the user's own command (--command), not python -m trainer.
+    user_command: bool = False
+
+    @property
+    def torchrun_program(self) -> Tuple[str, ...]:
+        """What torchrun runs on each node: ``-m trainer ARGS``, or ``--no-python`` and the user's command."""
+        argv = self.trainer_argv
+        if not self.user_command and len(argv) > 2 and argv[1] == "-m":
+            return ("-m",) + tuple(argv[2:])
+        return ("--no-python",) + tuple(argv)
 
     def summary(self) -> Dict[str, object]:
         """The figures a user checks before spending node-hours."""
@@ -185,6 +214,13 @@ class Plan:
             out["avg_interval"] = self.avg_interval
         if self.multigrid:
             out["multigrid"] = list(self.multigrid)
+        if self.request_kind != "nnodes" or self.launcher != "jsrun":
+            out.update(request=self.request_kind, launcher=self.launcher, slots=self.slots,
+                       slots_per_host=self.slots_per_host)
+        if self.memory:
+            out["memory"] = self.memory
+        if self.user_command:
+            out["command"] = list(self.trainer_argv)
         return out
 
     def to_dict(self) -> Dict[str, object]:
@@ -451,7 +487,9 @@ def _staging(profile: Profile, opts: JobOptions) -> Optional[Staging]:
 def _variables(profile: Profile, opts: JobOptions) -> Dict[str, str]:
     """The job's environment variables: the profile's, the host rules of trainer/lsf_hosts.py, the fusion buffer."""
     variables = dict(profile.environment.variables)
-    variables["SUMMIT_JOBS_LSF_CSM"] = "1" if profile.scheduler.csm else "0"
+    # A CSM machine lists its launch node first only in a CSM (-nnodes) allocation.
+    csm = profile.scheduler.csm and (opts.request or profile.scheduler.request) == "nnodes"
+    variables["SUMMIT_JOBS_LSF_CSM"] = "1" if csm else "0"
     variables["SUMMIT_JOBS_LAUNCH_NODE_PREFIXES"] = ",".join(profile.scheduler.launch_node_prefixes)
     if opts.fusion_threshold is not None:
         if opts.fusion_threshold < 0:
@@ -611,7 +649,12 @@ def _given_to_trainer(opts: JobOptions) -> Dict[str, object]:
 
 
 def _checked_argv(profile: Profile, opts: JobOptions, run: Launch, opt: Optimisation) -> Tuple[List[str], Optimisation]:
-    """The trainer's full argv, parsed as a rank will parse it; the optimisation it really runs."""
+    """The trainer's full argv, parsed as a rank will parse it; the optimisation it really runs.
+    With --command, the user's own program and its arguments, which this tool cannot parse."""
+    if opts.command:
+        if any(any(ch in w for ch in "\n\r\0") for w in opts.command):
+            raise UserError("--command holds a line break or NUL byte; give the command on one line.")
+        return list(opts.command) + list(opts.trainer_args), opt
     argv = _trainer_argv(profile, opts, run, opt)
     if opts.check_trainer_args:
         final = trainer_args.check(argv[3:], opts.trainer_args, _given_to_trainer(opts), run.staging is not None)
@@ -622,18 +665,29 @@ def _checked_argv(profile: Profile, opts: JobOptions, run: Launch, opt: Optimisa
     return argv + list(opts.trainer_args), opt
 
 
+def request_step(profile: Profile, opts: JobOptions, nodes: int) -> request_mod.Request:
+    """How the job asks for its nodes and what starts its ranks (summit_jobs.request)."""
+    kind, starter = request_mod.request_and_launcher(profile, opts.request, opts.launcher)
+    return request_mod.build(profile, kind, starter, nodes, profile.node.slots, opts.mem, opts.app,
+                             opts.container, opts.bsub_options)
+
+
 def make_plan(profile: Profile, opts: JobOptions) -> Plan:
     """Check ``opts`` against ``profile``'s policy and derive the job's shape: the three steps, composed."""
     alloc = allocation(profile, opts)
     run = launch(profile, opts, alloc.nodes)
     opt = optimisation(profile, opts, alloc.nodes)
     argv, opt = _checked_argv(profile, opts, run, opt)
+    req = request_step(profile, opts, alloc.nodes)
     nbin, minutes = alloc.bin, alloc.minutes
     return Plan(
+        request_kind=req.kind, launcher=req.launcher, slots=req.slots, slots_per_host=req.slots_per_host,
+        shape_directives=req.shape, extra_directives=req.extra, memory=req.memory,
+        user_command=bool(opts.command),
         machine=profile.name, nodes=alloc.nodes, ranks_per_node=profile.node.slots, ranks=run.ranks,
         layout=run.layout, jsrun=run.jsrun, stage_jsrun=run.stage_jsrun, walltime_minutes=minutes,
         walltime=format_hhmm(minutes), bin=nbin.bin, bin_max_walltime=nbin.max_walltime, queue=alloc.queue_name,
-        alloc_flags=run.alloc_flags, node_hours=alloc.nodes * minutes / 60.0 * opts.chain,
+        alloc_flags=run.alloc_flags if req.kind == "nnodes" else (), node_hours=alloc.nodes * minutes / 60.0 * opts.chain,
         account_flag=profile.scheduler.account_flag, account=alloc.account, job_name=opts.job_name,
         run_dir=opts.run_dir, chain=opts.chain, warning_signal="USR2", warning_minutes=alloc.warning_minutes,
         submit_mode=profile.scheduler.submit_mode, python=run.python, modules=profile.environment.modules,
@@ -663,6 +717,11 @@ def describe(plan: Plan) -> str:
     ]
     if plan.virtual_nodes != plan.nodes:
         lines.append(f"reproduces a {plan.virtual_nodes:,}-node run ({plan.virtual_ranks:,} virtual ranks) exactly")
+    if plan.request_kind == "slots":
+        lines.append(f"asks for {plan.slots:,} slots ({plan.slots_per_host} per host); ranks started by "
+                     f"{plan.launcher}" + (f"; memory {plan.memory}" if plan.memory else ""))
+    if plan.user_command:
+        lines.append(f"runs your command on every rank: {shlex.join(plan.trainer_argv)}")
     if plan.staging:
         lines.append(f"stages {plan.staging.manifest} to node-local NVMe ({plan.staging.policy})")
     methods = [f"optimizer {plan.optimizer}"]

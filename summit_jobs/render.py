@@ -20,7 +20,7 @@ import functools
 import re
 import shlex
 from pathlib import Path
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable, Optional, Tuple
 
 import jinja2
 
@@ -55,6 +55,7 @@ def _environment(template_dir: Optional[str]) -> jinja2.Environment:
     env.filters["q"] = lambda value: Shell(shell_value(value))
     env.filters["qjoin"] = lambda values: Shell(shlex.join(str(v) for v in values))
     env.filters["bsub_words"] = bsub_words
+    env.filters["bsub_directive"] = bsub_directive
     env.filters["shell_code"] = lambda line: Shell(str(line))
     # The run directory's file names, from the one module that owns them (trainer.rundir, torch-free).
     from trainer import rundir
@@ -98,6 +99,26 @@ def bsub_words(values: Iterable[Any]) -> Shell:
             raise UserError(f"{w!r} cannot be part of a #BSUB value: use letters, digits and . , : = + / @ % [ ] "
                             "_ - only (no spaces, quotes or $).")
     return Shell(" ".join(words))
+
+
+#: A #BSUB value that needs no quotes, and the characters any checked value may hold.
+_BSUB_BARE = re.compile(r"[A-Za-z0-9_.,:=+/@%-]+")
+_BSUB_VALUE = re.compile(r"[A-Za-z0-9_.,:=+/@%\[\]>()<!&|-]+(?: [A-Za-z0-9_.,:=+/@%\[\]>()<!&|-]+)*")
+
+
+def bsub_directive(pair: Tuple[str, str]) -> Shell:
+    """``(flag, value)`` as the rest of a ``#BSUB`` line: ``-n 8``, ``-R "span[ptile=4]"``, ``-B``.
+
+    The plan checks every value (summit_jobs.request); this refuses anything
+    that could leave the double quotes or start another line all the same.
+    """
+    flag, value = str(pair[0]), str(pair[1])
+    if not re.fullmatch(r"-[A-Za-z][A-Za-z_]*", flag) or (value and not _BSUB_VALUE.fullmatch(value)):
+        raise UserError(f"#BSUB {flag} {value!r} cannot be written: an option and words of letters, digits and "
+                        ". , : = + / @ % _ - [ ] > < ( ) ! & | only.")
+    if not value:
+        return Shell(flag)
+    return Shell(f"{flag} {value}" if _BSUB_BARE.fullmatch(value) else f'{flag} "{value}"')
 
 
 def _bytecode_cache() -> Optional[jinja2.BytecodeCache]:

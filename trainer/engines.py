@@ -48,6 +48,8 @@ class Launch:
     source: str
     #: LSB_JOBID when ``port`` was derived from it (a rendezvous may then move to a free port), else "".
     job: str = ""
+    #: torchrun's agent hosts the job's store (MASTER_ADDR:MASTER_PORT): every rank joins it as a client.
+    agent_store: bool = False
 
 
 def _compute_hosts(env: Mapping[str, str]) -> List[str]:
@@ -113,6 +115,10 @@ def launch_from_env(env: Optional[Mapping[str, str]] = None) -> Launch:
     if not 0 <= r < s:
         raise ValueError(f"rank {r} is outside a world of size {s} (from {source} variables)")
     job = env.get("LSB_JOBID", "")
+    agent = source == "torchrun" and str(env.get("TORCHELASTIC_USE_AGENT_STORE", "")).lower() == "true" \
+        and bool(env.get("MASTER_ADDR")) and str(env.get("MASTER_PORT", "")).isdigit()
+    if agent:
+        return Launch(r, s, lr, max(1, ls), env["MASTER_ADDR"], int(env["MASTER_PORT"]), source, "", True)
     return Launch(r, s, lr, max(1, ls), rendezvous_addr(env), rendezvous_port(env), source,
                   job if job.isdigit() else "")
 
@@ -223,7 +229,11 @@ class DDPEngine(Engine):
         if _loopback(launch.addr):
             os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
         timeout = datetime.timedelta(minutes=30)
-        if _meets_in(launch, rendezvous_dir):
+        if launch.agent_store:
+            # torchrun: its agent on the first node hosts the store; every rank is a client (env://).
+            store = rendezvous.agent_store(launch.addr, launch.port)
+            dist.init_process_group(backend, store=store, rank=launch.rank, world_size=launch.size, timeout=timeout)
+        elif _meets_in(launch, rendezvous_dir):
             store = rendezvous.meet(launch.addr, launch.port, rendezvous_dir, launch.job, launch.rank, launch.size)
             dist.init_process_group(backend, store=store, rank=launch.rank, world_size=launch.size, timeout=timeout)
             dist.barrier()  # every rank has read the record
@@ -380,7 +390,14 @@ class HorovodEngine(Engine):
 
     def _gloo_port(self, launch: Launch, folder: Optional[os.PathLike], meets: bool) -> int:
         """The port of the HTTP rendezvous that rank 0 hosts: any free one, passed on through the job's
-        store (see ``trainer.rendezvous``); without a run directory, the derived port + 1."""
+        store (see ``trainer.rendezvous``; under torchrun, through its agent's store); without a run
+        directory, the derived port + 1."""
+        if launch.agent_store:
+            self._store = rendezvous.agent_store(launch.addr, launch.port)
+            if launch.rank == 0:
+                self._server = _start_horovod_rendezvous(launch, 0)
+                self._store.set(HOROVOD_PORT_KEY, str(self._server.server_address[1]))
+            return int(self._store.get(HOROVOD_PORT_KEY).decode())
         if not meets:
             if launch.rank == 0:
                 self._server = _start_horovod_rendezvous(launch, launch.port + 1)
@@ -465,7 +482,7 @@ def make_engine(name: str, launch: Optional[Launch] = None, rendezvous_dir: Opti
     launch = launch or launch_from_env()
     if launch.size == 1:
         launch = dataclasses.replace(launch, addr="127.0.0.1", port=_free_port_pair())
-    elif launch.rank == 0:
+    elif launch.rank == 0 and not launch.agent_store:
         rendezvous.check_host(launch.addr)      # a rank 0 on the wrong node fails now, not after a long wait
     device = pick_device(launch)
     if name == "horovod" and not horovod_available():

@@ -61,3 +61,21 @@ def compute_hosts(env: Mapping[str, str]) -> List[Tuple[str, int]]:
         pairs = pairs[1:]
     prefixes = launch_prefixes(env)
     return [(h, n) for h, n in pairs if not (prefixes and h.startswith(prefixes))]
+
+
+def main() -> int:
+    """``python -m trainer.lsf_hosts``: the job's compute hosts, space-separated, for job scripts
+    (``blaunch -z "$HOSTS"``, the first one as torchrun's rendezvous host)."""
+    import os
+    import sys
+    hosts = [h for h, _ in compute_hosts(os.environ)]
+    if not hosts:
+        print("trainer.lsf_hosts: no compute hosts: LSB_MCPU_HOSTS and LSB_DJOB_HOSTFILE are unset or list only "
+              "launch nodes (run this inside an LSF job)", file=sys.stderr)
+        return 1
+    print(" ".join(hosts))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -252,6 +252,18 @@ def meet(addr: str, derived: int, folder: os.PathLike, job: str, rank: int, size
     return store
 
 
+def agent_store(addr: str, port: int):
+    """The store torchrun's agent hosts for the job (TORCHELASTIC_USE_AGENT_STORE): joined as a client,
+    under a prefix of its own so that its keys never meet torchrun's."""
+    from torch.distributed import PrefixStore, TCPStore
+    try:
+        store = TCPStore(addr, port, None, False, STORE_TIMEOUT, wait_for_workers=False)
+    except RuntimeError as exc:
+        raise RendezvousError(f"trainer: cannot reach torchrun's store at {addr}:{port} (MASTER_ADDR, "
+                              f"MASTER_PORT): {str(exc).splitlines()[0]}") from None
+    return PrefixStore(f"summit_jobs/{os.environ.get('TORCHELASTIC_RUN_ID', 'run')}/", store)
+
+
 def done(folder: os.PathLike, job: str, rank: int) -> None:
     """After every rank has joined: rank 0 removes the record."""
     if rank == 0:
@@ -259,3 +271,36 @@ def done(folder: os.PathLike, job: str, rank: int) -> None:
             record_path(folder, job).unlink(missing_ok=True)
         except OSError:
             pass
+
+
+def free_port(job: str) -> int:
+    """A port for a launcher's own rendezvous (torchrun's c10d store): derived from the job id, half the
+    range away from the trainer's own (so the two never meet), the next free one if taken."""
+    derived = PORT_BASE + (int(job) * 2 + PORT_SPAN // 2) % PORT_SPAN if job.isdecimal() else PORT_BASE + 1
+    for port in _candidates(derived):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            try:
+                probe.bind(("", port))
+            except OSError:
+                continue
+            return port
+    raise RendezvousError(f"trainer: no free port among {TRIES} tried from {derived}")
+
+
+def main(argv: Optional[list] = None) -> int:
+    """``python -m trainer.rendezvous --free-port``: print free_port(LSB_JOBID) for a job script."""
+    import sys
+    args = sys.argv[1:] if argv is None else argv
+    if args != ["--free-port"]:
+        print("usage: python -m trainer.rendezvous --free-port", file=sys.stderr)
+        return 2
+    try:
+        print(free_port(os.environ.get("LSB_JOBID", "")))
+    except RendezvousError as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -102,11 +102,15 @@ def placement(manifest: Dict[str, object], nodes: int, policy: str) -> List[List
 
 
 def node_index(explicit: Optional[int], nodes: int) -> int:
-    """This rank's node: jsrun sets JSM_NAMESPACE_RANK (Spectrum MPI also OMPI_COMM_WORLD_RANK)."""
+    """This rank's node: jsrun sets JSM_NAMESPACE_RANK (Spectrum MPI also OMPI_COMM_WORLD_RANK);
+    ``blaunch -z "h1 h2 ..."`` sets LSF_PM_TASKID, counted from 1, one task per host named."""
     value: Optional[str] = str(explicit) if explicit is not None else None
     for var in ("JSM_NAMESPACE_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK"):
         if value is None and os.environ.get(var, "").strip():
             value = os.environ[var].strip()
+    task = os.environ.get("LSF_PM_TASKID", "").strip()
+    if value is None and task.isdigit() and int(task) >= 1:
+        value = str(int(task) - 1)
     if value is None:
         if nodes == 1:
             return 0
