@@ -120,12 +120,15 @@ def machines_cmd(state: State, as_json: bool) -> None:
                               for b in p.walltime_bins],
             "submit_mode": p.scheduler.submit_mode, "account_flag": p.scheduler.account_flag,
             "nvme_path": p.node.nvme_path, "quota_nodes": p.quota_nodes, "source": p.source,
+            "retired": p.retired, "reference": p.reference or None,
         })
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
     for r in rows:
         mark = " (selected)" if r["name"] == state.machine else ""
+        # A retired machine stays listed (its profile is the paper's reference), never mistaken for a live one.
+        mark += f" (retired {r['retired']}: reference only)" if r["retired"] else ""
         click.echo(f"{r['name']}{mark}: {r['description']}")
         click.echo(f"  nodes: up to {r['max_nodes']:,}; {r['gpus_per_node']} GPUs, {r['cores_per_node']} cores, "
                    f"{r['ranks_per_node']} ranks per node; NVMe {r['nvme_path'] or 'none'}")
@@ -144,6 +147,8 @@ def machines_cmd(state: State, as_json: bool) -> None:
             qs.append(f"{q}{'*' if v['default'] else ''} ({', '.join(extra)})")
         click.echo(f"  queues (* default): {'; '.join(qs)}")
         click.echo(f"  profile: {r['source']}")
+        if r["reference"]:
+            click.echo(f"  reference: {r['reference']}")
 
 
 def _allocation_options() -> list:
