@@ -328,12 +328,15 @@ def _user_command(text: Optional[str]) -> Tuple[str, ...]:
     import shlex
     if text is None:
         return ()
+    if any(ch in text for ch in "\n\r\0"):
+        raise UserError(f"--command {text!r} holds a line break or NUL byte; give the command on one line.")
     try:
         words = tuple(shlex.split(text))
     except ValueError as exc:
         raise UserError(f"--command {text!r} cannot be split into words: {exc}.") from None
     if not words:
-        raise UserError("--command '' names no program; give the training command, e.g. --command 'python train.py'.")
+        raise UserError(f"--command {text!r} names no program; give the training command, e.g. "
+                        "--command 'python train.py'.")
     return words
 
 
@@ -440,13 +443,10 @@ def expected_links(profile, plan, data: Optional[str]) -> str:
 def require_data(state: State, plan, kw: dict) -> None:
     """A real job needs data: without --data (or --data after `--`) every rank would stop at once."""
     from summit_jobs import trainer_args
-    if _replaces_launch(settings.template_dir(kw.get("template_dir"), state.config)):
-        return
+    if plan.user_command or _replaces_launch(settings.template_dir(kw.get("template_dir"), state.config)):
+        return                  # the user's own program decides where its data is
     if trainer_args.parse(plan.trainer_argv[3:]).data:
         return
     raise UserError("no data for the trainer: pass --data MANIFEST (shards on the parallel file system, staged to "
                     "node-local NVMe) or give the trainer a folder of shards after `--`, as in "
                     "`summit-jobs submit ... -- --data /path/to/shards`. See `summit-jobs pack --help`.")
-
-
-# Command groups kept in modules of their own; imported last so they can use `cli` and `State`.

@@ -28,6 +28,17 @@ CASES = {
     "lassen-2-until-complete": ("lassen", dict(nodes=2, project="mybank", until_complete=True)),
     "local-2": ("local", dict(nodes=2, python="/usr/bin/python3", epochs=2, walltime="0:10",
                               data="/home/u/shards/manifest.json")),
+    # The generic LSF form (-n, span[ptile]) with each launcher of today's clusters.
+    "local-2-slots-blaunch": ("local", dict(nodes=2, python="/usr/bin/python3", epochs=2, walltime="0:10",
+                                            request="slots", launcher="blaunch", mem="4GB",
+                                            data="/home/u/shards/manifest.json")),
+    "local-2-slots-mpirun": ("local", dict(nodes=2, python="/usr/bin/python3", epochs=2, walltime="0:10",
+                                           request="slots", launcher="mpirun", bsub_options=("-B", "-N"))),
+    "local-2-slots-torchrun": ("local", dict(nodes=2, python="/usr/bin/python3", epochs=2, walltime="0:10",
+                                             request="slots", launcher="torchrun", until_complete=True)),
+    "local-1-user-command": ("local", dict(nodes=1, python="/usr/bin/python3", walltime="0:10", request="slots",
+                                           launcher="blaunch",
+                                           command=("python3", "train.py", "--note", "it's $HOME; `x`"))),
 }
 
 

@@ -29,8 +29,8 @@ while step < args.steps and not warned:
     time.sleep(args.step_seconds)
 if rank == 0:                                                 # 3. checkpoint: temp name, then rename
     os.makedirs("checkpoints", exist_ok=True)
-    torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step}, "checkpoints/.tmp")
-    os.replace("checkpoints/.tmp", f"checkpoints/ckpt-{step:09d}.pt")
+    torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step}, "checkpoints/part.tmp")
+    os.replace("checkpoints/part.tmp", f"checkpoints/ckpt-{step:09d}.pt")
     if step >= args.steps:                                    # 4. COMPLETE when done
         open("COMPLETE", "w").write(f"step {step} loss {loss.item():.4f}\n")
 print(f"rank {rank}: {'warned' if warned else 'done'} at step {step}", flush=True)   # 5. exit 0 either way

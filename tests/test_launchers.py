@@ -1,0 +1,141 @@
+"""Today's LSF form for real: -n/span[ptile] jobs whose ranks start by blaunch, Open MPI's mpirun (through
+blaunch) or one torchrun per node, on the embedded LSF's two virtual nodes, against the jsrun path.
+
+Every job is submitted with `summit-jobs submit` as a user would; the tiny TSM trains two steps with the same
+seed under DDP on CPU, so each launcher must end with the very weights the CSM/jsrun job ends with.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest_lsf import cli, lsf_env, run, submitted_id, wait_for, wait_state  # noqa: F401
+from trainer_utils import REPO, make_dataset, tiny_args
+
+LAUNCHERS = ["blaunch", "mpirun", "torchrun"]
+#: Open MPI refuses to run as root without these (the CI machine runs tests as root).
+MPI_ROOT = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    return make_dataset(tmp_path_factory.mktemp("launchers") / "data", train=16, val=0, frames=4, size=32)
+
+
+#: tiny_args options that submit sets itself (the run directory, the optimisation, the submit options).
+SET_BY_SUBMIT = {"--run-dir", "--engine", "--arch", "--num-classes", "--epochs", "--batch-per-gpu", "--accum-steps",
+                 "--lr", "--warmup-epochs"}
+
+
+def _trainer_args(data: Path):
+    args = tiny_args(Path("unused"), data, max_steps=2, eval_every=0) + ["--no-test"]
+    out, i = [], 0
+    while i < len(args):
+        if args[i] in SET_BY_SUBMIT:
+            i += 2
+            continue
+        out.append(args[i])
+        i += 1
+    return out
+
+
+def _submit(env, tmp_path: Path, data: Path, name: str, *options: str) -> tuple:
+    run_dir = tmp_path / name
+    res = cli(["submit", "--nodes", "2", "--epochs", "1", "--num-classes", "4", "--clips-per-gpu", "2",
+               "--engine", "ddp", "--arch", "resnet18", "--lr", "0.1", "--warmup-epochs", "0", "--walltime", "30",
+               "--job-name", name,
+               "--run-dir", str(run_dir), "--json", *options, "--", *_trainer_args(data)], env, timeout=120)
+    assert res.returncode == 0, res.stderr
+    return json.loads(res.stdout)["job_ids"][0], run_dir
+
+
+def _weights(run_dir: Path):
+    newest = sorted((run_dir / "checkpoints").glob("ckpt-*.pt"))[-1]
+    return torch.load(newest, weights_only=True, map_location="cpu")["model"]
+
+
+def _finished(env, jid: str, run_dir: Path, name: str) -> str:
+    rec = wait_state(jid, env, timeout=300)
+    out = "".join(p.read_text() for p in run_dir.glob(f"{name}.*.*"))
+    assert rec["STAT"] == "DONE", out
+    return out
+
+
+def test_each_launcher_trains_to_the_weights_of_the_jsrun_path(tmp_path, lsf_env, data):
+    if not shutil.which("mpirun", path=lsf_env["PATH"]):
+        if os.environ.get("CI"):
+            pytest.fail("mpirun (Debian's openmpi-bin) is missing: .ci/run installs it")
+        pytest.skip("Open MPI's mpirun is not installed here (apt install openmpi-bin)")
+    env = dict(lsf_env, SUMMIT_JOBS_LSF_MINUTE="60", OMP_NUM_THREADS="1", **MPI_ROOT)
+    jobs = {"jsrun": _submit(env, tmp_path, data, "jsrun")}
+    for launcher in LAUNCHERS:
+        jobs[launcher] = _submit(env, tmp_path, data, launcher, "--request", "slots", "--launcher", launcher)
+    outputs = {name: _finished(env, jid, run_dir, name) for name, (jid, run_dir) in jobs.items()}
+    reference = _weights(jobs["jsrun"][1])
+    for launcher in LAUNCHERS:
+        out = outputs[launcher]
+        source = {"blaunch": "blaunch", "mpirun": "mpi", "torchrun": "torchrun"}[launcher]
+        assert f"ranks started by {source}; rank 0 on 127.1.0." in out, out
+        assert "ddp engine, 4 ranks" in out
+        weights = _weights(jobs[launcher][1])
+        assert weights.keys() == reference.keys()
+        differ = [k for k in reference if not torch.equal(weights[k], reference[k])]
+        assert not differ, f"{launcher}: {len(differ)} tensors differ from the jsrun path, e.g. {differ[:3]}"
+    script = (jobs["torchrun"][1] / "job.lsf").read_text()
+    assert '#BSUB -n 4\n#BSUB -R "span[ptile=2]"\n' in script and "#BSUB -nnodes" not in script
+
+
+def test_rank_0_claimed_on_two_nodes_fails_fast_with_both_hosts_named(tmp_path, lsf_env, data):
+    """A script that exports RANK=0 to both nodes' tasks: the rank 0 that is not on the rendezvous host
+    stops at once, and blaunch ends the other; nothing waits for the rendezvous timeout."""
+    args = " ".join(tiny_args(tmp_path / "run", data, max_steps=2, eval_every=0) + ["--no-test"])
+    script = tmp_path / "twice.lsf"
+    script.write_text(f"""#!/bin/bash
+#BSUB -n 2
+#BSUB -R "span[ptile=1]"
+#BSUB -o twice.%J.out
+export RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 MASTER_ADDR=127.1.0.1 OMP_NUM_THREADS=1 SUMMIT_JOBS_RENDEZVOUS_TIMEOUT=600
+blaunch -no-shell -z "127.1.0.1 127.1.0.2" {sys.executable} -m trainer {args}
+""")
+    started = time.time()
+    jid = submitted_id(run(["bsub", str(script)], lsf_env, cwd=tmp_path).stdout)
+    rec = wait_state(jid, lsf_env, timeout=120)
+    out = (tmp_path / f"twice.{jid}.out").read_text()
+    assert rec["STAT"] == "EXIT" and time.time() - started < 90, out
+    assert "rank 0 runs on virtual node 127.1.0.2, but the rendezvous host is 127.1.0.1" in out
+    assert "Traceback" not in out
+
+
+def test_a_user_command_chains_until_its_complete_marker(tmp_path, lsf_env):
+    """docs/examples/user_train.py (a plain PyTorch script keeping the chain contract) through --command:
+    each link stops on the warning signal with a checkpoint, the next resumes, the last writes COMPLETE."""
+    program = REPO / "docs" / "examples" / "user_train.py"
+    run_dir = tmp_path / "mine"
+    env = dict(lsf_env, OMP_NUM_THREADS="1", SUMMIT_JOBS_LSF_MINUTE="6")   # warning 12 s after the start
+    res = cli(["submit", "--nodes", "1", "--request", "slots", "--launcher", "blaunch", "--run-dir", str(run_dir),
+               "--walltime", "0:03", "--warning-minutes", "1", "--until-complete", "--max-links", "12", "--json",
+               "--command", f"{sys.executable} {program} --steps 200 --step-seconds 0.1"], env, timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["plan"]["command"][1] == str(program)
+
+    def settled():
+        rows = json.loads(cli(["status", str(run_dir), "--json"], env, timeout=60).stdout)
+        queued = (run_dir / "chain.jobs").read_text().split() if (run_dir / "chain.jobs").exists() else []
+        done = rows and all(r["state"] in ("DONE", "EXIT") for r in rows) and len(rows) == 1 + len(queued)
+        return rows if done and (run_dir / "COMPLETE").exists() else None
+
+    rows = wait_for(settled, timeout=400, what="the user command's chain to complete")
+    assert len(rows) >= 3 and all(r["state"] == "DONE" for r in rows), rows
+    assert (run_dir / "COMPLETE").read_text().startswith("step 200 ")
+    logs = cli(["logs", str(run_dir)], env, timeout=60)
+    assert logs.stdout.count("rank 0: warned at step") == len(rows) - 1, logs.stdout
+    assert logs.stdout.count("rank 0: resumed at step") == len(rows) - 1
+    assert "rank 0: done at step 200" in logs.stdout
+    assert logs.stdout.count("summit-jobs: chain: queued link") == len(rows) - 1
