@@ -121,13 +121,27 @@ def _cost_lines(plan, shape, est, quota: int, clips: int, rate: float) -> List[s
 MAX_PROJECTED_NODES = 1_000_000
 
 
+def _single_node_hours(profile, epochs: int, train_clips: int) -> float:
+    """The profile's measured single-node time for the recipe's epochs, else one from its throughput figure."""
+    perf = profile.performance
+    if perf.single_node_hours:
+        return perf.single_node_hours * epochs / profile.recipe.epochs
+    if perf.clips_per_second_per_gpu > 0:
+        return epochs * train_clips / (perf.clips_per_second_per_gpu * profile.node.slots) / 3600
+    raise UserError(f"{profile.name} has no performance figure to project from: pass --single-node-hours (a "
+                    "measured time to train on one node), or set performance.clips_per_second_per_gpu.")
+
+
 @cli.command("scaling")
 @click.option("--nodes-list", default="1,8,16,32,64,128,256,384,512,1024", show_default=True,
               help="Comma-separated node counts to project.")
-@click.option("--single-node-hours", type=FiniteFloat(0, low_open=True), default=49 + 55 / 60, show_default=True,
-              help="Measured time to train on one node (the paper: 49 h 55 min for 100 epochs).")
-@click.option("--per-node-batch", type=whole(1), default=48, show_default=True,
-              help="Clips per node per iteration at scale (the paper: 6 GPUs x 8 clips).")
+@click.option("--single-node-hours", type=FiniteFloat(0, low_open=True),
+              help="Measured time to train on one node. Default: the profile's performance.single_node_hours "
+                   "(Summit: the paper's 49 h 55 min for 100 epochs), else derived from its clips per second "
+                   "per GPU and GPUs per node.")
+@click.option("--per-node-batch", type=whole(1),
+              help="Clips per node per iteration at scale. Default: the profile's GPUs per node x the recipe's "
+                   "clips per GPU (Summit: 6 x 8 = 48).")
 @click.option("--epochs", type=whole(1), default=100, show_default=True)
 @click.option("--train-clips", type=whole(1), help="Training clips per epoch (default: Kinetics-400's).")
 @click.option("--params", type=whole(1), help="Model parameters (default: ResNet-50 TSM, 400 classes).")
@@ -152,9 +166,13 @@ def scaling_cmd(state: State, nodes_list: str, single_node_hours: float, per_nod
         raise UserError(f"--nodes-list {nodes_list!r} must be whole numbers separated by commas.") from None
     if not counts or counts[0] < 1 or counts[-1] > MAX_PROJECTED_NODES:
         raise UserError(f"--nodes-list {nodes_list!r} needs node counts between 1 and {MAX_PROJECTED_NODES:,}.")
+    profile = state.profile
+    train = train_clips or simulate.KINETICS_TRAIN_CLIPS
+    per_node_batch = per_node_batch or profile.node.slots * profile.recipe.clips_per_gpu
+    hours = single_node_hours or _single_node_hours(profile, epochs, train)
     rows = simulate.project_scaling(
-        state.profile, counts, single_node_seconds=single_node_hours * 3600, per_node_batch=per_node_batch,
-        epochs=epochs, train_clips=train_clips or simulate.KINETICS_TRAIN_CLIPS,
+        profile, counts, single_node_seconds=hours * 3600, per_node_batch=per_node_batch,
+        epochs=epochs, train_clips=train,
         model_params=params or simulate.TSM_R50_PARAMS, fusion_bytes=fusion_bytes)
     if compare_paper:
         for r in rows:

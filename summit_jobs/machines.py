@@ -265,6 +265,8 @@ class Performance:
     allreduce_latency_us: float = 0.0
     #: Fraction of the allreduce hidden behind the backward pass.
     comm_overlap: float = 0.0
+    #: A measured single-node time to train the recipe (hours), when one is known (the paper's: 49 h 55 min).
+    single_node_hours: Optional[float] = None
 
 
 @dataclass(frozen=True)
@@ -407,7 +409,7 @@ def load(name: str, overrides: Optional[dict] = None) -> Profile:
         raise UserError(
             f"unknown machine {name!r}. Known machines: {', '.join(sorted(files)) or 'none'}. "
             f"Add a profile for another LSF site as {config_dir() / 'machines' / (name + '.yaml')} "
-            "(copy envs/summit.yaml as a start).")
+            "(copy envs/lsf-gpu.yaml, the documented generic GPU cluster, as a start).")
     path = files[name]
     data = load_yaml(path, "machine profile")
     data.setdefault("name", name)

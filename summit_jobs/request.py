@@ -155,5 +155,10 @@ def build(profile: Profile, kind: str, launcher: str, nodes: int, ranks_per_node
         extra.append(("-a", f"docker({image})"))
     extra += user_directives(profile.scheduler.extra_directives, "scheduler.extra_directives")
     extra += user_directives(bsub_options, "--bsub-option")
+    legacy = [v for f, v in extra if "ngpus_excl_p" in v]
+    if legacy and not profile.scheduler.gpu.legacy_rusage:
+        raise UserError(f"-R {legacy[0]!r}: {profile.name} requests GPUs with -gpu (IBM LSF 10.1); the legacy "
+                        "rusage[ngpus_excl_p=N] form is taken only where the profile says so "
+                        "(scheduler.gpu.legacy_rusage: true).")
     return Request(kind=kind, launcher=launcher, slots_per_host=sph, slots=sph * nodes, shape=tuple(shape),
                    extra=tuple(extra), memory=text)

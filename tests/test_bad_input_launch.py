@@ -37,6 +37,8 @@ CASES = [
     ("bsub-option-dollar", [*SLOTS, "--bsub-option", "-U $(touch pwned)"], ["$(touch pwned)"]),
     ("bsub-option-quote", [*SLOTS, "--bsub-option", "-R \"span[hosts=1]\""], ["span[hosts=1]"]),
     ("bsub-option-newline", [*SLOTS, "--bsub-option", "-B\n#BSUB -q x"], ["-B"]),
+    ("bsub-option-legacy-gpu", [*SLOTS, "--bsub-option", "-R rusage[ngpus_excl_p=4]"],
+     ["rusage[ngpus_excl_p=4]", "legacy_rusage"]),
     ("command-empty", [*SLOTS, "--command", ""], ["--command ''"]),
     ("command-blank", [*SLOTS, "--command", "   "], ["--command '   '", "names no program"]),
     ("command-unbalanced", [*SLOTS, "--command", "python 'train.py"], ["--command \"python 'train.py\"",
