@@ -36,6 +36,12 @@ CASES = {
                                            request="slots", launcher="mpirun", bsub_options=("-B", "-N"))),
     "local-2-slots-torchrun": ("local", dict(nodes=2, python="/usr/bin/python3", epochs=2, walltime="0:10",
                                              request="slots", launcher="torchrun", until_complete=True)),
+    # The documented generic GPU cluster (envs/lsf-gpu.yaml) with each launcher.
+    "lsf-gpu-4-torchrun": ("lsf-gpu", dict(nodes=4, walltime="6:00", mem="256GB",
+                                           data="/gpfs/proj/k400/manifest.json", until_complete=True)),
+    "lsf-gpu-4-blaunch": ("lsf-gpu", dict(nodes=4, walltime="6:00", launcher="blaunch", project="lab1")),
+    "lsf-gpu-4-mpirun": ("lsf-gpu", dict(nodes=4, walltime="6:00", launcher="mpirun",
+                                         bsub_options=("-U resv1", "-R select[mem>400000]"))),
     "local-1-user-command": ("local", dict(nodes=1, python="/usr/bin/python3", walltime="0:10", request="slots",
                                            launcher="blaunch",
                                            command=("python3", "train.py", "--note", "it's $HOME; `x`"))),
