@@ -168,7 +168,7 @@ def _run_script(stage, script: str, run_dir: Path) -> list:
     return [json.loads(line) for line in log.read_text().splitlines()]
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+@settings(max_examples=120, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow,
                                                                   HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_hostile_values_in_every_field_never_run(stage, data):
