@@ -56,15 +56,7 @@ _DONE_RE = re.compile(r"all (\d+) epochs done")
 
 def parse_metrics(text: str) -> List[Dict]:
     """Whole JSON records in file order; a torn or foreign line is skipped, as the trainer's reader does."""
-    out = []
-    for line in text.splitlines():
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(rec, dict) and _well_formed(rec):
-            out.append(rec)
-    return out
+    return rundir.json_records(text, _well_formed)
 
 
 #: Fields the report does arithmetic with: a record whose values are not numbers is not the trainer's.

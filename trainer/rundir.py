@@ -32,7 +32,7 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Dict, List, Optional, Union
+from typing import Callable, Dict, List, Optional, Union
 
 PLAN = "plan.json"
 RECORD = "run.json"
@@ -86,17 +86,23 @@ def event(run_dir: PathLike, kind: str, **fields: object) -> None:
         os.close(fd)
 
 
-def parse_events(text: str) -> List[Dict[str, object]]:
-    """Whole event records in file order; torn or foreign lines are skipped."""
+def json_records(text: str, keep: Callable[[Dict[str, object]], bool]) -> List[Dict[str, object]]:
+    """The JSON objects of a JSON-lines file that ``keep`` accepts, in file order; a torn line (a writer
+    killed mid-line) or a foreign one is skipped. metrics.jsonl and events.jsonl are read with it."""
     out = []
     for line in text.splitlines():
         try:
             rec = json.loads(line)
         except ValueError:
             continue
-        if isinstance(rec, dict) and rec.get("event") in EVENT_KINDS and isinstance(rec.get("job", ""), str):
+        if isinstance(rec, dict) and keep(rec):
             out.append(rec)
     return out
+
+
+def parse_events(text: str) -> List[Dict[str, object]]:
+    """Whole event records in file order; torn or foreign lines are skipped."""
+    return json_records(text, lambda r: r.get("event") in EVENT_KINDS and isinstance(r.get("job", ""), str))
 
 
 def job_events(events: List[Dict[str, object]], job: str) -> List[Dict[str, object]]:
