@@ -182,8 +182,8 @@ def max_loss_diff(rows: List[Dict]) -> Optional[float]:
 
 def compare(target_a: str, target_b: str, tolerance: float) -> Dict:
     """The whole comparison as plain data (what --json prints); ``agree`` and ``reason`` are the verdict."""
-    if not tolerance >= 0:
-        raise UserError(f"--tolerance {tolerance}: must be 0 or more (1e-5 suits fp32 on CPU).")
+    if not 0 <= tolerance < float("inf"):
+        raise UserError(f"--tolerance {tolerance}: must be a finite number, 0 or more (1e-5 suits fp32 on CPU).")
     a, b = open_run("A", target_a), open_run("B", target_b)
     check_same_shape(a, b)
     diffs = weight_diffs(a.state["model"], b.state["model"])
