@@ -24,6 +24,7 @@ import datetime
 import os
 import sys
 import threading
+import time
 import warnings
 from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
@@ -235,6 +236,7 @@ class DDPEngine(Engine):
             dist.init_process_group(backend, store=store, rank=launch.rank, world_size=launch.size, timeout=timeout)
         elif _meets_in(launch, rendezvous_dir):
             store = rendezvous.meet(launch.addr, launch.port, rendezvous_dir, launch.job, launch.rank, launch.size)
+            self._store = store     # rank 0 hosts it: it must outlive every rank's process group
             dist.init_process_group(backend, store=store, rank=launch.rank, world_size=launch.size, timeout=timeout)
             dist.barrier()  # every rank has read the record
             rendezvous.done(rendezvous_dir, launch.job, launch.rank)
@@ -281,6 +283,25 @@ class DDPEngine(Engine):
     def shutdown(self):
         if self.dist.is_initialized():
             self.dist.destroy_process_group()
+        _release_store(getattr(self, "_store", None), self.rank, self.size)
+
+
+RELEASED_KEY = "summit_jobs/released"
+
+
+def _release_store(store, rank: int, size: int, wait: float = 10.0) -> None:
+    """After the process group is gone: the store's host (rank 0) waits, at most ``wait`` seconds, until
+    every rank has let go of it. Why: a rank whose store host exited first could abort at its own exit
+    ("terminate called without an active exception"), turning a finished run into a failed job."""
+    if store is None or size < 2:
+        return
+    try:
+        store.add(RELEASED_KEY, 1)
+        deadline = time.monotonic() + wait
+        while rank == 0 and store.add(RELEASED_KEY, 0) < size and time.monotonic() < deadline:
+            time.sleep(0.05)
+    except Exception:  # noqa: BLE001 - a peer already gone: nothing left to wait for
+        pass
 
 
 def pairwise_sum(parts: Sequence[torch.Tensor]) -> torch.Tensor:

@@ -458,7 +458,9 @@ LOST_PEER = re.compile(r"Connection (closed|reset) by peer|Broken pipe|gloo|nccl
 def _train(args: argparse.Namespace) -> int:
     trainer = Trainer(args)
     try:
-        return trainer.run()
+        rc = trainer.run()
+        trainer.engine.barrier()   # no rank tears down while another still exchanges data with it
+        return rc
     except RuntimeError as exc:
         e = trainer.engine
         if e.size > 1 and LOST_PEER.search(f"{type(exc).__name__} {exc}"):
