@@ -23,6 +23,10 @@ SCHEDULES = ("standard", "multigrid")
 OPTIMIZERS = ("sgd", "lars", "adam")
 OPTIMIZER_SYNCS = ("sync", "aavg")
 COMPRESSIONS = ("none", "fp16", "bf16")
+#: Where the temporal shift goes: TSM's own rule, or every residual block.
+SHIFT_BLOCKS = ("official", "all")
+#: How the final test combines a video's views: the official code averages logits.
+TEST_AVERAGES = ("logits", "probs")
 #: AAVG's default averaging interval: once per epoch.
 AVG_INTERVAL_EPOCH = -1
 #: Method options by trainer option name: (choices, default). The planner renders only non-defaults.
@@ -52,9 +56,14 @@ def _model_options(g: "argparse._ArgumentGroup") -> None:
     g.add_argument("--num-classes", type=int, default=0, help="0 = the number of classes in the data's manifest")
     g.add_argument("--width", type=float, default=1.0, help="channel width multiplier (tiny test models)")
     g.add_argument("--no-shift", dest="shift", action="store_false", help="TSN 2D baseline: no temporal shift")
-    g.add_argument("--shift-placement", choices=("blockres", "block"), default="blockres")
+    g.add_argument("--shift-placement", choices=("blockres", "block"), default="blockres",
+                   help="blockres: shift the residual branch's input (TSM's best); block: the block's input")
+    g.add_argument("--shift-blocks", choices=SHIFT_BLOCKS, default=SHIFT_BLOCKS[0],
+                   help="official: TSM's placement (with blockres, every other block of each stage when layer3 has "
+                        "23 or more blocks: resnet101/152); all: every block")
     g.add_argument("--fold-div", type=int, default=8, help="1/fold_div channels shifted each way")
-    g.add_argument("--dropout", type=float, default=0.0, help="before the fc head (the paper: none)")
+    g.add_argument("--dropout", type=float, default=0.0,
+                   help="before the fc head (the paper: none; the official TSM recipe: 0.5)")
 
 
 def _optimisation_options(g: "argparse._ArgumentGroup") -> None:
@@ -68,7 +77,10 @@ def _optimisation_options(g: "argparse._ArgumentGroup") -> None:
     g.add_argument("--epochs", type=int, default=100)
     g.add_argument("--momentum", type=float, default=0.9)
     g.add_argument("--weight-decay", type=float, default=1e-4, help="not applied to BatchNorm and biases")
-    g.add_argument("--clip-grad", type=float, default=0.0, help="max gradient norm after the allreduce (0 = off)")
+    g.add_argument("--clip-grad", type=float, default=0.0,
+                   help="max gradient norm after the allreduce (0 = off; the official TSM recipe: 20)")
+    g.add_argument("--fc-lr5", action="store_true",
+                   help="the official TSM fine-tuning groups: fc weight at 5x and fc bias at 10x the learning rate")
     g.add_argument("--compression", choices=COMPRESSIONS, default=COMPRESSIONS[0],
                    help="gradient compression for the allreduce (horovod: fp16 only)")
     g.add_argument("--optimizer", choices=OPTIMIZERS, default=OPTIMIZERS[0],
@@ -116,13 +128,21 @@ def _data_options(g: "argparse._ArgumentGroup") -> None:
                    help="no horizontal flip (for classes that left/right tells apart)")
     g.add_argument("--workers", type=int, default=4, help="DataLoader worker processes (forkserver) per rank")
     g.add_argument("--prefetch", type=int, default=2, help="batches each worker keeps ready")
+    g.add_argument("--persistent-workers", choices=("on", "off"), default="on",
+                   help="on: one set of workers serves every epoch, validation and test of the run")
 
 
 def _evaluation_options(g: "argparse._ArgumentGroup") -> None:
     """The evaluation and checkpoints options."""
     g.add_argument("--eval-every", type=int, default=1, help="epochs between 1-clip validations (0 = never)")
     g.add_argument("--test-clips", type=int, default=10, help="clips per video in the final test")
-    g.add_argument("--test-crops", type=int, choices=(1, 3), default=1, help="spatial crops per clip in the test")
+    g.add_argument("--test-crops", type=int, choices=(1, 3), default=3,
+                   help="spatial crops per clip in the test (the paper: 3 along the longer side)")
+    g.add_argument("--test-size", type=int, default=0,
+                   help="test crop side (0 = --scale-size: the full-resolution frame, 256 at --input-size 224, "
+                        "as the paper tests; --test-size 224 --test-crops 1 is the single centre crop)")
+    g.add_argument("--test-average", choices=TEST_AVERAGES, default=TEST_AVERAGES[0],
+                   help="combine a video's views by averaging logits (the official code) or probabilities")
     g.add_argument("--test-last", type=int, default=5,
                    help="final test on the last N epochs' checkpoints; mean and std are reported")
     g.add_argument("--no-test", dest="test", action="store_false", help="skip the final multi-clip test")
@@ -187,7 +207,8 @@ INTS: Dict[str, Tuple[int, str]] = {
     "epochs": (1, "at least one epoch"), "bn_clips": (1, "clips per BatchNorm group"),
     "aavg_eval_every": (0, "0 turns the batch rule off"), "aavg_max_batch": (1, "clips per learner"),
     "frame_stride": (1, "frames between sampled frames"), "input_size": (1, "pixels"),
-    "scale_size": (0, "0 means input-size x 256/224"), "workers": (0, "0 decodes in the rank itself"),
+    "scale_size": (0, "0 means input-size x 256/224"), "test_size": (0, "0 means the --scale-size"),
+    "workers": (0, "0 decodes in the rank itself"),
     "prefetch": (1, "batches each worker keeps ready"), "eval_every": (0, "0 means never"),
     "test_clips": (1, "clips per video"), "test_last": (1, "use --no-test to skip the final test"),
     "keep": (1, "the newest checkpoint is always kept"), "ckpt_every_steps": (0, "0 means off"),
@@ -218,6 +239,10 @@ def _check_numbers(p: argparse.ArgumentParser, args: argparse.Namespace) -> None
     if 0 < args.scale_size < args.input_size:
         p.error(f"--scale-size {args.scale_size}: the test crops --input-size {args.input_size} from a shorter side "
                 f"of this size; use at least {args.input_size}, or 0 for input-size x 256/224")
+    scale = args.scale_size or int(round(args.input_size * 256 / 224))
+    if args.test_size > scale:
+        p.error(f"--test-size {args.test_size}: the test crops from a shorter side of {scale} (--scale-size); "
+                f"use at most {scale}, or 0 for the full-resolution frame")
 
 
 def method_conflict(values: Mapping[str, object]) -> Optional[str]:
@@ -277,6 +302,8 @@ def parse(argv: Optional[List[str]] = None) -> argparse.Namespace:
     _check_methods(p, args)
     if args.scale_size <= 0:
         args.scale_size = int(round(args.input_size * 256 / 224))
+    if args.test_size <= 0:
+        args.test_size = args.scale_size
     return args
 
 
