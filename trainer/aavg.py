@@ -16,6 +16,8 @@ from typing import Callable, List, Optional
 
 import torch
 
+from .bnstats import merge_running_stats
+
 AllreduceMean = Callable[[torch.Tensor], torch.Tensor]
 
 
@@ -30,17 +32,9 @@ def merge_bn_stats(means: torch.Tensor, variances: torch.Tensor):
 def average_learners(model: torch.nn.Module, optimizer: Optional[torch.optim.Optimizer],
                      allreduce_mean: AllreduceMean) -> None:
     """One averaging round: parameters, Adam/SGD state tensors, and BN running statistics."""
-    bn_types = (torch.nn.modules.batchnorm._BatchNorm,)
-    bn_buffers = set()
-    for mod in model.modules():
-        if isinstance(mod, bn_types) and mod.running_mean is not None:
-            mean = mod.running_mean
-            ex2 = mod.running_var + mean * mean
-            new_mean = allreduce_mean(mean.clone())
-            new_ex2 = allreduce_mean(ex2)
-            mod.running_mean.copy_(new_mean)
-            mod.running_var.copy_(new_ex2 - new_mean * new_mean)
-            bn_buffers.update({id(mod.running_mean), id(mod.running_var)})
+    merge_running_stats(model, allreduce_mean)
+    bn_buffers = {id(t) for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)
+                  for t in (m.running_mean, m.running_var) if t is not None}
     for p in model.parameters():
         p.copy_(allreduce_mean(p.detach().clone()))
     for b in model.buffers():

@@ -66,7 +66,8 @@ class ClipSpec:
     size: int = 224
     scale_size: int = 256  # test: shorter side resized to this
     flip: bool = True
-    test_crops: int = 1
+    test_crops: int = 3
+    test_size: int = 256  # test crop side; equal to scale_size, the full-resolution frame of the paper's test
 
 
 def train_clip(jpeg_frames: Sequence[bytes], spec: ClipSpec, rng: np.random.Generator) -> np.ndarray:
@@ -74,10 +75,10 @@ def train_clip(jpeg_frames: Sequence[bytes], spec: ClipSpec, rng: np.random.Gene
     return transforms.train_clip(jpeg_frames, rng, size=spec.size, flip=spec.flip)
 
 
-def eval_clip(jpeg_frames: Sequence[bytes], spec: ClipSpec, crop: int = 0) -> np.ndarray:
-    """Shorter side to ``scale_size``, then crop number ``crop`` of ``spec.test_crops``
-    (1 = centre; 3 = start, centre, end along the longer side)."""
-    return transforms.test_crops(jpeg_frames, spec.size, spec.scale_size, spec.test_crops)[crop]
+def eval_crops(jpeg_frames: Sequence[bytes], spec: ClipSpec, crops: int, size: int) -> np.ndarray:
+    """Shorter side to ``scale_size``, then ``crops`` squares of side ``size`` (1 = centre; 3 = start,
+    centre, end along the longer side): uint8 (crops, T, size, size, 3)."""
+    return transforms.test_crops(jpeg_frames, size, spec.scale_size, crops)
 
 
 def normalize(batch, mean=MEAN, std=STD):

@@ -2,9 +2,10 @@
 
 Why forkserver/spawn: DataLoader workers deadlocked with fork on Summit (the
 CUDA/MPI state of the parent is not fork-safe), so workers are never forked
-from the training process. Why a fresh loader per epoch: the batch sampler
-carries the epoch (its shuffle) and the resume position; worker start-up is a
-few seconds against an epoch of minutes.
+from the training process. Why workers that outlive an epoch (``Pipeline``):
+starting them costs seconds, and at paper scale an epoch is seconds too; the
+batch sampler of each pass carries the epoch (its shuffle) and the resume
+position, so the workers need no state of their own.
 """
 from __future__ import annotations
 
@@ -12,14 +13,14 @@ import dataclasses
 import multiprocessing
 import os
 import re
-from typing import Callable, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
 from . import transforms
-from .clips import ClipSpec, sample_rng, eval_clip, eval_frame_indices, train_clip, train_frame_indices
+from .clips import ClipSpec, sample_rng, eval_crops, eval_frame_indices, train_clip, train_frame_indices
 from .sampler import MicroBatchSampler, ShapeBatchSampler
 from .shards import ShardDataset
 
@@ -101,22 +102,32 @@ class TrainClips(Dataset):
 
 
 class EvalClips(Dataset):
-    """Items are (index, view): view = clip * test_crops + crop, all deterministic."""
+    """Items are (index, clip): all ``crops`` crops of one clip, (crops, T, size, size, 3), deterministic.
 
-    def __init__(self, root: str, spec: ClipSpec, clips: int, split: str = "val"):
+    Why a clip's crops together: they come from the same frames, so each frame
+    is decoded once for all of them (the paper's test: 10 clips x 3 crops).
+    Validation during training is 1 clip x 1 centre crop at the training size.
+    """
+
+    def __init__(self, root: str, spec: ClipSpec, clips: int, split: str = "val", crops: int = 1, size: int = 0):
         self.shards = ShardDataset(root, split)
-        self.spec, self.clips = spec, clips
+        self.spec, self.clips, self.crops = spec, clips, crops
+        self.size = size or spec.size
+
+    @property
+    def views(self) -> int:
+        """Views per video: clips x crops, averaged into one prediction."""
+        return self.clips * self.crops
 
     def __len__(self) -> int:
         return len(self.shards)
 
     def __getitem__(self, item: Tuple[int, int]):
-        i, view = item
-        clip, crop = divmod(view, self.spec.test_crops)
+        i, clip = item
         idx = eval_frame_indices(self.shards.num_frames(i), self.spec.num_segments, self.spec.mode,
                                  self.spec.stride, clip, self.clips)
-        clip = decoded(self.shards, i, idx, lambda frames: eval_clip(frames, self.spec, crop))
-        return torch.from_numpy(clip), self.shards.label(i)
+        crops = decoded(self.shards, i, idx, lambda frames: eval_crops(frames, self.spec, self.crops, self.size))
+        return torch.from_numpy(crops), self.shards.label(i)
 
 
 def _context(workers: int) -> Optional[multiprocessing.context.BaseContext]:
@@ -128,11 +139,103 @@ def _context(workers: int) -> Optional[multiprocessing.context.BaseContext]:
     return multiprocessing.get_context(method)
 
 
-def _loader(dataset: Dataset, batch_sampler, workers: int, pin: bool, prefetch: int) -> DataLoader:
+def _loader(dataset: Dataset, batch_sampler, workers: int, pin: bool, prefetch: int,
+            persistent: bool = False) -> DataLoader:
     kw = {}
     if workers > 0:
-        kw = dict(multiprocessing_context=_context(workers), prefetch_factor=prefetch)
+        kw = dict(multiprocessing_context=_context(workers), prefetch_factor=prefetch, persistent_workers=persistent)
     return DataLoader(dataset, batch_sampler=batch_sampler, num_workers=workers, pin_memory=pin, **kw)
+
+
+class _Named(Dataset):
+    """Several datasets behind one: items are ``(name, item)``, so one set of workers serves them all."""
+
+    def __init__(self, sets: Dict[str, Dataset]):
+        self.sets = sets
+
+    def __len__(self) -> int:
+        return sum(len(d) for d in self.sets.values())
+
+    def __getitem__(self, item: Tuple[str, Tuple]):
+        name, inner = item
+        return self.sets[name][inner]
+
+
+class _Feed:
+    """A persistent loader's batch sampler: each pass yields the batches it was last given.
+
+    Why: a DataLoader with persistent workers keeps its processes between passes
+    but reads a new iterator from its batch sampler at each pass; the epoch, the
+    resume position and the validation's batches change from pass to pass.
+    """
+
+    def __init__(self):
+        self.batches: Iterable[List] = ()
+
+    def __iter__(self) -> Iterator[List]:
+        batches, self.batches = self.batches, ()
+        return iter(batches)
+
+
+class _Pool:
+    """One persistent DataLoader over named datasets; ``passes`` counts the passes it served."""
+
+    def __init__(self, sets: Dict[str, Dataset], workers: int, pin: bool, prefetch: int, persistent: bool):
+        self.sets, self.workers, self.pin, self.prefetch, self.persistent = sets, workers, pin, prefetch, persistent
+        self._feed = _Feed()
+        self._loader: Optional[DataLoader] = None
+        self.passes = 0
+
+    def batches(self, name: str, sampler: Iterable[List]) -> Iterator:
+        """A pass over ``sampler``'s batches of dataset ``name``; the previous pass of this pool ends."""
+        self._feed.batches = ([(name, item) for item in batch] for batch in sampler)
+        if self._loader is None or not self.persistent:
+            self._loader = _loader(_Named(self.sets), self._feed, self.workers, self.pin, self.prefetch,
+                                   self.persistent)
+        self.passes += 1
+        return iter(self._loader)
+
+    def close(self) -> None:
+        """Stop the workers now (a persistent pool otherwise keeps them until the process ends)."""
+        it = getattr(self._loader, "_iterator", None)
+        if it is not None and hasattr(it, "_shutdown_workers"):
+            it._shutdown_workers()
+        self._loader = None
+
+
+class Pipeline:
+    """The run's input: one worker pool for training and one for validation and test, each started
+    once per run (``--persistent-workers on``) instead of once per epoch and per evaluation.
+
+    Why two pools: AAVG validates in the middle of an epoch, and a pass of a
+    pool ends its previous pass; training's pass must outlive it. Why
+    persistent: at 1,536 GPUs an epoch is ~19 steps (~8.5 s) while starting a
+    pool of forkserver workers takes seconds (bench/epoch_boundary.py).
+    """
+
+    def __init__(self, train: TrainClips, evals: Dict[str, "EvalClips"], workers: int, pin: bool,
+                 prefetch: int = 2, persistent: bool = True):
+        persistent = persistent and workers > 0
+        self.train_pool = _Pool({"train": train}, workers, pin, prefetch, persistent)
+        self.eval_pool = _Pool(dict(evals), workers, pin, prefetch, persistent)
+        self.pin = pin
+
+    def train_batches(self, sampler: Iterable[List]) -> Iterator:
+        """The epoch's micro-batches from a MicroBatchSampler or ShapeBatchSampler."""
+        return self.train_pool.batches("train", sampler)
+
+    def eval_batches(self, dataset: "EvalClips", indices: List[int], batch: int) -> Iterator:
+        """Whole videos of ``dataset`` (registered under any name with this pipeline) in batches."""
+        name = next((k for k, d in self.eval_pool.sets.items() if d is dataset), None)
+        if name is None:
+            name = f"set{len(self.eval_pool.sets)}"
+            self.eval_pool.sets[name] = dataset
+            self.eval_pool.close()  # the workers hold copies of the sets: start them again with the new one
+        return self.eval_pool.batches(name, eval_batches(indices, dataset.clips, dataset.views, batch))
+
+    def close(self) -> None:
+        self.train_pool.close()
+        self.eval_pool.close()
 
 
 def train_loader(dataset: TrainClips, rank: int, size: int, accum: int, batch: int, seed: int, epoch: int,
@@ -159,15 +262,21 @@ class _ListBatches:
         return len(self.batches)
 
 
-def eval_loader(dataset: EvalClips, indices: List[int], views: int, batch: int, workers: int, pin: bool,
+def eval_loader(dataset: EvalClips, indices: List[int], batch: int, workers: int, pin: bool,
                 prefetch: int = 2) -> DataLoader:
-    """Batches of (sample, view) in sample-major order so per-video averaging is a reshape."""
-    items = [(i, v) for i in indices for v in range(views)]
-    per = max(1, batch // views) * views  # whole videos per batch
-    batches = [items[j:j + per] for j in range(0, len(items), per)]
+    """Batches of (sample, clip) in sample-major order, whole videos per batch, so that averaging a
+    video's views is a reshape."""
+    batches = eval_batches(indices, dataset.clips, dataset.views, batch)
     return _loader(dataset, _ListBatches(batches), workers, pin, prefetch)
 
 
+def eval_batches(indices: Sequence[int], clips: int, views: int, batch: int) -> List[List[Tuple[int, int]]]:
+    """Items (sample, clip) of ``indices``, grouped into batches of whole videos of at most ``batch`` views
+    (at least one video)."""
+    items = [(i, c) for i in indices for c in range(clips)]
+    per = max(1, batch // views) * clips
+    return [items[j:j + per] for j in range(0, len(items), per)]
 
 
-__all__ = ["TrainClips", "EvalClips", "SampleError", "error_line", "train_loader", "shape_loader", "eval_loader"]
+__all__ = ["TrainClips", "EvalClips", "Pipeline", "SampleError", "error_line", "train_loader", "shape_loader",
+           "eval_loader"]

@@ -21,11 +21,13 @@ from . import units
 from .rundir import METRICS  # the run directory names its files in one place
 
 
-def topk_correct(logits: torch.Tensor, target: torch.Tensor, ks=(1, 5)) -> List[int]:
+def topk_hits(logits: torch.Tensor, target: torch.Tensor, ks=(1, 5)) -> torch.Tensor:
+    """How many rows have the target among their top k, for each k: a float64 tensor on the logits'
+    device (no host sync; the caller reads it when it reports)."""
     k = min(max(ks), logits.shape[1])
     pred = logits.topk(k, dim=1).indices
     hit = pred.eq(target.view(-1, 1))
-    return [int(hit[:, :min(kk, k)].any(dim=1).sum()) for kk in ks]
+    return torch.stack([hit[:, :min(kk, k)].any(dim=1).sum() for kk in ks]).double()
 
 
 class MetricsWriter:

@@ -16,7 +16,8 @@ from typing import Dict, List, Optional
 import torch
 
 from .aavg import BatchSizeController, should_average
-from .data import TrainClips, shape_loader, train_loader
+from .data import TrainClips
+from .sampler import MicroBatchSampler, ShapeBatchSampler
 from .mgsteps import MultigridSteps
 from .sampler import steps_per_epoch as sampler_steps
 
@@ -79,10 +80,11 @@ class Schedule:
     def start_epoch(self) -> None:
         """Called when an epoch starts at its first step (a schedule may change its batch here)."""
 
-    def loader(self, epoch: int, start: int, pin: bool):
+    def sampler(self, epoch: int, start: int):
+        """The batch sampler of ``epoch`` from its step ``start``: what the rank's workers read next."""
         a, d = self.args, self.data
-        return train_loader(d.train_set, d.sample_rank, d.sample_size, d.accum, a.batch_per_gpu, a.seed, epoch,
-                            start, a.workers, pin, a.prefetch)
+        return MicroBatchSampler(len(d.train_set), d.sample_rank, d.sample_size, d.accum, a.batch_per_gpu, a.seed,
+                                 epoch, start)
 
     def adapt_model(self, model: torch.nn.Module) -> None:
         """Changes to the freshly built model the schedule needs (before the optimiser sees it)."""
@@ -136,12 +138,12 @@ class MultigridSchedule(Schedule):
         mult = self.mg.steps[min(pos.step, self.mg.total_steps - 1)].lr_mult
         return lr_at(base, self.base_lr, self.warmup_steps, self.total_steps) * mult
 
-    def loader(self, epoch: int, start: int, pin: bool):
+    def sampler(self, epoch: int, start: int):
         a, d = self.args, self.data
         first, last = self.mg.epoch_range(epoch)
         shapes = [(st.frames, st.size, st.batch) for st in self.mg.steps[first:last]]
-        return shape_loader(d.train_set, d.sample_rank, d.sample_size, d.accum, a.seed, epoch, shapes, start,
-                            a.workers, pin, a.prefetch)
+        return ShapeBatchSampler(len(d.train_set), d.sample_rank, d.sample_size, d.accum, a.seed, epoch, shapes,
+                                 start)
 
     def adapt_model(self, model: torch.nn.Module) -> None:
         from .subbn import convert_to_sub_bn
@@ -211,12 +213,12 @@ class AAVGSchedule(Schedule):
         if self.controller is not None:
             self.epoch_batch = self.controller.batch  # a grown batch takes effect at an epoch start
 
-    def loader(self, epoch: int, start: int, pin: bool):
+    def sampler(self, epoch: int, start: int):
         if isinstance(self.inner, MultigridSchedule):
-            return self.inner.loader(epoch, start, pin)
+            return self.inner.sampler(epoch, start)
         a, d = self.args, self.data
-        return train_loader(d.train_set, d.sample_rank, d.sample_size, d.accum, self.epoch_batch, a.seed, epoch,
-                            start, a.workers, pin, a.prefetch)
+        return MicroBatchSampler(len(d.train_set), d.sample_rank, d.sample_size, d.accum, self.epoch_batch, a.seed,
+                                 epoch, start)
 
     def adapt_model(self, model: torch.nn.Module) -> None:
         self.inner.adapt_model(model)

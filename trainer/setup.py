@@ -45,7 +45,8 @@ def numerics(args: argparse.Namespace, device: torch.device) -> Tuple[Optional[t
 
 def clip_spec(args: argparse.Namespace) -> ClipSpec:
     return ClipSpec(num_segments=args.num_segments, mode=args.sampling, stride=args.frame_stride,
-                    size=args.input_size, scale_size=args.scale_size, flip=args.flip, test_crops=args.test_crops)
+                    size=args.input_size, scale_size=args.scale_size, flip=args.flip, test_crops=args.test_crops,
+                    test_size=args.test_size)
 
 
 @dataclass
@@ -78,7 +79,7 @@ def load_data(args: argparse.Namespace, engine: Engine, spec: ClipSpec, device: 
         raise SystemExit(f"trainer: {len(train_set)} training clips are fewer than one global batch "
                          f"of {global_batch} ({engine.size} ranks x {k} accumulation x "
                          f"{args.batch_per_gpu} clips)")
-    return Data(train, val_set, num_classes, steps, global_batch)
+    return Data(train, val_set, test_set, num_classes, steps, global_batch)
 
 
 def partitioned(args: argparse.Namespace, engine: Engine, train_set: TrainClips, nodes: int, node: int,
@@ -87,6 +88,7 @@ def partitioned(args: argparse.Namespace, engine: Engine, train_set: TrainClips,
 
     A node's ranks split that node's samples (the same sampler, over the node's
     ranks); every node must run the same number of steps or the allreduce
+    test_set: Optional[EvalClips]  # the final test's clips x crops of the validation videos
     hangs, so all take the smallest share's count. Exact accumulation still
     holds within the node: its physical ranks stand in for the node's virtual ranks.
     """
@@ -101,6 +103,8 @@ def partitioned(args: argparse.Namespace, engine: Engine, train_set: TrainClips,
     counts = torch.zeros(nodes, dtype=torch.float64, device=device)
     if e.rank % per_node == 0:
         counts[node] = len(train_set)
+    test_set = EvalClips(args.data, spec, args.test_clips, "val", args.test_crops, args.test_size) \
+        if val_set is not None and args.test else None
     shares = [int(c) for c in e.allreduce_sum(counts).tolist()]
     train = TrainData(train_set, e.rank % per_node, per_node, args.accum_steps, shares)
     steps = train.steps_for_batch(args.batch_per_gpu)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import Dict, Iterator, List, Optional, Tuple
+from typing import TYPE_CHECKING, Dict, Iterator, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -17,8 +17,11 @@ import torch.nn.functional as F
 from .clips import normalize
 from .data import EvalClips, eval_loader
 from .engines import Engine, unwrap
-from .metrics import topk_correct
+from .metrics import topk_hits
 from .sampler import eval_indices
+
+if TYPE_CHECKING:
+    from .data import Pipeline
 
 
 @dataclass
@@ -47,12 +50,17 @@ class StepContext:
         return torch.autocast("cuda", dtype=self.amp_dtype)
 
 
-def _micro_batches(ctx: StepContext, batches: Iterator) -> Tuple[List[float], float]:
-    """Forward and backward over the step's micro-batches; returns [loss sum, top1, top5, n] and data wait."""
+def _micro_batches(ctx: StepContext, batches: Iterator) -> Tuple[torch.Tensor, float]:
+    """Forward and backward over the step's micro-batches; returns [loss sum, top1, top5, n] on the
+    device and the time spent waiting for data.
+
+    Why on the device: reading a number back (``.item()``, ``float()``) waits for
+    the GPU to finish everything queued; the loop reads the sums once per
+    metrics record (``--log-every``), not per micro-batch.
+    """
     e, k = ctx.engine, ctx.accum
     wait = 0.0
-    loss_sum = torch.zeros((), dtype=torch.float64, device=ctx.device)
-    c1 = c5 = n = 0
+    sums = torch.zeros(4, dtype=torch.float64, device=ctx.device)
     for micro in range(k):
         t0 = time.perf_counter()
         x, y = next(batches)
@@ -64,18 +72,19 @@ def _micro_batches(ctx: StepContext, batches: Iterator) -> Tuple[List[float], fl
                 loss = F.cross_entropy(out.float(), y)
             scaled = loss / k
             (ctx.scaler.scale(scaled) if ctx.scaler is not None else scaled).backward()
-        loss_sum += loss.detach().double() * y.shape[0]
-        a, b = topk_correct(out.detach(), y)
-        c1, c5, n = c1 + a, c5 + b, n + y.shape[0]
-    return [float(loss_sum), c1, c5, n], wait
+        sums[0] += loss.detach().double() * y.shape[0]
+        sums[1:3] += topk_hits(out.detach(), y)
+        sums[3] += y.shape[0]
+    return sums, wait
 
 
-def train_step(ctx: StepContext, batches: Iterator, lr: float) -> Tuple[List[float], float]:
-    """k micro-batches, one allreduce, optional clipping, one update; returns [loss sum, top1, top5, n, lr]
-    and the time spent waiting for data."""
+def train_step(ctx: StepContext, batches: Iterator, lr: float) -> Tuple[torch.Tensor, float]:
+    """k micro-batches, one allreduce, optional clipping, one update; returns the device sums
+    [loss sum, top1, top5, n] and the time spent waiting for data. A parameter group's ``lr_mult``
+    (the official recipe's fc groups) scales ``lr`` for that group."""
     e, opt = ctx.engine, ctx.opt
     for g in opt.param_groups:
-        g["lr"] = lr
+        g["lr"] = lr * g.get("lr_mult", 1.0)
     opt.zero_grad()  # set_to_none (torch >= 2 default; Horovod takes no argument)
     sums, wait = _micro_batches(ctx, batches)
     if ctx.synchronous:
@@ -90,21 +99,34 @@ def train_step(ctx: StepContext, batches: Iterator, lr: float) -> Tuple[List[flo
             ctx.scaler.update()
         else:
             opt.step()
-    return sums + [lr], wait
+    return sums, wait
 
 
 @dataclass
 class EvalLoader:
-    """How evaluation batches are read: per-rank clips per batch and the loader's workers."""
+    """How evaluation batches are read and combined: per-rank views per batch, how a video's views
+    are averaged, and where the batches come from (a persistent pipeline, or a loader per pass)."""
     batch_per_gpu: int
     workers: int
     prefetch: int
+    average: str = "logits"
+    pipeline: Optional["Pipeline"] = None
 
 
-def _eval_sums(ctx: StepContext, model: torch.nn.Module, loader, views: int) -> torch.Tensor:
-    """[loss, top1, top5, videos, data wait] over this rank's share; softmax averaged over each video's views."""
+def video_scores(out: torch.Tensor, views: int, average: str) -> torch.Tensor:
+    """One prediction per video from its ``views`` rows of logits: the mean of the logits (the official
+    TSM test) or, with ``average == "probs"``, the log of the mean probability. Either way a valid input
+    to ``cross_entropy`` and to top-k."""
+    out = out.float().view(-1, views, out.shape[-1])
+    if average == "probs":
+        return out.softmax(-1).mean(1).clamp_min(1e-12).log()
+    return out.mean(1)
+
+
+def _eval_sums(ctx: StepContext, model: torch.nn.Module, batches, views: int, average: str) -> torch.Tensor:
+    """[loss, top1, top5, videos, data wait] over this rank's share; each video's views averaged."""
     sums = torch.zeros(5, dtype=torch.float64, device=ctx.device)
-    it = iter(loader)
+    it = iter(batches)
     while True:
         tw = time.perf_counter()
         try:
@@ -112,31 +134,33 @@ def _eval_sums(ctx: StepContext, model: torch.nn.Module, loader, views: int) -> 
         except StopIteration:
             break
         sums[4] += time.perf_counter() - tw
+        x = x.flatten(0, 1)  # (videos x clips, crops, T, H, W, 3) -> one row per view
         x, y = ctx.prep(x), y.to(ctx.device)
         with ctx.autocast():
-            out = unwrap(model)(x).float()
-        prob = out.softmax(1).view(-1, views, out.shape[1]).mean(1)
-        y = y.view(-1, views)[:, 0]
-        sums[0] += F.nll_loss(prob.clamp_min(1e-12).log(), y, reduction="sum").double()
-        a, b = topk_correct(prob, y)
-        sums[1] += a
-        sums[2] += b
+            out = unwrap(model)(x)
+        scores = video_scores(out, views, average)
+        y = y.view(scores.shape[0], -1)[:, 0]  # one label per video (its clips share it)
+        sums[0] += F.cross_entropy(scores, y, reduction="sum").double()
+        sums[1:3] += topk_hits(scores, y)
         sums[3] += y.shape[0]
     return sums
 
 
 @torch.no_grad()
-def evaluate(ctx: StepContext, how: EvalLoader, dataset: EvalClips, views: int,
-             model: torch.nn.Module) -> Dict[str, float]:
-    """Average softmax over ``views`` clips per video; counts summed over ranks. The caller sets the
-    model's evaluation shape; the model is back in training mode afterwards."""
+def evaluate(ctx: StepContext, how: EvalLoader, dataset: EvalClips, model: torch.nn.Module) -> Dict[str, float]:
+    """Every video of ``dataset`` scored from its clips x crops views; counts summed over ranks. The caller
+    sets the model's evaluation shape; the model is back in training mode afterwards."""
     e = ctx.engine
     model.eval()
     idx = eval_indices(len(dataset), e.rank, e.size)
-    loader = eval_loader(dataset, idx, views, max(how.batch_per_gpu, views), how.workers,
-                         ctx.device.type == "cuda", how.prefetch)
+    views = dataset.views
+    batch = max(how.batch_per_gpu, views)
+    if how.pipeline is not None:
+        batches = how.pipeline.eval_batches(dataset, idx, batch)
+    else:
+        batches = eval_loader(dataset, idx, batch, how.workers, ctx.device.type == "cuda", how.prefetch)
     t0 = time.perf_counter()
-    sums = _eval_sums(ctx, model, loader, views)
+    sums = _eval_sums(ctx, model, batches, views, how.average)
     elapsed = time.perf_counter() - t0
     times = torch.tensor([elapsed], dtype=torch.float64, device=ctx.device)
     sums = e.allreduce_sum(sums)

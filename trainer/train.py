@@ -20,6 +20,7 @@ import re
 import signal
 import socket
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional
 
@@ -30,7 +31,8 @@ from . import checkpoint as ckpt
 from . import rundir
 from . import setup
 from .aavg import average_learners
-from .data import EvalClips, SampleError, error_line
+from .bnstats import merge_running_stats
+from .data import EvalClips, Pipeline, SampleError, error_line
 from .engines import Engine, make_engine, unwrap
 from .metrics import MetricsWriter, log, progress_line
 from .rundir import COMPLETE, RUN_CONFIG
@@ -77,30 +79,55 @@ def write_marker(run_dir: Path, name: str, text: str) -> None:
         tmp.unlink(missing_ok=True)
 
 
-class _Progress:
-    """Per-rank sums between two train records, and the run's pace for the ETA."""
+@dataclass
+class Reduced:
+    """One metrics record's numbers after the allreduce: the flags every rank now agrees on, and the
+    record of the steps since the last one."""
+    stop: bool
+    save: bool
+    record: Dict
 
-    def __init__(self, step: int):
-        self.acc = np.zeros(7)  # loss_sum, c1, c5, n, wait, step_time, clips/s (sum of per-rank)
+
+class _Progress:
+    """Per-rank sums between two train records, and the run's pace for the ETA.
+
+    Why the sums stay on the device: reading one back waits for the GPU to
+    drain its queue; the loop reads them once per record (``reduce``), in the
+    same allreduce that carries the stop and save flags, so between records a
+    step does no host sync of its own.
+    """
+
+    def __init__(self, step: int, device: torch.device):
+        self.device = device
+        self.sums = torch.zeros(4, dtype=torch.float64, device=device)  # loss_sum, c1, c5, n
+        self.wait = self.time = 0.0
         self.steps = 0
         self.t_start, self.step_start = time.time(), step
 
-    def add(self, reduced: List[float]) -> None:
-        self.acc += reduced
+    def add(self, sums: torch.Tensor, wait: float, seconds: float) -> None:
+        self.sums += sums
+        self.wait += wait
+        self.time += seconds
         self.steps += 1
 
-    def record(self, ranks: int) -> Dict:
-        a, n = self.acc, self.steps
-        return dict(loss=a[0] / max(a[3], 1), top1=a[1] / max(a[3], 1), top5=a[2] / max(a[3], 1),
-                    clips_per_s=a[6] / n, data_wait_frac=a[4] / max(a[5], 1e-9), step_time=a[5] / ranks / n)
+    def reduce(self, engine: Engine, stop: bool, save: bool) -> Reduced:
+        """The one host sync between records: flags, sums, times and this rank's clips/s, summed over ranks."""
+        host = torch.tensor([float(stop), float(save), self.wait, self.time], dtype=torch.float64,
+                            device=self.device)
+        rate = (self.sums[3] / max(self.time, 1e-9)).view(1)
+        red = engine.allreduce_sum(torch.cat([host, self.sums, rate])).tolist()
+        stop_n, save_n, wait, seconds, loss, c1, c5, n, rate_sum = red
+        record = dict(loss=loss / max(n, 1), top1=c1 / max(n, 1), top5=c5 / max(n, 1), clips_per_s=rate_sum,
+                      data_wait_frac=wait / max(seconds, 1e-9),
+                      step_time=seconds / engine.size / max(self.steps, 1))
+        self.sums.zero_()
+        self.wait = self.time = 0.0
+        self.steps = 0
+        return Reduced(stop_n > 0, save_n > 0, record)
 
     def eta(self, step: int, total: int) -> Optional[float]:
         done = step - self.step_start
         return (time.time() - self.t_start) / done * (total - step) if done else None
-
-    def reset(self) -> None:
-        self.acc[:] = 0
-        self.steps = 0
 
 
 class Trainer:
@@ -140,6 +167,10 @@ class Trainer:
         self.spec = setup.clip_spec(a)
         data = setup.load_data(a, e, self.spec, self.device)
         self.train_data, self.val_set, self.num_classes = data.train, data.val_set, data.num_classes
+        self.test_set = data.test_set
+        evals = {name: d for name, d in (("val", data.val_set), ("test", data.test_set)) if d is not None}
+        self.pipeline = Pipeline(data.train.train_set, evals, a.workers, self.device.type == "cuda", a.prefetch,
+                                 a.persistent_workers == "on")
         self.k = a.accum_steps
         self.virtual = e.size * self.k
         self.global_batch = data.global_batch
@@ -230,7 +261,17 @@ class Trainer:
         log(f"resumed from {path} at step {st.step} (epoch {st.epoch}, step {st.step_in_epoch})", self.is_main)
         self.resumed_from = path
 
-    def save(self, epoch_end: Optional[int] = None, best: bool = False) -> None:
+    def merge_bn(self) -> None:
+        """Every rank takes the BatchNorm statistics of all ranks' batches (a collective): what is
+        validated is then what rank 0 saves (``trainer.bnstats``)."""
+        e = self.engine
+        if e.size > 1:
+            merge_running_stats(self.core, lambda t: e.allreduce_sum(t).div_(e.size))
+
+    def save(self, epoch_end: Optional[int] = None, best: bool = False, merged: bool = False) -> None:
+        """Every rank calls it at the same step: BatchNorm statistics merged, then rank 0 writes."""
+        if not merged:
+            self.merge_bn()
         if self.is_main:
             state = self.state.checkpoint(self.model, self.opt, self.scaler, self.schedule, self.args)
             ckpt.save(self.run_dir, state, self.state.step, self.args.keep, epoch_end, max(self.args.test_last, 1),
@@ -243,19 +284,20 @@ class Trainer:
         average_learners(self.core, self.opt, lambda t: e.allreduce_sum(t).div_(e.size))
         self.avg_rounds += 1
 
-    def evaluate(self, dataset: EvalClips, views: int, model: Optional[torch.nn.Module] = None) -> Dict[str, float]:
+    def evaluate(self, dataset: EvalClips, model: Optional[torch.nn.Module] = None) -> Dict[str, float]:
         """``steps.evaluate`` at the full shape, on the training model unless another is given."""
         model = model if model is not None else self.model
         self.schedule.before_eval(unwrap(model))
         a = self.args
-        return evaluate(self.step_ctx, EvalLoader(a.batch_per_gpu, a.workers, a.prefetch), dataset, views, model)
+        how = EvalLoader(a.batch_per_gpu, a.workers, a.prefetch, a.test_average, self.pipeline)
+        return evaluate(self.step_ctx, how, dataset, model)
 
     def _batch_rule(self, lr: float) -> None:
         """AAVG every m steps: validate the averaged model (the learners keep theirs), then the batch rule."""
         e, st, ctl = self.engine, self.state, self.schedule.controller
         avg = copy.deepcopy(self.core)
         average_learners(avg, None, lambda t: e.allreduce_sum(t).div_(e.size))
-        r = self.evaluate(self.val_set, 1, avg)
+        r = self.evaluate(self.val_set, avg)
         before = ctl.batch
         after = ctl.observe(st.step, r["top1"])
         self.metrics.write("eval", step=st.step, epoch=st.epoch, lr=lr, aavg_batch=after, aavg_best=ctl.best, **r)
@@ -272,7 +314,7 @@ class Trainer:
             return 0
         if self.is_main and self.resumed_from is not None:  # recorded only when the run goes on from it
             rundir.event(self.run_dir, "resumed", step=self.state.step, checkpoint=self.resumed_from.name)
-        progress = _Progress(self.state.step)
+        progress = _Progress(self.state.step, self.device)
         self._last_save = time.time()
         while self.state.epoch < self.args.epochs:
             if self._epoch(progress):
@@ -285,12 +327,11 @@ class Trainer:
         if st.step_in_epoch == 0:
             s.start_epoch()
         epoch_steps = s.epoch_steps(st.epoch)
-        loader = s.loader(st.epoch, st.step_in_epoch, self.device.type == "cuda")
-        batches = iter(loader)
+        batches = self.pipeline.train_batches(s.sampler(st.epoch, st.step_in_epoch))
         stopping, lr = False, 0.0
         while st.step_in_epoch < epoch_steps and not stopping:
             stopping, lr = self._step(batches, epoch_steps, progress)
-        del batches, loader
+        del batches
         if st.step_in_epoch >= epoch_steps:
             self._end_epoch(lr)
         elif stopping:
@@ -298,54 +339,61 @@ class Trainer:
         return stopping
 
     def _step(self, batches, epoch_steps: int, progress: _Progress):
-        """One optimiser step and what follows it on every rank; returns (stopping, lr)."""
-        a, e, st, s = self.args, self.engine, self.state, self.schedule
+        """One optimiser step and what follows it on every rank; returns (stopping, lr).
+
+        The ranks agree on stopping and on a timed save at each metrics record
+        (every --log-every steps, at the end of an epoch, at --max-steps): a stop
+        signal takes effect there, with a checkpoint that all ranks reach at the
+        same step.
+        """
+        a, st, s = self.args, self.state, self.schedule
         t0 = time.perf_counter()
         step = st.step
         s.before_step(self.core, step)
-        (loss_sum, c1, c5, n, lr), wait = train_step(self.step_ctx, batches, s.lr(st.position))
+        lr = s.lr(st.position)
+        sums, wait = train_step(self.step_ctx, batches, lr)
         st.advance()
         if self.aavg and s.due_average(st.step_in_epoch, epoch_steps):
             self.average()
-        dt = time.perf_counter() - t0
-        stop_local = 1.0 if (self.stop or (a.max_steps and st.step >= a.max_steps)) else 0.0
-        red = e.allreduce_sum(torch.tensor([stop_local, loss_sum, c1, c5, n, wait, dt, n / max(dt, 1e-9)],
-                                           dtype=torch.float64, device=self.device)).tolist()
-        stopping = red[0] > 0
-        progress.add(red[1:])
-        if self.is_main and (progress.steps >= a.log_every or stopping or st.step_in_epoch == epoch_steps):
-            self._log_train(progress, step, lr, epoch_steps)
+        progress.add(sums, wait, time.perf_counter() - t0)
+        limit = bool(a.max_steps and st.step >= a.max_steps)
+        stopping = timed_save = False
+        if limit or progress.steps >= a.log_every or st.step_in_epoch == epoch_steps:
+            red = progress.reduce(self.engine, bool(self.stop) or limit, self._save_time())
+            stopping, timed_save = red.stop, red.save
+            if self.is_main:
+                self._log_train(red.record, progress, step, lr, epoch_steps)
         if stopping:
             return True, lr
         if self.aavg and s.check_due(st.step) and self.val_set is not None:
             self._batch_rule(lr)
-        self._maybe_save()
+        if timed_save or (a.ckpt_every_steps and st.step % a.ckpt_every_steps == 0):
+            self.save()
+            self._last_save = time.time()
         return False, lr
 
-    def _log_train(self, progress: _Progress, step: int, lr: float, epoch_steps: int) -> None:
+    def _save_time(self) -> bool:
+        """Rank 0: whether --ckpt-every-minutes has passed since the last save (the ranks agree through
+        the record's allreduce)."""
+        a = self.args
+        return bool(self.is_main and a.ckpt_every_minutes and time.time() - self._last_save > 60 * a.ckpt_every_minutes)
+
+    def _log_train(self, record: Dict, progress: _Progress, step: int, lr: float, epoch_steps: int) -> None:
         """Rank 0: the train record and progress line over the steps since the last one."""
         a, e, st, s = self.args, self.engine, self.state, self.schedule
-        rec = self.metrics.write("train", step=st.step, epoch=st.epoch, lr=lr, **progress.record(e.size),
+        rec = self.metrics.write("train", step=st.step, epoch=st.epoch, lr=lr, **record,
                                  ranks=e.size, accum_steps=self.k,
                                  **{"global_batch": self.global_batch, **s.metrics_extra(step)})
         log(progress_line(rec, a.epochs, epoch_steps, s.run_total_steps, progress.eta(st.step, s.run_total_steps)))
-        progress.reset()
-
-    def _maybe_save(self) -> None:
-        """Rank 0: a checkpoint every --ckpt-every-steps steps or --ckpt-every-minutes minutes."""
-        a, step = self.args, self.state.step
-        if self.is_main and ((a.ckpt_every_steps and step % a.ckpt_every_steps == 0) or
-                             (a.ckpt_every_minutes and time.time() - self._last_save > 60 * a.ckpt_every_minutes)):
-            self.save()
-            self._last_save = time.time()
 
     def _end_epoch(self, lr: float) -> None:
         """Evaluate when due, move to the next epoch, save the epoch's checkpoint (and best.pt)."""
         a, st = self.args, self.state
         best = False
         due = a.eval_every > 0 and ((st.epoch + 1) % a.eval_every == 0 or st.epoch + 1 == a.epochs)
+        self.merge_bn()  # validate what is saved
         if due and self.val_set is not None:
-            r = self.evaluate(self.val_set, 1)
+            r = self.evaluate(self.val_set)
             best = r["top1"] > st.best_top1
             st.best_top1 = max(st.best_top1, r["top1"])
             self.metrics.write("eval", step=st.step, epoch=st.epoch, lr=lr, **r)
@@ -353,7 +401,7 @@ class Trainer:
                 f"({r['videos']} videos, 1 clip)", self.is_main)
         finished = st.epoch
         st.next_epoch()
-        self.save(epoch_end=finished, best=best)
+        self.save(epoch_end=finished, best=best, merged=True)
         self._last_save = time.time()
 
     def _stopped(self) -> int:
@@ -368,7 +416,7 @@ class Trainer:
     def _finish(self) -> int:
         """All epochs done: the final test, then COMPLETE (unless a signal cut the test short)."""
         a, e = self.args, self.engine
-        if a.test and self.val_set is not None:
+        if self.test_set is not None:
             if not self.final_test():
                 e.barrier()
                 return 0
@@ -395,8 +443,7 @@ class Trainer:
     def final_test(self) -> bool:
         """Multi-clip test of the last epochs' checkpoints; mean and std as the paper reports."""
         a, e = self.args, self.engine
-        views = a.test_clips * a.test_crops
-        test_set = EvalClips(a.data, self.spec, a.test_clips, "val")
+        test_set = self.test_set
         paths = self._test_checkpoints()
         log(f"final test on rank {e.rank} of {e.size}: {' '.join(p.name for p in paths)}")
         results = []
@@ -409,13 +456,14 @@ class Trainer:
                 raise SystemExit(f"trainer: the ranks read different contents from {p} (rank {e.rank} sees "
                                  f"step {state['step']}): is the run directory on a shared file system?")
             unwrap(self.model).load_state_dict(state["model"])
-            r = self.evaluate(test_set, views)
+            r = self.evaluate(test_set)
             results.append(r)
             self.metrics.write("test", step=state["step"], epoch=state["epoch"] - 1, checkpoint=p.name, lr=0.0, **r)
             log(f"test {p.name}: top1 {100 * r['top1']:.2f}% top5 {100 * r['top5']:.2f}% "
-                f"({a.test_clips} clips x {a.test_crops} crops)", self.is_main)
+                f"({a.test_clips} clips x {a.test_crops} crops of {a.test_size}, {a.test_average} averaged)",
+                self.is_main)
         if results:
-            self._test_summary(results, paths, views)
+            self._test_summary(results, paths, test_set.views)
         return True
 
     def _test_summary(self, results: List[Dict], paths: List[Path], views: int) -> None:
@@ -434,6 +482,7 @@ class Trainer:
             self.is_main)
 
     def close(self) -> None:
+        self.pipeline.close()
         self.metrics.close()
         self.engine.shutdown()
 

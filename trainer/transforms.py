@@ -34,21 +34,34 @@ def _open(data: bytes) -> Image.Image:
     return img
 
 
-def _decode_box(data: bytes, rel: Box, out_w: int, out_h: int, flip: bool = False) -> np.ndarray:
-    """Decode ``data`` and resample the box ``rel`` (fractions of width and height, so that
-    frames of another size get the same crop) to out_w x out_h."""
+def _decode_boxes(data: bytes, rels: Sequence[Box], out_w: int, out_h: int, flip: bool = False) -> List[np.ndarray]:
+    """Decode ``data`` once and resample each box of ``rels`` (fractions of width and height, so that
+    frames of another size get the same crop) to out_w x out_h.
+
+    The boxes share one size (a clip's crop, or the test's crops along the
+    longer side), so one draft decode serves them all: three test crops cost
+    one decode, not three.
+    """
     img = _open(data)
     full_w, full_h = img.size
-    bw, bh = (rel[2] - rel[0]) * full_w, (rel[3] - rel[1]) * full_h
+    bw, bh = (rels[0][2] - rels[0][0]) * full_w, (rels[0][3] - rels[0][1]) * full_h
     # Smallest decode that keeps the crop at least out_w x out_h: libjpeg scales by 1/2, 1/4, 1/8.
     img.draft("RGB", (max(1, math.ceil(full_w * out_w / bw)), max(1, math.ceil(full_h * out_h / bh))))
     w, h = img.size
     if img.mode != "RGB":
         img = img.convert("RGB")
-    out = img.resize((out_w, out_h), Image.BILINEAR, box=(rel[0] * w, rel[1] * h, rel[2] * w, rel[3] * h))
-    if flip:   # in PIL: a reversed-stride numpy copy of the clip costs more than the decode
-        out = out.transpose(Image.FLIP_LEFT_RIGHT)
-    return np.asarray(out)
+    out = []
+    for rel in rels:
+        crop = img.resize((out_w, out_h), Image.BILINEAR, box=(rel[0] * w, rel[1] * h, rel[2] * w, rel[3] * h))
+        if flip:   # in PIL: a reversed-stride numpy copy of the clip costs more than the decode
+            crop = crop.transpose(Image.FLIP_LEFT_RIGHT)
+        out.append(np.asarray(crop))
+    return out
+
+
+def _decode_box(data: bytes, rel: Box, out_w: int, out_h: int, flip: bool = False) -> np.ndarray:
+    """One box of ``_decode_boxes``."""
+    return _decode_boxes(data, [rel], out_w, out_h, flip)[0]
 
 
 def _relative(box: Box, w: int, h: int) -> Box:
@@ -116,7 +129,14 @@ def train_clip(frames: Sequence[bytes], rng: np.random.Generator, size: int = 22
 def test_boxes(img_w: int, img_h: int, size: int = 224, short_side: int = 256, num_crops: int = 1) -> List[Box]:
     """Crop boxes (full-resolution coordinates) equal to: resize the shorter side to
     ``short_side``, then take ``size`` squares at the centre (1 crop) or at the start, centre
-    and end of the longer side (3 crops, the usual 10-clip x 3-crop protocol)."""
+    and end of the longer side (3 crops, the usual 10-clip x 3-crop protocol).
+
+    With ``size == short_side`` (the paper's test: 256 of a 256 shorter side) the
+    crops are the full-resolution frame's squares. The official code's
+    ``GroupFullResSample`` places its three crops at left, right and centre of the
+    width; for a portrait frame that gives the centre three times, where these
+    move down the longer side.
+    """
     if num_crops not in (1, 3):
         raise ValueError(f"num_crops must be 1 or 3, not {num_crops}")
     k = short_side / min(img_w, img_h)          # resize factor
@@ -132,15 +152,15 @@ def test_boxes(img_w: int, img_h: int, size: int = 224, short_side: int = 256, n
 
 
 def test_crops(frames: Sequence[bytes], size: int = 224, short_side: int = 256, num_crops: int = 1) -> np.ndarray:
-    """Evaluation crops of one clip: uint8 (num_crops, T, size, size, 3), no randomness."""
+    """Evaluation crops of one clip: uint8 (num_crops, T, size, size, 3), no randomness; each frame decoded once."""
     if not frames:
         raise ValueError("a clip needs at least one frame")
     w, h = frame_size(frames[0])
     boxes = [_relative(b, w, h) for b in test_boxes(w, h, size, short_side, num_crops)]
     out = np.empty((len(boxes), len(frames), size, size, 3), dtype=np.uint8)
     for t, data in enumerate(frames):
-        for c, rel in enumerate(boxes):
-            out[c, t] = _decode_box(data, rel, size, size)
+        for c, crop in enumerate(_decode_boxes(data, boxes, size, size)):
+            out[c, t] = crop
     return out
 
 
