@@ -173,8 +173,10 @@ class _Feed:
         self.batches: Iterable[List] = ()
 
     def __iter__(self) -> Iterator[List]:
-        batches, self.batches = self.batches, ()
-        return iter(batches)
+        # The same iterator each time until the pipeline sets the next pass: torch asks twice when a
+        # pool starts (once in the base iterator, once in its first reset).
+        self.batches = iter(self.batches)
+        return self.batches
 
 
 class _Pool:
