@@ -32,6 +32,7 @@ from . import rundir
 from . import setup
 from .aavg import average_learners
 from .bnstats import merge_running_stats
+from .ckptwriter import CheckpointWriter
 from .data import EvalClips, Pipeline, SampleError, error_line
 from .engines import Engine, make_engine, unwrap
 from .metrics import MetricsWriter, log, progress_line
@@ -159,6 +160,7 @@ class Trainer:
             for p in ckpt.clean_leftovers(self.run_dir, (RUN_CONFIG, COMPLETE)):
                 log(f"removed {p}, left by an interrupted run")
         self.metrics = MetricsWriter(self.run_dir, self.is_main)
+        self.writer = CheckpointWriter() if self.is_main else None  # rank 0 writes, in the background
         self.amp_dtype, self.channels_last = setup.numerics(self.args, self.device)
 
     def _setup_data(self) -> None:
@@ -274,8 +276,13 @@ class Trainer:
             self.merge_bn()
         if self.is_main:
             state = self.state.checkpoint(self.model, self.opt, self.scaler, self.schedule, self.args)
-            ckpt.save(self.run_dir, state, self.state.step, self.args.keep, epoch_end, max(self.args.test_last, 1),
-                      best)
+            self.writer.submit(self.run_dir, state, self.state.step, self.args.keep, epoch_end,
+                               max(self.args.test_last, 1), best)
+
+    def saved(self) -> None:
+        """Rank 0: block until the checkpoint in flight is on disk (its failure is raised here)."""
+        if self.writer is not None:
+            self.writer.wait()
 
     # -- methods -----------------------------------------------------------------------------
     def average(self) -> None:
@@ -407,6 +414,7 @@ class Trainer:
     def _stopped(self) -> int:
         """After the stop step's checkpoint: say why, record it, and leave together."""
         why, step = self.stop.reason(), self.state.step
+        self.saved()
         log(f"stopping at step {step} ({why}): checkpoint saved", self.is_main)
         if self.is_main:
             rundir.event(self.run_dir, "stopped", step=step, reason=why)
@@ -416,6 +424,7 @@ class Trainer:
     def _finish(self) -> int:
         """All epochs done: the final test, then COMPLETE (unless a signal cut the test short)."""
         a, e = self.args, self.engine
+        self.saved()  # the final test reads the epoch checkpoints; COMPLETE comes after the last one is on disk
         if self.test_set is not None:
             if not self.final_test():
                 e.barrier()
@@ -482,9 +491,14 @@ class Trainer:
             self.is_main)
 
     def close(self) -> None:
-        self.pipeline.close()
-        self.metrics.close()
-        self.engine.shutdown()
+        """The last checkpoint on disk (a failed write is raised here), then workers, metrics and engine."""
+        try:
+            if self.writer is not None:
+                self.writer.close()
+        finally:
+            self.pipeline.close()
+            self.metrics.close()
+            self.engine.shutdown()
 
 
 
