@@ -4,6 +4,10 @@ Per parameter tensor (a "layer"), local_rate = trust * ||w|| / (||g|| + wd * ||w
 and v = m * v + lr * local_rate * (g + wd * w); w = w - v. BatchNorm parameters
 and biases are excluded (plain momentum SGD with their own weight decay, usually
 0 in this recipe): put them in a param group with ``lars: False``.
+
+Each group steps at its own ``lr``, so groups at a multiple of the base rate
+(``--fc-lr5``: the classifier weight at 5x with the trust ratio, its bias at 10x
+without) need nothing more here than their ``lr`` and ``lars`` keys.
 """
 from __future__ import annotations
 
