@@ -276,11 +276,13 @@ def count_macs(model: nn.Module, clip: torch.Tensor) -> float:
     products of the CPU 1x1 kernel, which does the same multiply-accumulates
     (fewer by the zero-padded clip ends).
     """
-    from . import compat, tsm
+    from torch.utils.flop_counter import FlopCounterMode
+    from . import tsm
+    counter = FlopCounterMode(display=False)
     was, tsm.CPU_GEMM_1X1 = tsm.CPU_GEMM_1X1, False
     try:
-        with torch.no_grad():
-            flops = compat.count_flops(lambda: model(clip))
+        with counter, torch.no_grad():
+            model(clip)
     finally:
         tsm.CPU_GEMM_1X1 = was
-    return flops / 2
+    return counter.get_total_flops() / 2
