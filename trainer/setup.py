@@ -122,11 +122,12 @@ def model_and_optimizer(args: argparse.Namespace, num_classes: int, schedule: Sc
     """The same initial model on every rank (seeded; rank 0's is broadcast anyway) and its optimiser."""
     torch.manual_seed(args.seed)
     model = build_model(args.arch, num_classes, args.num_segments, args.shift, args.shift_placement,
-                        args.width, args.fold_div, args.dropout).to(device)
+                        args.width, args.fold_div, args.dropout, shift_blocks=args.shift_blocks).to(device)
     schedule.adapt_model(model)
     if channels_last:
         model = model.to(memory_format=torch.channels_last)
-    opt = build_optimizer(args.optimizer, model, lr, args.momentum, args.weight_decay, args.trust_coefficient)
+    opt = build_optimizer(args.optimizer, model, lr, args.momentum, args.weight_decay, args.trust_coefficient,
+                          fc_lr5=args.fc_lr5)
     return model, opt
 
 
@@ -162,3 +163,5 @@ def run_config(args: argparse.Namespace, engine: Engine, schedule: Schedule, glo
         cfg["trust_coefficient"] = a.trust_coefficient
     cfg.update(schedule.config())
     return cfg
+        "shift_blocks": a.shift_blocks, "fc_lr5": a.fc_lr5,
+        "test": f"{a.test_clips} clips x {a.test_crops} crops of {a.test_size}, {a.test_average} averaged",

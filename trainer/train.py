@@ -5,10 +5,12 @@ checkpoint in the run directory; on SIGUSR2 (LSF's warning before the
 walltime) or SIGTERM, finish the current optimiser step, save, exit 0; write
 ``<run-dir>/COMPLETE`` when all epochs and the final test are done.
 
-Why a stop flag travels in the per-step metrics allreduce: the signal reaches
-ranks at slightly different moments; summing a 0/1 flag in the allreduce every
-rank already does after each step makes all ranks stop after the same step,
-so the checkpoint is consistent and no rank waits in a collective forever.
+Why a stop flag travels in the metrics allreduce: the signal reaches ranks at
+slightly different moments; summing a 0/1 flag in the allreduce every rank
+already does at each metrics record (every --log-every steps, each epoch's
+end, --max-steps) makes all ranks stop after the same step, so the checkpoint
+is consistent and no rank waits in a collective forever. Between records a
+step reads nothing back from the device (bench/host_syncs.py).
 """
 from __future__ import annotations
 
@@ -41,7 +43,7 @@ from .schedules import AAVGSchedule, Schedule, lr_at, make_schedule
 from .shards import ShardError
 from .signals import STOP_SIGNALS
 from .steps import EvalLoader, StepContext, evaluate, train_step
-from .trainstate import TrainState, plain_args, rng_states, set_rng_states
+from .trainstate import TrainState, plain_args, resume_mismatch, rng_states, set_rng_states
 
 __all__ = ["Trainer", "main", "lr_at", "rng_states", "set_rng_states", "plain_args", "COMPLETE", "RUN_CONFIG"]
 
@@ -192,6 +194,9 @@ class Trainer:
         saved = None
         if latest is not None:
             saved = ckpt.load(latest)
+            why = resume_mismatch(saved.get("args"), a)
+            if why:
+                raise SystemExit(f"trainer: {latest} {why}")
             model.load_state_dict(saved["model"])
         elif e.size > 1:
             e.broadcast_model(model)

@@ -55,6 +55,39 @@ def plain_args(args: argparse.Namespace) -> Dict:
     return {k: plain(v) for k, v in vars(args).items()}
 
 
+#: Options that define the network or its optimiser's groups: a checkpoint resumes only under the same values.
+NETWORK_OPTIONS = ("arch", "width", "shift", "shift_placement", "shift_blocks", "fold_div", "fc_lr5")
+
+
+def _effective(args: Dict) -> Dict:
+    """The network options of ``args`` as they took effect. A checkpoint written before --shift-blocks
+    existed shifted every block; under the official rule only resnet101/152 with blockres differ."""
+    out = {k: args.get(k) for k in NETWORK_OPTIONS}
+    out["shift_blocks"] = out["shift_blocks"] or "all"
+    out["fc_lr5"] = bool(out["fc_lr5"])
+    if out["arch"] not in ("resnet101", "resnet152") or out["shift_placement"] != "blockres" or not out["shift"]:
+        out["shift_blocks"] = "all"  # the official rule shifts every block there
+    return out
+
+
+def resume_mismatch(saved_args: Optional[Dict], args: argparse.Namespace) -> Optional[str]:
+    """Why a checkpoint cannot continue this run (its network or parameter groups differ), else None.
+
+    Why refuse: the shift has no weights, so a checkpoint of a network with
+    its shifts elsewhere loads without a word and trains a different model;
+    parameter groups that differ fail deep inside torch.
+    """
+    if not saved_args:
+        return None
+    then, now = _effective(saved_args), _effective(vars(args))
+    for name in NETWORK_OPTIONS:
+        if then[name] is not None and then[name] != now[name]:
+            flag = "--" + name.replace("_", "-")
+            return (f"was written with {flag} {then[name]} and this run has {now[name]}: resume with the same "
+                    f"{flag}, or start the new network in another --run-dir")
+    return None
+
+
 @dataclass
 class TrainState:
     """Where the run is and what it has learned about itself; the model and optimiser live beside it."""
