@@ -27,6 +27,9 @@ COMPRESSIONS = ("none", "fp16", "bf16")
 SHIFT_BLOCKS = ("official", "all")
 #: How the final test combines a video's views: the official code averages logits.
 TEST_AVERAGES = ("logits", "probs")
+#: Weights-only export formats ("none": no export) and the key layouts weights are read and written in.
+EXPORT_FORMATS = ("pt", "safetensors", "none")
+WEIGHT_LAYOUTS = ("summit", "tsm", "mmaction2")
 #: AAVG's default averaging interval: once per epoch.
 AVG_INTERVAL_EPOCH = -1
 #: Method options by trainer option name: (choices, default). The planner renders only non-defaults.
@@ -47,6 +50,8 @@ def _run_options(g: "argparse._ArgumentGroup") -> None:
                    help="stop (checkpoint, exit 0, no COMPLETE) once this many optimiser steps are done in total")
     g.add_argument("--log-every", type=int, default=10, help="optimiser steps between metrics records")
     g.add_argument("--threads", type=int, default=0, help="torch CPU threads per rank (0 = torch's default)")
+    g.add_argument("--tensorboard", action="store_true",
+                   help="also write TensorBoard event files to <run-dir>/tensorboard (needs the tensorboard package)")
 
 
 def _model_options(g: "argparse._ArgumentGroup") -> None:
@@ -62,6 +67,9 @@ def _model_options(g: "argparse._ArgumentGroup") -> None:
                    help="official: TSM's placement (with blockres, every other block of each stage when layer3 has "
                         "23 or more blocks: resnet101/152); all: every block")
     g.add_argument("--fold-div", type=int, default=8, help="1/fold_div channels shifted each way")
+    g.add_argument("--pretrained", default=None, metavar="FILE",
+                   help="start from an ImageNet 2D ResNet state_dict in torchvision's key layout (the TSM recipe's "
+                        "initialisation); the fc head is new; $VARS expanded")
     g.add_argument("--dropout", type=float, default=0.0,
                    help="before the fc head (the paper: none; the official TSM recipe: 0.5)")
 
@@ -146,6 +154,13 @@ def _evaluation_options(g: "argparse._ArgumentGroup") -> None:
     g.add_argument("--test-last", type=int, default=5,
                    help="final test on the last N epochs' checkpoints; mean and std are reported")
     g.add_argument("--no-test", dest="test", action="store_false", help="skip the final multi-clip test")
+    g.add_argument("--test-only", default=None, metavar="CKPT",
+                   help="only the multi-clip test of this checkpoint (this trainer's, the official TSM code's or "
+                        "mmaction2's), on any number of ranks; no training; $VARS expanded")
+    g.add_argument("--export-weights", choices=EXPORT_FORMATS, default=EXPORT_FORMATS[0],
+                   help="weights-only copies of the last and best models beside the resumable checkpoints")
+    g.add_argument("--export-layout", choices=WEIGHT_LAYOUTS, default=WEIGHT_LAYOUTS[0],
+                   help="key layout of the exported weights: this trainer's, the official TSM code's or mmaction2's")
     g.add_argument("--keep", type=int, default=3, help="step checkpoints kept (plus best and last epochs)")
     g.add_argument("--ckpt-every-steps", type=int, default=0, help="also checkpoint every N steps (0 = off)")
     g.add_argument("--ckpt-every-minutes", type=float, default=15.0, help="also checkpoint this often (0 = off)")
@@ -296,8 +311,9 @@ def parse(argv: Optional[List[str]] = None) -> argparse.Namespace:
     if not args.run_dir.strip():
         p.error("--run-dir '': give the folder for checkpoints and metrics")
     args.run_dir = os.path.expandvars(args.run_dir)
-    if args.data:
-        args.data = os.path.expandvars(args.data)
+    for name in ("data", "pretrained", "test_only"):
+        if getattr(args, name):
+            setattr(args, name, os.path.expandvars(getattr(args, name)))
     _check_numbers(p, args)
     _check_methods(p, args)
     if args.scale_size <= 0:
@@ -314,7 +330,8 @@ def unset_variables(args: argparse.Namespace) -> Optional[str]:
     variables (the node's NVMe path) exist only inside the job. On a rank an
     unset one would make a folder literally named ``$SUMMIT_JOBS_NVME``.
     """
-    for flag, value in (("--run-dir", args.run_dir), ("--data", args.data)):
+    for flag, value in (("--run-dir", args.run_dir), ("--data", args.data), ("--pretrained", args.pretrained),
+                        ("--test-only", args.test_only)):
         left = re.search(r"\$\{?[A-Za-z_][A-Za-z0-9_]*\}?", value or "")
         if left:
             return (f"trainer: {flag} {value}: {left.group(0)} is not set in this environment "
