@@ -6,7 +6,7 @@ Heavy imports (numpy, PIL, PyAV) happen inside the commands, so that
 from __future__ import annotations
 
 import json
-from typing import Optional
+from typing import Optional, Tuple
 
 import click
 
@@ -51,11 +51,39 @@ def synth_cmd(out: str, videos_per_class: int, val_fraction: float, frames: int,
 
 
 @cli.command("pack")
-@click.argument("src", type=click.Path(file_okay=False))
-@click.argument("out", type=click.Path(file_okay=False))
+@click.argument("paths", nargs=-1, metavar="[SRC] OUT")
 @click.option("--layout", type=click.Choice(["auto", "rawframes", "videos"]), default="auto", show_default=True,
-              help="Input layout: rawframes (<split>_list.txt + img_00001.jpg folders) or videos "
+              help="SRC's layout: rawframes (<split>_list.txt + img_00001.jpg folders) or videos "
                    "(<split>/<class>/<id>.mp4). auto looks at SRC.")
+@click.option("--annotations", "annotations", multiple=True, metavar="CSV",
+              help="Kinetics 400/600/700 as distributed: an annotation CSV (label,youtube_id,time_start,time_end,"
+                   "split); repeat it for each split's file. The split column names the split (validate is val). "
+                   "The clips are <youtube_id>_<start:06d>_<end:06d>.mp4 under --videos. Give OUT only.")
+@click.option("--videos", metavar="DIR",
+              help="With --annotations, --ucf101-splits or --hmdb51-splits: the folder of the videos "
+                   "(Kinetics: DIR/<split>/ or DIR/ itself; UCF101 and HMDB51: DIR/<class>/<video>.avi).")
+@click.option("--list", "list_opts", multiple=True, metavar="SPLIT=FILE",
+              help="An mmaction2 list under any name, repeatable: video lists ('path label') or rawframe lists "
+                   "('folder num_frames label'), told apart per file by the number of fields; PySlowFast's "
+                   "'path label' CSVs too. SPLIT is train, val or test. Labels are class numbers from 0. "
+                   "Give OUT only.")
+@click.option("--root", metavar="DIR", help="With --list: the folder the listed paths are relative to. "
+                                           "Default: each list's own folder.")
+@click.option("--ucf101-splits", metavar="DIR",
+              help="UCF101's ucfTrainTestlist folder (classInd.txt, trainlistNN.txt, testlistNN.txt); the test "
+                   "list becomes the val split. Give OUT only, and --videos.")
+@click.option("--hmdb51-splits", metavar="DIR",
+              help="HMDB51's testTrainMulti_7030_splits folder (<class>_test_splitN.txt: 1 train, 2 test (the "
+                   "val split), 0 unused). Give OUT only, and --videos.")
+@click.option("--split-number", default=1, show_default=True,
+              help="Which of the three official UCF101 / HMDB51 splits to pack.")
+@click.option("--filename-tmpl", default="img_{:05d}.jpg", show_default=True,
+              help="Rawframes: the frame file name, with one integer field counted from 1.")
+@click.option("--seed", default=0, show_default=True,
+              help="Seed of the order samples are written in: each split shuffled with every class spread "
+                   "evenly, so each node's share of the shards (stage-data --policy partition) holds every "
+                   "class. Same input and seed, same bytes.")
+@click.option("--no-shuffle", "no_shuffle", is_flag=True, hidden=True)
 @click.option("--shard-size", default="2GB", show_default=True,
               help="Target shard size; a shard is closed once it reaches it. HPSS wants >= 512MB.")
 @click.option("--short-side", default=256, show_default=True,
@@ -65,8 +93,8 @@ def synth_cmd(out: str, videos_per_class: int, val_fraction: float, frames: int,
 @click.option("--workers", "-j", default=0, help="Worker processes. Default: one per CPU core.")
 @click.option("--classes", "classes_file", type=click.Path(dir_okay=False),
               help="Class names, one per line in label order. Default: SRC/classes.txt, else the class "
-                   "folders (videos) or class_NNN (rawframes).")
-@click.option("--name", help="Dataset name in the manifest. Default: SRC's folder name.")
+                   "folders (videos), class_NNN (rawframes and --list), the sorted labels (--annotations).")
+@click.option("--name", help="Dataset name in the manifest. Default: the folder name of SRC (or of --videos).")
 @click.option("--hash", "algo", type=click.Choice(["sha256", "blake3", "blake2b"]), default="sha256",
               show_default=True,
               help="Shard hash recorded in the manifest. blake3 is about 5x faster to verify on x86 "
@@ -75,10 +103,19 @@ def synth_cmd(out: str, videos_per_class: int, val_fraction: float, frames: int,
 @click.option("--force", is_flag=True, help="Pack again into an OUT that holds a finished or different pack.")
 @click.option("--quiet", is_flag=True, help="No progress line.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
-def pack_cmd(src: str, out: str, layout: str, shard_size: str, short_side: int, fps: Optional[float],
-             quality: int, workers: int, classes_file: Optional[str], name: Optional[str], algo: str,
-             force: bool, quiet: bool, as_json: bool) -> None:
-    """Pack the videos of SRC into tar shards + manifest.json in OUT.
+def pack_cmd(paths: Tuple[str, ...], layout: str, annotations: Tuple[str, ...], videos: Optional[str],
+             list_opts: Tuple[str, ...], root: Optional[str], ucf101_splits: Optional[str],
+             hmdb51_splits: Optional[str], split_number: int, filename_tmpl: str, seed: int, no_shuffle: bool,
+             shard_size: str, short_side: int, fps: Optional[float], quality: int, workers: int,
+             classes_file: Optional[str], name: Optional[str], algo: str, force: bool, quiet: bool,
+             as_json: bool) -> None:
+    """Pack a video dataset into tar shards + manifest.json in OUT.
+
+    The input is a SRC folder (rawframes or videos layout) or the lists the
+    dataset is distributed with: Kinetics annotation CSVs, mmaction2 or
+    PySlowFast lists, UCF101 or HMDB51 split files. Listed videos missing from
+    disk are counted and listed in OUT/pack-report.json (and counted in the
+    manifest), never fatal.
 
     Parallel over CPU cores, deterministic (the same input gives the same
     bytes), resumable: run the same command again after an interruption and it
@@ -89,23 +126,68 @@ def pack_cmd(src: str, out: str, layout: str, shard_size: str, short_side: int, 
     Examples:
       summit-jobs pack data/synth/rawframes data/synth-shards --shard-size 50MB
       summit-jobs pack /data/kinetics400/videos /gpfs/.../k400-shards --fps 25
+      summit-jobs pack k400-shards --annotations k400/annotations/train.csv \\
+          --annotations k400/annotations/val.csv --videos k400
+      summit-jobs pack shards --list train=kinetics400_train_list_videos.txt \\
+          --list val=kinetics400_val_list_videos.txt --root data/kinetics400/videos
+      summit-jobs pack ucf-shards --ucf101-splits ucfTrainTestlist --videos UCF-101
+      summit-jobs pack hmdb-shards --hmdb51-splits testTrainMulti_7030_splits --videos hmdb51_org
     """
     from summit_jobs import pack as pack_mod
+    inputs, src, out = _pack_inputs(paths, annotations, videos, list_opts, root, ucf101_splits, hmdb51_splits,
+                                    split_number)
     opts = pack_mod.PackOptions(src=src, out=out, layout=layout, shard_size=pack_mod.parse_size(shard_size),
                                 short_side=short_side, fps=fps, quality=quality, workers=workers, name=name,
-                                algo=algo)
-    summary = pack_mod.pack(opts, force=force, progress=not quiet, classes_file=classes_file)
+                                algo=algo, filename_tmpl=filename_tmpl, seed=seed, shuffle=not no_shuffle)
+    summary = pack_mod.pack(opts, force=force, progress=not quiet, classes_file=classes_file, inputs=inputs)
     if as_json:
         click.echo(json.dumps(summary, indent=2))
-        return
+    else:
+        _print_pack_summary(summary)
+
+
+def _pack_inputs(paths: Tuple[str, ...], annotations: Tuple[str, ...], videos: Optional[str],
+                 list_opts: Tuple[str, ...], root: Optional[str], ucf101_splits: Optional[str],
+                 hmdb51_splits: Optional[str], split_number: int):
+    """(the reader and its files, the folder the samples live in, OUT) from pack's arguments."""
+    import os
+    from summit_jobs import datalists
+    chosen = [k for k, v in (("--annotations", annotations), ("--list", list_opts),
+                             ("--ucf101-splits", ucf101_splits), ("--hmdb51-splits", hmdb51_splits)) if v]
+    if len(chosen) > 1:
+        raise UserError(f"{' and '.join(chosen)} are two inputs: pack one dataset at a time.")
+    if not chosen:
+        if len(paths) != 2:
+            raise UserError(f"pack takes SRC and OUT (got {len(paths)} paths), or OUT with --annotations, --list, "
+                            "--ucf101-splits or --hmdb51-splits.")
+        return datalists.Inputs(videos=videos, root=root), paths[0], paths[1]
+    if len(paths) != 1:
+        raise UserError(f"with {chosen[0]}, give only OUT (got {len(paths)} paths: {' '.join(paths)}); the videos "
+                        "are found through " + ("--root." if chosen[0] == "--list" else "--videos DIR."))
+    kind = {"--annotations": "kinetics", "--list": "lists", "--ucf101-splits": "ucf101",
+            "--hmdb51-splits": "hmdb51"}[chosen[0]]
+    lists = tuple(datalists.parse_list_option(x) for x in list_opts)
+    inputs = datalists.Inputs(kind=kind, annotations=annotations, lists=lists, videos=videos, root=root,
+                              splits_dir=ucf101_splits or hmdb51_splits, split_number=split_number)
+    src = videos or root or (os.path.dirname(os.path.abspath(lists[0][1])) if lists else ".")
+    return inputs, src, paths[0]
+
+
+def _print_pack_summary(summary: dict) -> None:
+    """One line on stdout (with the missing count, when there is one), the skipped videos on stderr."""
+    from summit_jobs import pack as pack_mod
     rate = summary["samples"] / max(summary["seconds"], 1e-9)
-    click.echo(f"pack: {summary['samples']} videos in {summary['shards']} shards "
-               f"({pack_mod.human_bytes(summary['bytes'])}) -> {summary['manifest']}; "
-               f"{rate:.1f} videos/s on {summary['workers']} workers"
-               + (f"; resumed after {summary['resumed_shards']} finished shards" if summary["resumed_shards"] else ""))
+    line = (f"pack: {summary['samples']} videos in {summary['shards']} shards "
+            f"({pack_mod.human_bytes(summary['bytes'])}) -> {summary['manifest']}; "
+            f"{rate:.1f} videos/s on {summary['workers']} workers")
+    if summary["resumed_shards"]:
+        line += f"; resumed after {summary['resumed_shards']} finished shards"
+    if summary["missing"]:
+        line += f"; {summary['missing']} listed videos missing from disk (listed in {summary['report']})"
+    click.echo(line)
     if summary["skipped"]:
         click.echo(f"pack: skipped {summary['skipped']} unreadable videos (listed in "
-                   f"{out}/pack-report.json), for example: {summary['skipped_samples'][0]['error']}", err=True)
+                   f"{summary['report']}), for example: {summary['skipped_samples'][0]['error']}", err=True)
 
 
 @cli.command("stage-data")

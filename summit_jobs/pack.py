@@ -1,20 +1,29 @@
 """Pack a video dataset into tar shards + manifest (the format of trainer.shards).
 
-Inputs, the two layouts Kinetics is usually kept in:
+Inputs: a SRC folder in one of the two layouts Kinetics is usually kept in,
 - rawframes (TSM / mmaction2): ``<split>_list.txt`` with ``<folder> <num_frames> <label>``
   lines and folders of ``img_00001.jpg``;
 - videos: ``<split>/<class>/<id>.<ext>`` (as the Kinetics download scripts leave them),
-  decoded with PyAV.
+  decoded with PyAV;
+or the lists a dataset is distributed with (summit_jobs.datalists): Kinetics
+annotation CSVs, mmaction2 / PySlowFast lists, UCF101 and HMDB51 split files.
+Listed clips missing from disk are counted and listed, never fatal.
 
 Why it is built this way:
+- Each split is written in a seeded, class-stratified shuffled order (``--seed``):
+  every class's samples are spread evenly over the split, so any run of shards
+  (what ``stage-data --policy partition`` gives one node) holds every class. In
+  list order, one class fills one region of shards and a node would train on a
+  few classes only.
 - Workers (multiprocessing) decode and re-encode samples; the parent alone writes
-  shards, in input order. Shard boundaries depend only on the samples' encoded
+  shards, in that order. Shard boundaries depend only on the samples' encoded
   sizes, so the output is byte-for-byte the same however many workers ran.
 - Resumable: after every closed shard a state file records the shards done and
   how many input samples they consumed. A rerun checks those shards (size and
   hash) and continues after them, producing the same bytes as an uninterrupted
-  run. The manifest is written last, so a shard that is not complete is never
-  listed (ShardWriter also writes to ``*.partial`` and renames).
+  run; the state's fingerprint covers the options (the seed among them) and the
+  ordered sample list. The manifest is written last, so a shard that is not
+  complete is never listed (ShardWriter also writes to ``*.partial`` and renames).
 - A video or JPEG that cannot be decoded is skipped, counted and listed in
   ``pack-report.json``: one broken file in 240k must not stop a pack.
 - ``--force`` over a finished pack removes its manifest before the first shard
@@ -29,6 +38,7 @@ import io
 import json
 import multiprocessing
 import os
+import random
 import re
 import sys
 import time
@@ -36,14 +46,15 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
+from summit_jobs import datalists
+from summit_jobs.datalists import SPLIT_ORDER, VIDEO_EXTS, Inputs, Listing, Sample, read_text, sample_key
 from summit_jobs.errors import UserError
 from trainer import shards
 from trainer import files, units
 
 STATE_NAME = ".pack-state.json"
 REPORT_NAME = "pack-report.json"
-VIDEO_EXTS = (".mp4", ".avi", ".mkv", ".webm", ".mov")
-SPLIT_ORDER = ("train", "val", "test")
+__all__ = ["Inputs", "PackOptions", "Sample", "VIDEO_EXTS", "pack", "parse_size", "read_text"]
 
 
 human_bytes = units.human_bytes
@@ -111,38 +122,16 @@ class PackOptions:
     filename_tmpl: str = "img_{:05d}.jpg"
     name: Optional[str] = None
     algo: str = shards.HASH_ALGO
-
-
-@dataclass(frozen=True)
-class Sample:
-    split: str
-    key: str
-    label: int
-    kind: str                            # rawframes | video
-    path: str
-    num_frames: int = 0                  # rawframes only
-
-
-def _key(rel: str) -> str:
-    """A shard key from a relative path: readable, unique, within the 80-character rule."""
-    stem = re.sub(r"\.[A-Za-z0-9]+$", "", rel) if not rel.endswith("/") else rel
-    key = re.sub(r"[^A-Za-z0-9_.-]", "_", stem.replace("/", "__")).lstrip(".")
-    if not key or len(key) > 80 or not shards.KEY_RE.fullmatch(key):
-        digest = hashlib.sha1(rel.encode()).hexdigest()[:16]
-        key = (key[:63].strip("._") or "sample") + "-" + digest
-    return key
+    seed: int = 0                        # the shuffled order of each split
+    shuffle: bool = True                 # False: list order (kept for comparisons only)
 
 
 def read_classes(src: Path, classes_file: Optional[str]) -> Optional[List[str]]:
+    """``--classes FILE``, else ``SRC/classes.txt`` when there is one (synth writes it)."""
     p = Path(classes_file) if classes_file else src / "classes.txt"
-    if not p.is_file():
-        if classes_file:
-            raise UserError(f"class list {p} does not exist.")
+    if not classes_file and not p.is_file():
         return None
-    names = [line.strip() for line in read_text(p, "class list").splitlines() if line.strip()]
-    if len(set(names)) != len(names):
-        raise UserError(f"class list {p} names a class twice.")
-    return names
+    return datalists.read_class_list(p)
 
 
 def detect_layout(src: Path) -> str:
@@ -175,7 +164,7 @@ def list_rawframes(src: Path, classes: Optional[List[str]]) -> Tuple[List[Sample
                 raise UserError(f"{lst}:{n}: label {label} is outside the {len(classes or [])} classes of the "
                                 "class list.")
             max_label = max(max_label, label)
-            samples.append(Sample(split, _key(folder), label, "rawframes", str(src / folder), nf))
+            samples.append(Sample(split, sample_key(folder), label, "rawframes", str(src / folder), nf))
     if not found:
         raise UserError(f"{src} has no train_list.txt or val_list.txt (lines '<folder> <num_frames> <label>').")
     if classes is None:
@@ -198,7 +187,7 @@ def list_videos(src: Path, classes: Optional[List[str]]) -> Tuple[List[Sample], 
             for f in sorted(cdir.iterdir()):
                 if f.suffix.lower() in VIDEO_EXTS:
                     rel = f"{split}/{cdir.name}/{f.name}"
-                    samples.append(Sample(split, _key(rel), index[cdir.name], "video", str(f)))
+                    samples.append(Sample(split, sample_key(rel), index[cdir.name], "video", str(f)))
     return samples, classes
 
 
@@ -296,17 +285,6 @@ def max_workers() -> int:
     return min(256, 4 * (os.cpu_count() or 1))
 
 
-def read_text(p: Path, what: str) -> str:
-    """A UTF-8 text file the user gave us; a file in another encoding is refused naming the file."""
-    data = p.read_bytes()
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = data[:exc.start].count(b"\n") + 1
-        raise UserError(f"{what} {p} is not UTF-8 text (byte {data[exc.start:exc.start + 1]!r} on line {line}): "
-                        "save it as UTF-8.") from None
-
-
 def check_options(o: PackOptions) -> None:
     """Refuse options that cannot work, naming the value and the range, before anything is written."""
     if not Path(o.src).is_dir():
@@ -323,10 +301,26 @@ def check_options(o: PackOptions) -> None:
         raise UserError(f"--short-side {o.short_side} must be 0 (keep) or a positive number of pixels.")
     if o.fps is not None and not o.fps > 0:
         raise UserError(f"--fps {o.fps} must be positive.")
+    if not 0 <= o.seed < 2**32:
+        raise UserError(f"--seed {o.seed} must be between 0 and {2**32 - 1}.")
+    check_filename_tmpl(o.filename_tmpl)
     try:
         shards.new_hash(o.algo)
     except shards.ShardError as exc:
         raise UserError(str(exc).replace("the manifest's hash is", "--hash is") + ".") from None
+
+
+def check_filename_tmpl(tmpl: str) -> None:
+    """``--filename-tmpl``: a frame file name with one integer field, inside the frame folder."""
+    fix = "one integer field, for example img_{:05d}.jpg or {:05d}.jpg"
+    try:
+        first, second = tmpl.format(1), tmpl.format(2)
+    except (IndexError, KeyError, ValueError) as exc:
+        raise UserError(f"--filename-tmpl {tmpl!r} cannot name frame 1 ({exc}): use {fix}.") from None
+    if first == second:
+        raise UserError(f"--filename-tmpl {tmpl!r} names every frame the same ({first!r}): use {fix}.")
+    if os.path.isabs(first) or ".." in Path(first).parts:
+        raise UserError(f"--filename-tmpl {tmpl!r} points outside the frame folder: use {fix}.")
 
 
 def _load_state(out: Path, fingerprint: str, force: bool) -> Dict[str, object]:
@@ -356,20 +350,66 @@ def _load_state(out: Path, fingerprint: str, force: bool) -> Dict[str, object]:
     return {"fingerprint": fingerprint, "done": done, "kept": kept}
 
 
-def _list_samples(o: PackOptions, classes_file: Optional[str]) -> Tuple[str, List[Sample], List[str]]:
+def _folder_listing(o: PackOptions, classes_file: Optional[str]) -> Tuple[str, Listing]:
+    """SRC in the rawframes or videos layout."""
     src = Path(o.src)
     layout = detect_layout(src) if o.layout == "auto" else o.layout
     classes = read_classes(src, classes_file)
     samples, classes = (list_rawframes if layout == "rawframes" else list_videos)(src, classes)
-    if not samples:
-        raise UserError(f"{src} lists no samples to pack.")
     keys: Dict[Tuple[str, str], str] = {}
     for s in samples:
         if (s.split, s.key) in keys:
             raise UserError(f"{s.path} and {keys[(s.split, s.key)]} map to the same sample key {s.key!r}; "
                             "rename one of them.")
         keys[(s.split, s.key)] = s.path
-    return layout, samples, classes
+    return layout, Listing(samples, classes)
+
+
+def stratified_order(samples: Sequence[Sample], seed: int) -> List[Sample]:
+    """Each split's samples in a seeded shuffled order that spreads every class evenly over the split.
+
+    Why not a plain shuffle: a node's share of the shards (a few contiguous
+    stretches of the order) then holds every class only with luck. Here the
+    k-th of a class's n samples (in a random order) gets the position
+    (k + u) / n, u uniform in [0, 1): one sample of the class in every 1/n of
+    the split, so any stretch of 2/n of it holds the class (any stretch of
+    2 x classes samples, when the classes are of equal size). The input order
+    does not matter (samples are sorted first); the seed alone decides.
+    """
+    out: List[Sample] = []
+    for split in SPLIT_ORDER:
+        rng = random.Random(f"summit-jobs pack {seed} {split}")
+        by_class: Dict[int, List[Sample]] = {}
+        for s in sorted((s for s in samples if s.split == split), key=lambda s: (s.label, s.key)):
+            by_class.setdefault(s.label, []).append(s)
+        placed: List[Tuple[float, float, str, Sample]] = []
+        for label in sorted(by_class):
+            members = [s for _, s in sorted(((rng.random(), s.key), s) for s in by_class[label])]
+            n = len(members)
+            placed += [((k + rng.random()) / n, rng.random(), s.key, s) for k, s in enumerate(members)]
+        out += [p[3] for p in sorted(placed, key=lambda p: p[:3])]
+    return out
+
+
+def _list_samples(o: PackOptions, inputs: Inputs, classes_file: Optional[str]) -> Tuple[str, Listing]:
+    """The samples to pack, in the order they will be written, and the listed clips missing from disk."""
+    if inputs.kind == "folder":
+        layout, listing = _folder_listing(o, classes_file)
+    else:
+        classes = datalists.read_class_list(Path(classes_file)) if classes_file else None
+        layout, listing = inputs.kind, datalists.read_inputs(inputs, classes)
+    if not listing.samples and inputs.kind == "folder":
+        raise UserError(f"{o.src} lists no samples to pack.")
+    if not listing.samples and not listing.missing:
+        raise UserError(f"{datalists.describe(inputs)} lists no samples to pack: its files name no clip of the "
+                        "train, val or test split.")
+    if not listing.samples:
+        hint = "--root (or the paths in the list)" if inputs.kind == "lists" else "--videos"
+        raise UserError(f"{datalists.describe(inputs)} lists no samples to pack: {len(listing.missing)} listed "
+                        f"clips are not on disk (first: {listing.missing[0]['source']}); check {hint}.")
+    if o.shuffle:
+        listing.samples = stratified_order(listing.samples, o.seed)
+    return layout, listing
 
 
 def _open_output(out: Path, fp: str, force: bool) -> Dict[str, object]:
@@ -490,17 +530,30 @@ def _finish(out: Path, manifest: Dict[str, object], report: Dict[str, object]) -
             old.unlink(missing_ok=True)
 
 
-def pack(o: PackOptions, *, force: bool = False, progress: bool = True,
-         classes_file: Optional[str] = None) -> Dict[str, object]:
-    """Pack ``o.src`` into shards and a manifest in ``o.out`` (see the module docstring).
+def _manifest(o: PackOptions, listing: Listing, entries: List[Dict[str, object]],
+              counts_missing: bool) -> Dict[str, object]:
+    """The manifest; list-driven inputs also record how many listed clips were not on disk."""
+    manifest: Dict[str, object] = {
+        "format": shards.FORMAT, "name": o.name or Path(o.src).resolve().name, "classes": list(listing.classes),
+        "hash": o.algo, "shards": entries, "frame_short_side": o.short_side}
+    if counts_missing:
+        manifest["missing"] = len(listing.missing)
+    return manifest
+
+
+def pack(o: PackOptions, *, force: bool = False, progress: bool = True, classes_file: Optional[str] = None,
+         inputs: Inputs = Inputs()) -> Dict[str, object]:
+    """Pack ``o.src`` (or the lists of ``inputs``) into shards and a manifest in ``o.out`` (see the module docstring).
 
     Holds ``o.out``'s FolderLock throughout: a second pack into the same folder is
     refused instead of writing the same shard names at the same time.
     """
+    datalists.check_inputs(inputs, classes_file)
     check_options(o)
-    src, out = Path(o.src), Path(o.out)
-    layout, samples, classes = _list_samples(o, classes_file)
-    fp = _fingerprint(o, samples, classes)
+    out = Path(o.out)
+    layout, listing = _list_samples(o, inputs, classes_file)
+    samples, missing = listing.samples, listing.missing
+    fp = _fingerprint(o, samples, listing.classes)
     out.mkdir(parents=True, exist_ok=True)
     try:
         lock = shards.FolderLock(out, "summit-jobs pack").acquire()
@@ -513,16 +566,16 @@ def pack(o: PackOptions, *, force: bool = False, progress: bool = True,
         packer.run(workers)
         skipped = packer.skipped()
         if not packer.entries:
-            raise UserError(f"none of the {len(samples)} samples of {src} could be decoded; nothing was packed "
+            raise UserError(f"none of the {len(samples)} samples of {o.src} could be decoded; nothing was packed "
                             f"(first error: {skipped[0]['error'] if skipped else 'none'}).")
-        manifest = {"format": shards.FORMAT, "name": o.name or src.resolve().name, "classes": list(classes),
-                    "hash": o.algo, "shards": packer.entries, "frame_short_side": o.short_side}
-        _finish(out, manifest, {"samples": len(samples), "packed": len(samples) - len(skipped),
-                                "skipped": skipped})
+        _finish(out, _manifest(o, listing, packer.entries, inputs.kind != "folder"),
+                {"samples": len(samples), "packed": len(samples) - len(skipped), "skipped": skipped,
+                 "missing": missing})
     finally:
         lock.release()
     entries = packer.entries
     return {"manifest": str(out / shards.MANIFEST_NAME), "shards": len(entries),
             "samples": len(samples) - len(skipped), "skipped": len(skipped), "skipped_samples": skipped,
+            "missing": len(missing), "missing_samples": missing, "report": str(out / REPORT_NAME),
             "bytes": sum(e["bytes"] for e in entries), "resumed_shards": packer.resumed,
             "seconds": round(time.monotonic() - t0, 2), "workers": workers, "layout": layout}

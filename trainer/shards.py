@@ -195,7 +195,8 @@ def file_hash(path: os.PathLike, algo: str = HASH_ALGO) -> str:
 
 
 #: ``placement`` appears only in a node-local copy (written by trainer.stage): which node, which policy.
-MANIFEST_KEYS = {"format", "name", "classes", "hash", "shards", "frame_short_side", "placement"}
+#: ``missing``: how many clips the dataset's lists name that were not on disk when it was packed.
+MANIFEST_KEYS = {"format", "name", "classes", "hash", "shards", "frame_short_side", "placement", "missing"}
 #: Plus one key named by the manifest's ``hash`` algorithm (``sha256`` by default) holding the hex digest.
 SHARD_BASE_KEYS = {"name", "split", "bytes", "samples", "index_offset", "index_bytes"}
 SHARD_KEYS = SHARD_BASE_KEYS | {HASH_ALGO}
@@ -238,6 +239,9 @@ def validate_manifest(data: object, where: str) -> Dict[str, object]:
         raise ShardError(f"{where}: format {data['format']!r} is not {FORMAT!r}")
     if not isinstance(data["shards"], list) or not isinstance(data["classes"], list):
         raise ShardError(f"{where}: 'shards' and 'classes' must be lists")
+    missing = data.get("missing", 0)
+    if not isinstance(missing, int) or isinstance(missing, bool) or missing < 0:
+        raise ShardError(f"{where}: 'missing' {missing!r} must be a whole number >= 0")
     algo = hash_algo(data)
     if algo not in HASH_ALGOS:
         raise ShardError(f"{where}: hash algorithm {algo!r} is not one of {', '.join(HASH_ALGOS)}")
