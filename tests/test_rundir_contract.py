@@ -75,3 +75,49 @@ def test_names_are_spelled_once():
     assert (runs.RECORD, runs.SCRIPT, report.METRICS) == (rundir.RECORD, rundir.SCRIPT, rundir.METRICS)
     prologue = (repo / "templates" / "lsf" / "partials" / "prologue.j2").read_text()
     assert "{{ rundir.EVENTS }}" in prologue and "events.jsonl" not in prologue
+
+
+def test_launch_events_name_what_ran_and_from_which_step(tmp_path):
+    """Each launch of a chain records its options, code and place; the second names the step it resumes."""
+    import importlib.metadata
+    import socket
+
+    import torch
+    from trainer_utils import make_dataset, run_ranks, tiny_args
+    repo = Path(__file__).resolve().parent.parent
+    data = make_dataset(tmp_path / "data", train=8, val=2)
+    run = tmp_path / "run"
+    args = tiny_args(run, data, epochs=2, test_last=1)
+    run_ranks(1, args + ["--max-steps", "3"], tmp_path / "logs1", extra_env={"LSB_JOBID": "111"})
+    run_ranks(1, args, tmp_path / "logs2", extra_env={"LSB_JOBID": "112"})
+    events = rundir.parse_events((run / rundir.EVENTS).read_text())
+    assert [(e["event"], e["job"]) for e in events] == [("launch", "111"), ("stopped", "111"), ("launch", "112"),
+                                                         ("resumed", "112"), ("complete", "112")]
+    first, second = events[0], events[2]
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=str(repo), capture_output=True, text=True).stdout.strip()
+    for e in (first, second):
+        assert (e["mode"], e["seed"], e["ranks"], e["engine"], e["torch"]) == ("train", 0, 1, "ddp", torch.__version__)
+        assert e["code_revision"] == (head or None) and e["host"] == socket.gethostname()
+        assert e["summit_jobs"] == importlib.metadata.version("summit-jobs")
+        assert e["options"]["run_dir"] == str(run) and e["options"]["data"] == str(data)
+    assert (first["step"], first["options"]["max_steps"], "resumed_from" not in first) == (0, 3, True)
+    assert (second["step"], second["resumed_from"], second["options"]["max_steps"]) == (3, "ckpt-000000003.pt", 0)
+    assert events[4]["step"] == 8 and (run / rundir.COMPLETE).read_text() == "step 8\n"
+
+
+def test_code_revision_is_none_outside_a_checkout_and_when_git_hangs(tmp_path):
+    assert rundir.code_revision(tmp_path) is None
+    assert rundir.installed_version("no-such-distribution-here") is None
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "git").write_text("#!/bin/sh\nexec sleep 30\n")
+    (fake / "git").chmod(0o755)
+    code = ("import time; from trainer import rundir; t = time.time(); "
+            "print(rundir.code_revision(rundir.__file__.rsplit('/', 1)[0]), round(time.time() - t))")
+    env = dict(os.environ, PATH=f"{fake}{os.pathsep}{os.environ['PATH']}")
+    repo = Path(__file__).resolve().parent.parent
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=str(repo),
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    revision, seconds = out.stdout.split()
+    assert revision == "None" and int(seconds) <= rundir.GIT_TIMEOUT_S + 2

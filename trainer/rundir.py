@@ -16,10 +16,19 @@ The files of ``<run-dir>``:
 - ``COMPLETE``: training and the final test are done (later links exit 0);
 - ``run_config.json``: the trainer's resolved configuration;
 - ``checkpoints/ckpt-<step:09d>.pt``;
+- ``tensorboard/``: TensorBoard event files of the same records (``--tensorboard``);
 - ``.rendezvous.<job>.json``: where the ranks of a job meet (trainer.rendezvous).
 
-Events (``event`` is the kind; every record has ``time`` and ``job``):
+Events (``event`` is the kind; every record has ``time`` and ``job``, the LSF
+job id, "" outside a job):
 
+- ``launch``: a trainer started on this run (rank 0, before its first step):
+  ``mode`` (``train`` or ``test_only``), ``options`` (every trainer option as
+  plain values), ``seed``, ``ranks``, ``engine``, ``torch``, ``python``,
+  ``host``, ``code_revision`` (the git commit of the trainer's source tree, or
+  None), ``summit_jobs`` (the installed version, or None), ``step`` (where
+  training starts: 0, or the step resumed from) and, when resuming,
+  ``resumed_from`` (the checkpoint's file name);
 - ``resumed``: ``step`` the trainer resumed from (``checkpoint``: its file name);
 - ``stopped``: ``step`` and ``reason`` (signal or step limit), checkpoint saved;
 - ``complete``: all epochs and the final test done, ``step``, ``epochs``;
@@ -30,6 +39,9 @@ from __future__ import annotations
 
 import json
 import os
+import platform
+import socket
+import subprocess
 import time
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Union
@@ -43,7 +55,10 @@ EVENTS = "events.jsonl"
 COMPLETE = "COMPLETE"
 RUN_CONFIG = "run_config.json"
 CHECKPOINTS = "checkpoints"
-EVENT_KINDS = ("resumed", "stopped", "complete", "already_complete")
+TENSORBOARD = "tensorboard"
+EVENT_KINDS = ("launch", "resumed", "stopped", "complete", "already_complete")
+#: How long ``code_revision`` waits for git (a hung network file system must not hold the start).
+GIT_TIMEOUT_S = 2.0
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -84,6 +99,44 @@ def event(run_dir: PathLike, kind: str, **fields: object) -> None:
         pass
     finally:
         os.close(fd)
+
+
+def code_revision(folder: PathLike) -> Optional[str]:
+    """The git commit of the checkout ``folder`` is in, or None (not a checkout, no git, git too slow).
+
+    Why asked at every launch: a chain's links may run different code (a fix
+    pulled between two links), and a launch record that names the commit says
+    which numbers came from which code.
+    """
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=str(folder), capture_output=True, text=True,
+                             timeout=GIT_TIMEOUT_S, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    rev = out.stdout.strip()
+    return rev if out.returncode == 0 and len(rev) in (40, 64) and rev.isalnum() else None
+
+
+def installed_version(distribution: str) -> Optional[str]:
+    """The installed version of ``distribution`` (from its metadata, not by importing it), or None."""
+    from importlib import metadata
+    try:
+        return metadata.version(distribution)
+    except (metadata.PackageNotFoundError, ValueError):
+        return None
+
+
+def host_name() -> str:
+    """The node this process runs on: the embedded LSF's virtual node name, else the host name."""
+    return os.environ.get("SUMMIT_JOBS_VNODE") or socket.gethostname()
+
+
+def launch(run_dir: PathLike, options: Dict[str, object], **fields: object) -> None:
+    """Append the ``launch`` event: ``options`` and ``fields`` (seed, ranks, engine, torch, step, ...) with
+    the code revision, the installed summit-jobs version, the host and the Python version added here."""
+    event(run_dir, "launch", options=options, code_revision=code_revision(Path(__file__).resolve().parent),
+          summit_jobs=installed_version("summit-jobs"), host=host_name(), python=platform.python_version(),
+          **fields)
 
 
 def json_records(text: str, keep: Callable[[Dict[str, object]], bool]) -> List[Dict[str, object]]:

@@ -319,6 +319,7 @@ class Trainer:
 
     # -- the loop -------------------------------------------------------------------------
     def run(self) -> int:
+        self._announce()
         if (self.run_dir / COMPLETE).exists():
             log("COMPLETE exists: nothing to do", self.is_main)
             if self.is_main:
@@ -332,6 +333,16 @@ class Trainer:
             if self._epoch(progress):
                 return self._stopped()
         return self._finish()
+
+    def _announce(self) -> None:
+        """Rank 0: the ``launch`` event, what this launch runs and from which step (the report counts
+        launches and marks chain boundaries with it)."""
+        if not self.is_main:
+            return
+        a, e = self.args, self.engine
+        resumed = {"resumed_from": self.resumed_from.name} if self.resumed_from is not None else {}
+        rundir.launch(self.run_dir, plain_args(a), mode="train", seed=a.seed, ranks=e.size, engine=e.name,
+                      torch=torch.__version__, step=self.state.step, **resumed)
 
     def _epoch(self, progress: _Progress) -> bool:
         """The rest of the current epoch; True when the ranks agreed to stop (a checkpoint is saved)."""
