@@ -50,6 +50,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
+from . import compat
 from .files import atomic_path, discard
 from .model import ARCHS, SHIFT_BLOCKS, build_model, shift_round
 
@@ -108,9 +109,9 @@ def _reason(exc: BaseException) -> str:
 
 
 def _torch_load(path: Path) -> Any:
-    """``torch.load`` as data only (never ``weights_only=False``), failures as one-line WeightsErrors."""
+    """The file read as data only (never ``weights_only=False``), failures as one-line WeightsErrors."""
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
+        return compat.load_data_only(path)  # torch.load(weights_only=True) on every torch release
     except pickle.UnpicklingError as exc:
         raise WeightsError(f"refusing it: it holds more than tensors and plain values ({_reason(exc)}); weights "
                            "are read as data only: where you trust the file, save its state_dict alone "
