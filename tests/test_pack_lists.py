@@ -105,6 +105,24 @@ def test_kinetics_finds_clips_in_split_folders_class_folders_and_the_top_folder(
     assert [s.label for s in listing.samples] == [2, 0, 1]                # testifying, washing feet, air drumming
 
 
+def test_kinetics_clip_missing_is_counted_apart_from_a_clip_that_cannot_be_decoded(tmp_path, cli_env):
+    rows = list(csv.reader((KINETICS / "k400_val_rows.csv").read_text().splitlines()))[1:6]   # abseiling
+    stems = [f"{r[1]}_{int(r[2]):06d}_{int(r[3]):06d}" for r in rows]
+    for i, stem in enumerate(stems[:4]):
+        write_video(tmp_path / "k400" / "val" / f"{stem}.mp4", 0, i)
+    (tmp_path / "k400" / "val" / f"{stems[3]}.mp4").write_bytes(b"\0" * 4096)    # a broken download
+    (tmp_path / "val.csv").write_text("\n".join((KINETICS / "k400_val_rows.csv").read_text().splitlines()[:6]))
+    r = run_cli(["pack", str(tmp_path / "out"), "--annotations", str(tmp_path / "val.csv"), "--videos",
+                 str(tmp_path / "k400"), "--quiet"], cli_env, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "pack: 3 videos" in r.stdout and "1 listed videos missing from disk" in r.stdout
+    assert "skipped 1 unreadable" in r.stderr and stems[3] in r.stderr
+    report = json.loads((tmp_path / "out" / "pack-report.json").read_text())
+    assert [m["key"] for m in report["missing"]] == [stems[4]] and report["missing"][0]["listed_at"].endswith(":6")
+    assert [x["key"] for x in report["skipped"]] == [stems[3]]
+    assert manifest(tmp_path / "out")["missing"] == 1
+
+
 # ---- mmaction2 / PySlowFast lists --------------------------------------------------------------
 
 def test_rawframe_list_under_any_name_packs_the_same_bytes_as_the_folder(small, tmp_path):
