@@ -232,6 +232,9 @@ def test_pretrained_copies_the_backbone_exactly_and_keeps_a_new_fc(tmp_path, for
     assert report.copied == len([k for k in sd if not k.startswith("fc.")]) - (
         20 if form == "no-bn-counters" else 0)
     assert report.source_classes == 1000 and "fc head is new" in report.line()
+    if form == "no-bn-counters":  # for --test-only the whole state dict loads strictly: counters added as 0
+        whole, _ = interop.load_checkpoint_any(path)
+        assert whole["bn1.num_batches_tracked"].item() == 0 and set(whole) == set(sd)
     dst.eval()
     image = torch.randn(4, 3, 32, 32, generator=torch.Generator().manual_seed(3))
     with torch.no_grad():

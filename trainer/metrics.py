@@ -31,24 +31,38 @@ def topk_hits(logits: torch.Tensor, target: torch.Tensor, ks=(1, 5)) -> torch.Te
 
 
 class MetricsWriter:
-    """Rank 0 only; every other rank gets a writer that does nothing."""
+    """Rank 0 only; every other rank gets a writer that does nothing.
+
+    Other readers of the same records (TensorBoard, ``trainer.tboard``) are
+    attached as sinks: they get each record after it is in metrics.jsonl.
+    """
 
     def __init__(self, run_dir: os.PathLike, enabled: bool):
         self.enabled = enabled
         self.path = Path(run_dir) / METRICS
         self._f = open(self.path, "a", buffering=1) if enabled else None
+        self.sinks: List[object] = []
+
+    def attach(self, sink: object) -> None:
+        """Also give every record to ``sink.record(rec)``; ``close`` closes it (rank 0 only)."""
+        if self.enabled:
+            self.sinks.append(sink)
 
     def write(self, kind: str, **fields) -> Dict:
         rec = {"kind": kind, "time": time.time(), **fields}
         if self._f is not None:
             self._f.write(json.dumps(rec, sort_keys=True) + "\n")
             self._f.flush()
+        for sink in self.sinks:
+            sink.record(rec)
         return rec
 
     def close(self) -> None:
         if self._f is not None:
             self._f.close()
             self._f = None
+        while self.sinks:
+            self.sinks.pop().close()
 
 
 def read_metrics(run_dir: os.PathLike) -> List[Dict]:

@@ -32,6 +32,7 @@ import torch
 from . import checkpoint as ckpt
 from . import rundir
 from . import setup
+from . import tboard
 from .aavg import average_learners
 from .bnstats import merge_running_stats
 from .ckptwriter import CheckpointWriter
@@ -327,6 +328,9 @@ class Trainer:
             return 0
         if self.is_main and self.resumed_from is not None:  # recorded only when the run goes on from it
             rundir.event(self.run_dir, "resumed", step=self.state.step, checkpoint=self.resumed_from.name)
+        if self.is_main and self.args.tensorboard:  # points after the resume step replace the killed launch's
+            self.metrics.attach(tboard.TensorBoardSink(self.run_dir, plain_args(self.args),
+                                                       self.state.step + 1 if self.resumed_from else None))
         progress = _Progress(self.state.step, self.device)
         self._last_save = time.time()
         while self.state.epoch < self.args.epochs:
@@ -521,6 +525,8 @@ class Trainer:
 def main(args: argparse.Namespace) -> int:
     """Train; a file-system failure (full disk, permissions, a missing file) ends with one line naming the path."""
     try:
+        if args.tensorboard:
+            tboard.require()
         return _train(args)
     except OSError as exc:
         where = f"{exc.filename}: " if exc.filename else ""
