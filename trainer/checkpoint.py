@@ -19,6 +19,7 @@ from typing import Dict, List, Optional, Tuple
 
 import torch
 
+from . import compat
 from .rundir import CHECKPOINTS, checkpoint_name
 
 CKPT_RE = re.compile(r"^ckpt-(\d{9})\.pt$")
@@ -176,7 +177,7 @@ def load(path: os.PathLike) -> Dict:
     try:
         if not zipfile.is_zipfile(path):  # torch.save writes a zip archive; anything else is not ours
             raise ValueError("not a torch archive: empty, cut short or another kind of file")
-        return torch.load(path, map_location="cpu", weights_only=True)
+        return compat.load_data_only(path)  # weights_only=True on every torch release
     except pickle.UnpicklingError as exc:
         raise CheckpointError(f"trainer: refusing to load {path}: it holds more than tensors and plain values "
                               f"({_unpickle_reason(exc)}); move it out of {Path(path).parent} if it is not "

@@ -32,7 +32,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 import torch
 from torch import nn
 
-from . import lsf_hosts, rendezvous
+from . import compat, lsf_hosts, rendezvous
 from .rendezvous import PORT_BASE, PORT_SPAN
 
 DEFAULT_PORT = 29500
@@ -259,8 +259,11 @@ class DDPEngine(Engine):
                 hook = default_hooks.fp16_compress_hook
             elif self.device.type == "cuda":
                 hook = default_hooks.bf16_compress_hook
-            else:
+            elif compat.gloo_reduces_bf16():
                 hook = _gloo_bf16_compress_hook
+            else:
+                raise SystemExit(f"trainer: --compression bf16 on CPU needs a gloo that reduces bfloat16, which "
+                                 f"torch {torch.__version__} lacks: use --compression fp16 or none (or GPUs)")
             ddp.register_comm_hook(None, hook)
         elif self.device.type == "cpu" and self.size > 2:
             ddp.register_comm_hook(None, _ordered_mean_hook)
@@ -350,15 +353,25 @@ def _ordered_mean_hook(process_group, bucket):
 
 
 def _gloo_bf16_compress_hook(process_group, bucket):
-    """torch's bf16_compress_hook, for gloo (CPU).
+    """torch's bf16_compress_hook, for gloo (CPU): the same compress / allreduce / decompress.
 
     Why: torch refuses its bf16 hook unless NCCL >= 2.10 or XCCL is present (a
     check on the hook's name), though gloo reduces bfloat16 tensors; the same
-    compress / allreduce / decompress under another name keeps ``--compression
-    bf16`` usable (and testable) on CPU.
+    steps under another name keep ``--compression bf16`` usable (and testable)
+    on CPU. Written out rather than calling torch's private ``_compress_hook``,
+    which torch 2.0 does not have.
     """
-    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
-    return default_hooks._compress_hook(torch.bfloat16, process_group, bucket)
+    import torch.distributed as dist
+    group = process_group if process_group is not None else dist.group.WORLD
+    buf = bucket.buffer()
+    compressed = buf.to(torch.bfloat16).div_(group.size())
+    fut = dist.all_reduce(compressed, group=group, async_op=True).get_future()
+
+    def decompress(f):
+        buf.copy_(f.value()[0])  # in place: no second full-size buffer at the peak
+        return buf
+
+    return fut.then(decompress)
 
 
 def _horovod_gloo_env(launch: Launch, http_port: int) -> Dict[str, str]:

@@ -276,13 +276,11 @@ def count_macs(model: nn.Module, clip: torch.Tensor) -> float:
     products of the CPU 1x1 kernel, which does the same multiply-accumulates
     (fewer by the zero-padded clip ends).
     """
-    from torch.utils.flop_counter import FlopCounterMode
-    from . import tsm
-    counter = FlopCounterMode(display=False)
+    from . import compat, tsm
     was, tsm.CPU_GEMM_1X1 = tsm.CPU_GEMM_1X1, False
     try:
-        with counter, torch.no_grad():
-            model(clip)
+        with torch.no_grad():
+            flops = compat.count_flops(lambda: model(clip))
     finally:
         tsm.CPU_GEMM_1X1 = was
-    return counter.get_total_flops() / 2
+    return flops / 2

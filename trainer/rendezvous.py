@@ -39,7 +39,6 @@ takes any free port and passes its number through the store.
 """
 from __future__ import annotations
 
-import contextlib
 import datetime
 import errno
 import json
@@ -151,7 +150,7 @@ def _listener(host: str, port: int) -> Optional[int]:
 
 def host_store(addr: str, derived: int):
     """Rank 0: a master TCPStore on the first free candidate port; returns (store, port)."""
-    from torch.distributed import TCPStore
+    from . import compat
     check_host(addr)
     where = _listen_host(addr)
     for port in _candidates(derived):
@@ -159,11 +158,8 @@ def host_store(addr: str, derived: int):
         if fd is None:
             continue
         try:
-            return TCPStore(addr, port, None, True, STORE_TIMEOUT, wait_for_workers=False,
-                            master_listen_fd=fd), port
-        except RuntimeError as exc:  # torch's DistNetworkError
-            with contextlib.suppress(OSError):
-                os.close(fd)
+            return compat.listening_store(addr, port, STORE_TIMEOUT, fd), port
+        except RuntimeError as exc:  # torch's DistNetworkError; the descriptor is closed
             if not _in_use(exc):
                 raise
     raise RendezvousError(f"trainer: no free port for the rendezvous among {TRIES} tried from {derived} "
@@ -208,10 +204,9 @@ def _connect(addr: str, port: int):
 
 
 def _ours(store, token: str) -> bool:
-    try:
-        return bool(store.check([TOKEN_KEY])) and store.get(TOKEN_KEY).decode() == token
-    except Exception:
-        return False
+    from . import compat
+    value = compat.store_value(store, TOKEN_KEY)
+    return value is not None and value.decode(errors="replace") == token
 
 
 def join_store(addr: str, path: Path, size: int, rank: int):

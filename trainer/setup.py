@@ -31,16 +31,50 @@ HOROVOD_DEFAULT_FUSION = 128 * 1024 * 1024
 DDP_DEFAULT_BUCKET = 25 * 1024 * 1024
 
 
+#: The first CUDA compute capability with bfloat16 arithmetic (Ampere, A100).
+BF16_CAPABILITY = (8, 0)
+
+
+def amp_dtype(option: str, cuda: bool, capability: Optional[Tuple[int, int]]) -> Optional[torch.dtype]:
+    """The autocast dtype for ``--amp option`` on a CUDA GPU of ``capability`` (None: no autocast).
+
+    Why the capability and not ``torch.cuda.is_bf16_supported()``: from torch 2.3
+    that answers True on a V100 (7.0), which only emulates bfloat16, and auto
+    would then pick the slow emulation; on torch 2.0 it answers False there, and
+    ``torch.autocast`` turns itself off with a warning for an explicit bf16. So
+    auto picks bf16 from 8.0 and fp16 (with a GradScaler) below, and an explicit
+    bf16 below 8.0 is refused (ValueError) rather than silently run in fp32.
+    Never on CPU.
+    """
+    if not cuda or option == "off":
+        return None
+    native = capability is not None and tuple(capability) >= BF16_CAPABILITY
+    if option == "bf16" and not native:
+        have = ".".join(str(n) for n in capability) if capability else "unknown"
+        raise ValueError(f"--amp bf16 needs a GPU of compute capability {BF16_CAPABILITY[0]}.{BF16_CAPABILITY[1]} "
+                         f"or newer (this one: {have}, which has no native bfloat16): use --amp fp16 or auto")
+    if option == "bf16" or (option == "auto" and native):
+        return torch.bfloat16
+    return torch.float16
+
+
 def numerics(args: argparse.Namespace, device: torch.device) -> Tuple[Optional[torch.dtype], bool]:
     """(autocast dtype or None, channels-last memory format): what the device and the options allow."""
     cuda = device.type == "cuda"
-    amp = None
-    if cuda and args.amp != "off":
-        if args.amp == "bf16" or (args.amp == "auto" and torch.cuda.is_bf16_supported()):
-            amp = torch.bfloat16
-        else:
-            amp = torch.float16
+    capability = tuple(torch.cuda.get_device_capability(device)) if cuda else None
+    try:
+        amp = amp_dtype(args.amp, cuda, capability)
+    except ValueError as exc:
+        raise SystemExit(f"trainer: {exc}") from None
     return amp, args.channels_last == "on" or (args.channels_last == "auto" and cuda)
+
+
+def backends(device: torch.device) -> None:
+    """On a GPU, let cuDNN time its convolution algorithms once per input shape and keep the fastest,
+    as the official TSM training script does (``cudnn.benchmark = True``): a run's clip shapes are
+    few (one, or multigrid's handful), so the timing is paid a few times per run."""
+    if device.type == "cuda":
+        torch.backends.cudnn.benchmark = True
 
 
 def clip_spec(args: argparse.Namespace) -> ClipSpec:

@@ -18,6 +18,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from . import compat
+
 
 def _shift(x: torch.Tensor, n_segment: int, fold_div: int, reverse: bool) -> torch.Tensor:
     nt, c, h, w = x.shape
@@ -105,7 +107,7 @@ class _ShiftConv(torch.autograd.Function):
         dev = x.device.type
         # Under autocast, conv runs in the autocast dtype; casting here (and again in backward)
         # does what autograd's cast nodes would do, since a custom Function sees no autocast in backward.
-        ctx.cast = torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else None
+        ctx.cast = compat.autocast_dtype(dev)
         ctx.save_for_backward(x, weight)
         xs, w = _shift(x, n_segment, fold_div, reverse=False), weight
         if ctx.cast is not None:
@@ -149,7 +151,9 @@ class _ShiftConv1x1(torch.autograd.Function):
         nt, c, h, w = x.shape  # nt is a whole number of clips: the callers check
         cout, f, t = weight.shape[0], fold, n_segment
         xm, wm = x.view(nt, c, h * w), weight.reshape(cout, c)
-        y = torch.empty(nt, cout, h * w, dtype=x.dtype, device=x.device)
+        # Zeroed, not empty: torch 2.0's CPU baddbmm_ with beta=0 still multiplies the old values
+        # (0 * NaN = NaN) for small products, so garbage in fresh memory could reach the output.
+        y = torch.zeros(nt, cout, h * w, dtype=x.dtype, device=x.device)
         y.baddbmm_(wm[:, 2 * f:].expand(nt, cout, c - 2 * f), xm[:, 2 * f:], beta=0)
         if f:
             yv, xv = y.view(nt // t, t, cout, h * w), xm.view(nt // t, t, c, h * w)
@@ -170,12 +174,12 @@ class _ShiftConv1x1(torch.autograd.Function):
         gx = gw = None
         if ctx.needs_input_grad[0]:
             wt = wm.t()
-            gxm = torch.empty_like(xm)
+            # Zeroed (see forward): frame 0's fold-0 values were read by no frame, nor the last
+            # frame's fold-1 values, so those stay zero.
+            gxm = torch.zeros_like(xm)
             gxm[:, 2 * f:].baddbmm_(wt[2 * f:].expand(nt, c - 2 * f, cout), g, beta=0)
             if f:
                 gxv = gxm.view(nt // t, t, c, h * w)
-                gxv[:, 0, :f] = 0  # frame 0's fold-0 values were read by no frame
-                gxv[:, -1, f:2 * f] = 0  # nor the last frame's fold-1 values
                 wa, wb = wt[:f].expand(t - 1, f, cout), wt[f:2 * f].expand(t - 1, f, cout)
                 for b in range(nt // t):
                     gxv[b, 1:, :f].baddbmm_(wa, gv[b, :-1], beta=0)
@@ -206,7 +210,7 @@ def _gemm_1x1_ok(x: torch.Tensor, conv: nn.Conv2d, n_segment: int) -> bool:
     return (CPU_GEMM_1X1 and x.device.type == "cpu" and x.dim() == 4 and x.shape[0] % n_segment == 0
             and x.is_contiguous()
             and x.dtype in (torch.float32, torch.float64) and x.dtype == conv.weight.dtype
-            and not torch.is_autocast_enabled("cpu") and conv.bias is None and conv.groups == 1
+            and not compat.autocast_enabled("cpu") and conv.bias is None and conv.groups == 1
             and tuple(conv.kernel_size) == (1, 1) and tuple(conv.stride) == (1, 1)
             and tuple(conv.padding) == (0, 0) and tuple(conv.dilation) == (1, 1))
 
