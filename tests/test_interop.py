@@ -430,3 +430,23 @@ def test_convert_of_a_bare_state_dict_says_it_assumed_the_default_shifts(tmp_pat
                                          "--to", "tsm"], trainer_env())
     assert res.returncode == 0 and "8 shifted blocks" in res.stdout and "defaults were assumed" in res.stdout
     assert "module.new_fc.weight" in torch.load(tmp_path / "u.pth", weights_only=True)["state_dict"]
+
+
+def test_convert_keeps_epoch_and_best_top1_in_the_official_units(tmp_path):
+    """This trainer's best_top1 is a fraction (-1 before any validation); TSM's best_prec1 is percent."""
+    from trainer.checkpoint import save
+    model = build_model("resnet18", 3, width=0.125)
+    args = {"arch": "resnet18", "width": 0.125, "shift": True, "shift_placement": "blockres", "shift_blocks": "all"}
+    for best, want in ((0.625, 62.5), (-1.0, 0.0)):
+        path = save(tmp_path / "run", {"model": model.state_dict(), "best_top1": best, "epoch": 2, "step": 8,
+                                       "args": args}, step=8, keep=1)
+        out = tmp_path / f"tsm{best}.pth"
+        res = run_module("trainer.interop", ["convert", str(path), str(out), "--to", "tsm"], trainer_env())
+        assert res.returncode == 0, res.stderr
+        ckpt = torch.load(out, weights_only=True)
+        assert (ckpt["epoch"], ckpt["best_prec1"], ckpt["arch"]) == (2, want, "resnet18")
+    res = run_module("trainer.interop", ["convert", str(tmp_path / "tsm0.625.pth"), str(tmp_path / "s.pt"),
+                                         "--to", "summit"], trainer_env())
+    assert res.returncode == 0, res.stderr
+    meta = torch.load(tmp_path / "s.pt", weights_only=True)["meta"]
+    assert (meta["epoch"], meta["best_prec1"], meta["placement"]) == (2, 62.5, "blockres")

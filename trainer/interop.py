@@ -741,6 +741,25 @@ def _convert_shift(a: argparse.Namespace, info: Dict[str, Any]) -> Tuple[List[st
     return blocks, placement, not given
 
 
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _history(meta: Dict[str, Any]) -> Tuple[Optional[int], Optional[float]]:
+    """(epochs done, best top-1 in percent) that a checkpoint records, for the file written from it.
+
+    The official code's ``best_prec1`` is in percent; this trainer's ``best_top1`` is a fraction,
+    and -1 before any validation.
+    """
+    inner = meta.get("meta") if isinstance(meta.get("meta"), dict) else meta
+    epoch = inner.get("epoch")
+    best = inner.get("best_prec1")
+    if not _number(best) and _number(meta.get("best_top1")) and meta["best_top1"] >= 0:
+        best = 100.0 * meta["best_top1"]
+    return (epoch if isinstance(epoch, int) and not isinstance(epoch, bool) else None,
+            float(best) if _number(best) else None)
+
+
 def convert(a: argparse.Namespace) -> str:
     """Run ``convert``; returns the line to print. WeightsError names the file it is about."""
     out = Path(a.output)
@@ -754,12 +773,9 @@ def convert(a: argparse.Namespace) -> str:
         raise WeightsError(f"{a.input}: {exc}") from None
     fmt = a.format or ("safetensors" if out.suffix == ".safetensors" else "pt")
     shifted, placement, assumed = _convert_shift(a, info)
-    meta = info["meta"]
-    inner = meta.get("meta") if isinstance(meta.get("meta"), dict) else meta
-    epoch, best = inner.get("epoch"), meta.get("best_prec1", meta.get("best_top1"))
+    epoch, best = _history(info["meta"])
     write_weights(out, sd, fmt, a.to, shifted=shifted, placement=placement, tsm_fc=a.tsm_fc,
-                  epoch=epoch if isinstance(epoch, int) else None,
-                  best_prec1=float(best) if isinstance(best, (int, float)) else None)
+                  epoch=epoch, best_prec1=best)
     note = ("; IN does not say where its shifts are: the trainer's defaults were assumed (--shift-placement "
             "blockres --shift-blocks official), pass --no-shift or others if its run used them") if assumed else ""
     return (f"wrote {out}: {info['arch']}, {info['num_classes']} classes, {a.to} layout ({fmt}), "
