@@ -87,6 +87,21 @@ def test_options_are_in_the_hyperparameter_view(chained):
     assert hp["lr"].number_value == pytest.approx(0.1) and hp["pretrained"].string_value == "None"
 
 
+def test_no_event_files_without_the_option_and_test_only_writes_its_own(chained, tmp_path):
+    plain = tmp_path / "plain"
+    run_ranks(1, tiny_args(plain, chained["data"], epochs=1, test_last=1), tmp_path / "logs1", timeout=180)
+    assert (plain / "COMPLETE").exists() and not (plain / rundir.TENSORBOARD).exists()
+    out = tmp_path / "test-only"
+    ckpt = chained["run"] / "checkpoints" / "epoch-0002.pt"
+    run_ranks(1, tiny_args(out, chained["data"], test_only=ckpt) + ["--tensorboard"], tmp_path / "logs2",
+              timeout=180)
+    acc = EventAccumulator(str(out / rundir.TENSORBOARD), size_guidance={"scalars": 0})
+    acc.Reload()
+    [rec] = [r for r in read_metrics(out) if r.get("test_only")]
+    assert scalars(acc, "test_only/top1") == expected([rec], "top1")
+    assert not any(t.startswith("train/") for t in acc.Tags()["scalars"])
+
+
 def test_event_files_are_under_the_run_directory(chained):
     files = list(Path(chained["run"] / rundir.TENSORBOARD).glob("events.out.tfevents.*"))
     assert len(files) == 2                                           # one per launch

@@ -30,6 +30,7 @@ import numpy as np
 import torch
 
 from . import checkpoint as ckpt
+from . import compat
 from . import rundir
 from . import setup
 from . import tboard
@@ -44,6 +45,7 @@ from .schedules import AAVGSchedule, Schedule, lr_at, make_schedule
 from .shards import ShardError
 from .signals import STOP_SIGNALS
 from .steps import EvalLoader, StepContext, evaluate, train_step
+from .testonly import test_only
 from .trainstate import TrainState, plain_args, resume_mismatch, rng_states, set_rng_states
 
 __all__ = ["Trainer", "main", "lr_at", "rng_states", "set_rng_states", "plain_args", "COMPLETE", "RUN_CONFIG"]
@@ -165,6 +167,7 @@ class Trainer:
         self.metrics = MetricsWriter(self.run_dir, self.is_main)
         self.writer = CheckpointWriter() if self.is_main else None  # rank 0 writes, in the background
         self.amp_dtype, self.channels_last = setup.numerics(self.args, self.device)
+        setup.backends(self.device)
 
     def _setup_data(self) -> None:
         """Clips, epoch geometry and the schedule over them."""
@@ -188,7 +191,7 @@ class Trainer:
         model, opt = setup.model_and_optimizer(a, self.num_classes, self.schedule, self.device, self.channels_last,
                                                self.schedule.base_lr)
         self.core = model
-        self.scaler = torch.amp.GradScaler("cuda") if self.amp_dtype == torch.float16 else None
+        self.scaler = compat.grad_scaler() if self.amp_dtype == torch.float16 else None
         self.state = TrainState()
         self.resumed_from: Optional[Path] = None
         latest = self._resume_checkpoint()
@@ -487,7 +490,8 @@ class Trainer:
             unwrap(self.model).load_state_dict(state["model"])
             r = self.evaluate(test_set)
             results.append(r)
-            self.metrics.write("test", step=state["step"], epoch=state["epoch"] - 1, checkpoint=p.name, lr=0.0, **r)
+            self.metrics.write("test", step=state["step"], epoch=state["epoch"] - 1, checkpoint=p.name, lr=0.0,
+                               clips=a.test_clips, crops=a.test_crops, **r)
             log(f"test {p.name}: top1 {100 * r['top1']:.2f}% top5 {100 * r['top5']:.2f}% "
                 f"({a.test_clips} clips x {a.test_crops} crops of {a.test_size}, {a.test_average} averaged)",
                 self.is_main)
@@ -506,7 +510,8 @@ class Trainer:
                            checkpoints=[p.name for p in paths], lr=0.0,
                            clips_per_s=float(np.mean([r["clips_per_s"] for r in results])),
                            data_wait_frac=float(np.mean([r["data_wait_frac"] for r in results])),
-                           step_time=float(sum(r["step_time"] for r in results)), views=views)
+                           step_time=float(sum(r["step_time"] for r in results)), views=views,
+                           clips=a.test_clips, crops=a.test_crops)
         log(f"final test over {len(results)} checkpoints: top1 {100 * t1.mean():.2f} +- {100 * t1.std():.2f}%",
             self.is_main)
 
@@ -523,11 +528,12 @@ class Trainer:
 
 
 def main(args: argparse.Namespace) -> int:
-    """Train; a file-system failure (full disk, permissions, a missing file) ends with one line naming the path."""
+    """Train (or only test: --test-only); a file-system failure (full disk, permissions, a missing file) ends
+    with one line naming the path."""
     try:
         if args.tensorboard:
             tboard.require()
-        return _train(args)
+        return test_only(args) if args.test_only else _train(args)
     except OSError as exc:
         where = f"{exc.filename}: " if exc.filename else ""
         raise SystemExit(f"trainer: {where}{exc.strerror or error_line(exc)}") from None
