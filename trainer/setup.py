@@ -88,6 +88,7 @@ class Data:
     """The run's data and its epoch geometry at the base batch."""
     train: TrainData
     val_set: Optional[EvalClips]
+    test_set: Optional[EvalClips]  # the final test's clips x crops of the validation videos
     num_classes: int
     steps_per_epoch: int
     global_batch: int
@@ -102,6 +103,8 @@ def load_data(args: argparse.Namespace, engine: Engine, spec: ClipSpec, device: 
         raise SystemExit(f"trainer: the data has label {max(labels)} but the model has {num_classes} "
                          "classes: pass --num-classes 0 to take the count from the manifest")
     val_set = EvalClips(args.data, spec, 1, "val") if len(ShardDataset(args.data, "val")) else None
+    test_set = EvalClips(args.data, spec, args.test_clips, "val", args.test_crops, args.test_size) \
+        if val_set is not None and args.test else None
     k = args.accum_steps
     global_batch = engine.size * k * args.batch_per_gpu
     train = TrainData(train_set, engine.rank, engine.size, k, None)
@@ -122,7 +125,6 @@ def partitioned(args: argparse.Namespace, engine: Engine, train_set: TrainClips,
 
     A node's ranks split that node's samples (the same sampler, over the node's
     ranks); every node must run the same number of steps or the allreduce
-    test_set: Optional[EvalClips]  # the final test's clips x crops of the validation videos
     hangs, so all take the smallest share's count. Exact accumulation still
     holds within the node: its physical ranks stand in for the node's virtual ranks.
     """
@@ -137,8 +139,6 @@ def partitioned(args: argparse.Namespace, engine: Engine, train_set: TrainClips,
     counts = torch.zeros(nodes, dtype=torch.float64, device=device)
     if e.rank % per_node == 0:
         counts[node] = len(train_set)
-    test_set = EvalClips(args.data, spec, args.test_clips, "val", args.test_crops, args.test_size) \
-        if val_set is not None and args.test else None
     shares = [int(c) for c in e.allreduce_sum(counts).tolist()]
     train = TrainData(train_set, e.rank % per_node, per_node, args.accum_steps, shares)
     steps = train.steps_for_batch(args.batch_per_gpu)
@@ -192,10 +192,10 @@ def run_config(args: argparse.Namespace, engine: Engine, schedule: Schedule, glo
         "global_batch": global_batch, "base_lr": schedule.base_lr, "schedule": a.schedule,
         "optimizer": a.optimizer, "optimizer_sync": a.optimizer_sync, "compression": a.compression,
         "amp": str(amp).replace("torch.", "") if amp else "off", **_communication(a, engine),
+        "shift_blocks": a.shift_blocks, "fc_lr5": a.fc_lr5,
+        "test": f"{a.test_clips} clips x {a.test_crops} crops of {a.test_size}, {a.test_average} averaged",
     }
     if a.optimizer == "lars":
         cfg["trust_coefficient"] = a.trust_coefficient
     cfg.update(schedule.config())
     return cfg
-        "shift_blocks": a.shift_blocks, "fc_lr5": a.fc_lr5,
-        "test": f"{a.test_clips} clips x {a.test_crops} crops of {a.test_size}, {a.test_average} averaged",

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Dict, Iterator, Optional, Tuple
 import torch
 import torch.nn.functional as F
 
+from . import compat
 from .clips import normalize
 from .data import EvalClips, eval_loader
 from .engines import Engine, unwrap
@@ -30,7 +31,7 @@ class StepContext:
     engine: Engine
     model: torch.nn.Module
     opt: torch.optim.Optimizer
-    scaler: Optional[torch.amp.GradScaler]
+    scaler: Optional["compat.GradScaler"]
     device: torch.device
     amp_dtype: Optional[torch.dtype]
     channels_last: bool
