@@ -255,3 +255,21 @@ def test_submit_returns_well_before_a_synchronous_save_would(tmp_path):
     w.close()
     assert any(in_flight) and sum(submit) < sum(sync), (in_flight, submit, sync)
     assert same(ckpt.load(ckpt.latest(tmp_path / "async")), ckpt.load(ckpt.latest(tmp_path / "sync")))
+
+
+def test_then_runs_after_the_save_on_the_copy_and_its_failure_is_raised(tmp_path):
+    seen = []
+    w = CheckpointWriter()
+    state = {"model": {"w": torch.ones(3)}, "step": 1}
+    w.submit(tmp_path, state, 1, keep=2, then=lambda s: seen.append((ckpt.step_path(tmp_path, 1).is_file(), s)))
+    state["model"]["w"].add_(1)                                  # the training thread goes on
+    w.wait()
+    assert seen[0][0] is True and torch.equal(seen[0][1]["model"]["w"], torch.ones(3))
+
+    def fail(_state):
+        raise SystemExit("trainer: --export-weights pt: disk full")
+    w.submit(tmp_path, state, 2, keep=2, then=fail)
+    with pytest.raises(SystemExit, match="export-weights"):
+        w.wait()
+    assert w.wait() is not None                                   # raised once
+    w.close()

@@ -33,7 +33,7 @@ import os
 import sys
 import threading
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, Callable, Dict, Optional
 
 import torch
 
@@ -108,12 +108,14 @@ class CheckpointWriter:
         atexit.register(self._report_uncollected)
 
     def submit(self, run_dir: os.PathLike, state: Dict, step: int, keep: int, epoch_end: Optional[int] = None,
-               keep_epochs: int = 5, best: bool = False) -> Path:
+               keep_epochs: int = 5, best: bool = False, then: Optional[Callable[[Dict], None]] = None) -> Path:
         """Start writing ``state`` as ``checkpoint.save`` would; return the step checkpoint's final path.
 
         Waits for the previous write first (and raises its failure, if any:
         this state is then not written). When this returns, ``state`` has
-        been copied: the caller may change its tensors at once.
+        been copied: the caller may change its tensors at once. ``then``, if
+        given, runs in the writer's thread after the save, on the same copy
+        (the weights-only exports), and its failure is raised as the save's.
         """
         if self._closed:
             raise RuntimeError("CheckpointWriter.submit after close()")
@@ -121,14 +123,17 @@ class CheckpointWriter:
         snapshot = cpu_copy(state)
         job = dict(run_dir=run_dir, state=snapshot, step=step, keep=keep, epoch_end=epoch_end,
                    keep_epochs=keep_epochs, best=best)
-        self._thread = threading.Thread(target=self._write, args=(job,), name="checkpoint-writer", daemon=False)
+        self._thread = threading.Thread(target=self._write, args=(job, then), name="checkpoint-writer",
+                                        daemon=False)
         self._thread.start()
         return step_path(run_dir, step)
 
-    def _write(self, job: Dict) -> None:
+    def _write(self, job: Dict, then: Optional[Callable[[Dict], None]] = None) -> None:
         """The thread's body: the synchronous save; its failure is kept for the training thread."""
         try:
             self._last = save(**job)
+            if then is not None:
+                then(job["state"])
         except BaseException as exc:  # CheckpointError is a SystemExit: it must not end only this thread
             self._error = exc
 

@@ -18,6 +18,7 @@ from .clips import ClipSpec
 from .config import LR_PER_8_CLIPS
 from .data import EvalClips, TrainClips
 from .engines import Engine
+from . import interop
 from .metrics import log
 from .model import build_model
 from .optim import build_optimizer
@@ -152,11 +153,18 @@ def base_lr(args: argparse.Namespace, global_batch: int) -> float:
 
 
 def model_and_optimizer(args: argparse.Namespace, num_classes: int, schedule: Schedule, device: torch.device,
-                        channels_last: bool, lr: float) -> Tuple[torch.nn.Module, torch.optim.Optimizer]:
+                        channels_last: bool, lr: float, is_main: bool = True
+                        ) -> Tuple[torch.nn.Module, torch.optim.Optimizer]:
     """The same initial model on every rank (seeded; rank 0's is broadcast anyway) and its optimiser."""
     torch.manual_seed(args.seed)
     model = build_model(args.arch, num_classes, args.num_segments, args.shift, args.shift_placement,
                         args.width, args.fold_div, args.dropout, shift_blocks=args.shift_blocks).to(device)
+    if args.pretrained:
+        try:
+            report = interop.load_pretrained(model, args.pretrained)
+        except interop.WeightsError as exc:
+            raise SystemExit(f"trainer: --pretrained {args.pretrained}: {exc}") from None
+        log(report.line(), is_main)
     schedule.adapt_model(model)
     if channels_last:
         model = model.to(memory_format=torch.channels_last)

@@ -31,6 +31,7 @@ import torch
 
 from . import checkpoint as ckpt
 from . import compat
+from . import interop
 from . import rundir
 from . import setup
 from . import tboard
@@ -189,7 +190,7 @@ class Trainer:
         """Model and optimiser, the resume (or rank 0's weights broadcast), then the engine's wrapper."""
         a, e = self.args, self.engine
         model, opt = setup.model_and_optimizer(a, self.num_classes, self.schedule, self.device, self.channels_last,
-                                               self.schedule.base_lr)
+                                               self.schedule.base_lr, self.is_main)
         self.core = model
         self.scaler = compat.grad_scaler() if self.amp_dtype == torch.float16 else None
         self.state = TrainState()
@@ -286,7 +287,27 @@ class Trainer:
         if self.is_main:
             state = self.state.checkpoint(self.model, self.opt, self.scaler, self.schedule, self.args)
             self.writer.submit(self.run_dir, state, self.state.step, self.args.keep, epoch_end,
-                               max(self.args.test_last, 1), best)
+                               max(self.args.test_last, 1), best, then=self._exports(epoch_end, best))
+
+    def _exports(self, epoch_end: Optional[int], best: bool):
+        """What the writer's thread exports after the checkpoint: weights-only copies of the last epoch's
+        and the best model (--export-weights, --export-layout), from the checkpoint's own copy; None
+        when there is nothing to export."""
+        a, st = self.args, self.state
+        names = (["last"] if epoch_end is not None else []) + (["best"] if best else [])
+        if a.export_weights == "none" or not names:
+            return None
+        info = dict(interop.layout_info(self.core), epoch=st.epoch,
+                    best_prec1=100 * st.best_top1 if st.best_top1 >= 0 else None)
+
+        def export(state: Dict) -> None:
+            try:
+                for name in names:
+                    interop.export_weights(self.run_dir, state["model"], name, a.export_weights, a.export_layout,
+                                           **info)
+            except interop.WeightsError as exc:
+                raise SystemExit(f"trainer: --export-weights {a.export_weights}: {exc}") from None
+        return export
 
     def saved(self) -> None:
         """Rank 0: block until the checkpoint in flight is on disk (its failure is raised here)."""
