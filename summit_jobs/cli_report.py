@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import textwrap
 from pathlib import Path
 from typing import Optional
 
@@ -36,22 +37,28 @@ def _open_run(state: State, target: str, hosts_):
 @click.option("--compare", "other", metavar="OTHER_RUN",
               help="A second run (e.g. the same network without the temporal shift) to draw in the same plots "
                    "and to compare accuracy with.")
+@click.option("--smooth", metavar="N", type=int, default=None,
+              help="Also draw the train curves as a moving average over N steps (0: raw curves only). "
+                   "Default: 1/50 of the run's steps, when that spans at least two records.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary (and comparison) as JSON.")
 @click.option("--force", is_flag=True,
               help="Replace files in --out that no earlier report wrote. A previous report's files are always "
                    "replaced.")
 @click.pass_obj
-def report_cmd(state: State, target: str, out: Optional[str], other: Optional[str], as_json: bool,
-               force: bool) -> None:
+def report_cmd(state: State, target: str, out: Optional[str], other: Optional[str], smooth: Optional[int],
+               as_json: bool, force: bool) -> None:
     """Plots and a summary table of a run: accuracy, loss, LR, throughput, chain.
 
     RUN is a run directory, a run name (as submit printed it) or a job id.
     Chained runs read as one run: steps repeated after a resume keep their
     last record. The summary gives final and best eval top-1, the multi-clip
     test (mean +- std), median throughput and data-wait fraction, wall time,
-    each job of the chain and how it ended, and for simulated runs the virtual
-    and physical shapes. A run holding scaling.json (from `summit-jobs scaling
-    --json`) also gets the projected scaling plot.
+    the trainer's launches and the steps they resumed from (from its launch
+    records), each job of the chain and how it ended, and for simulated runs
+    the virtual and physical shapes. The plots draw each run in one colour
+    (train dashed, eval solid), chance, the multi-clip test and where each
+    launch of a chain took over. A run holding scaling.json (from `summit-jobs
+    scaling --json`) also gets the projected scaling plot.
 
     \b
     Writes loss.png, accuracy.png, lr.png, throughput.png, report.md and
@@ -64,6 +71,9 @@ def report_cmd(state: State, target: str, out: Optional[str], other: Optional[st
     """
     from summit_jobs import report
     from summit_jobs.lifecycle import Hosts as _Hosts
+    if smooth is not None and smooth < 0:
+        raise UserError(f"--smooth {smooth}: the moving average spans a number of steps, 0 or more (0 draws the "
+                        "raw train curves only; leave it out for 1/50 of the run).")
     hosts_ = _Hosts(state)
     try:
         host, run_dir, record = _open_run(state, target, hosts_)
@@ -79,7 +89,7 @@ def report_cmd(state: State, target: str, out: Optional[str], other: Optional[st
         folder = Path.cwd() / f"{data[0].name}-report"
     else:
         folder = Path(run_dir) / "report"
-    doc = report.write(data, folder, force=force, progress=lambda msg: click.echo(msg, err=True))
+    doc = report.write(data, folder, force=force, progress=lambda msg: click.echo(msg, err=True), smooth=smooth)
     if as_json:
         click.echo(json.dumps({k: doc[k] for k in ("summary", "compare", "difference", "verdict", "files")}
                               | {"out": str(folder)}, indent=2))
@@ -87,5 +97,5 @@ def report_cmd(state: State, target: str, out: Optional[str], other: Optional[st
     summaries = [doc["summary"]] + ([doc["compare"]] if doc["compare"] else [])
     click.echo(report.table(summaries, doc["difference"]))
     if doc["verdict"]:
-        click.echo(doc["verdict"])
+        click.echo(textwrap.fill(doc["verdict"], report.TABLE_WIDTH, break_on_hyphens=False))
     click.echo(f"report: {folder / 'report.md'} (plots: {', '.join(f for f in doc['files'] if f.endswith('.png'))})")

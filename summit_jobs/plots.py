@@ -51,28 +51,57 @@ def scaling_plot(rows: List[Dict[str, float]], path: str) -> None:
     plt.close(fig)
 
 
+def _label_once(label: str, seen: set) -> str:
+    """A legend entry once per label: repeated marks (a boundary drawn in every panel, one test point per
+    checkpoint) share it."""
+    if label in seen:
+        return "_nolegend_"
+    seen.add(label)
+    return label
+
+
+def _draw_panel(ax, panel: Dict) -> None:
+    """One panel: its series (dashed or solid, in the run's colour, faint where ``alpha`` says), then the
+    horizontal lines (chance), vertical lines (chain boundaries) and points (the multi-clip test)."""
+    seen: set = set()
+    for s in panel["series"]:
+        ax.plot(s["x"], s["y"], marker="o" if len(s["x"]) <= 30 else None,
+                linestyle="--" if s.get("style") == "dashed" else "-", color=s.get("color"),
+                alpha=s.get("alpha", 1.0), label=_label_once(s["label"], seen), markersize=3, linewidth=1.2)
+    for h in panel.get("hlines", []):
+        ax.axhline(h["y"], color=h.get("color", "grey"), linestyle=":", linewidth=1.0,
+                   label=_label_once(h["label"], seen))
+    for v in panel.get("vlines", []):
+        ax.axvline(v["x"], color=v.get("color", "grey"), linestyle="-.", linewidth=0.8, alpha=0.7,
+                   label=_label_once(v["label"], seen))
+    for p in panel.get("points", []):
+        ax.plot([p["x"]], [p["y"]], marker="*", markersize=9, linestyle="none", color=p.get("color"),
+                markeredgecolor="black", markeredgewidth=0.5, label=_label_once(p["label"], seen))
+    if panel.get("logy") and any(y > 0 for s in panel["series"] for y in s["y"]):
+        ax.set_yscale("log")
+    if panel.get("ylim"):
+        low, high = panel["ylim"]
+        ax.set_ylim(bottom=low, top=high)
+    ax.set_xlabel(panel["xlabel"])
+    ax.set_ylabel(panel["ylabel"])
+    ax.grid(True, alpha=0.3)
+    if len(seen) > 1:
+        ax.legend(fontsize=7)
+
+
 def panels_plot(panels: List[Dict], path: str, title: str) -> None:
-    """Side-by-side panels of line series, drawn exactly from the data given.
+    """Side-by-side panels of line series and marks, drawn exactly from the data given.
 
     The report keeps the same panel data in its report.json, so what a PNG
     shows can be checked against the metrics without reading pixels. A panel is
-    ``{"xlabel", "ylabel", "series": [{"label", "x", "y"}], "logy"?, "ylim"?}``.
+    ``{"xlabel", "ylabel", "series": [{"label", "x", "y", "color"?, "style"?, "alpha"?}], "logy"?,
+    "ylim"? ([low, high], either None for automatic), "hlines"?: [{"y", "label"}], "vlines"?: [{"x",
+    "label"}], "points"?: [{"x", "y", "label"}]}``.
     """
     plt = _pyplot()
     fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 4), squeeze=False)
     for ax, panel in zip(axes[0], panels):
-        for s in panel["series"]:
-            marker = "o-" if len(s["x"]) <= 30 else "-"
-            ax.plot(s["x"], s["y"], marker, label=s["label"], markersize=3, linewidth=1.2)
-        if panel.get("logy") and any(y > 0 for s in panel["series"] for y in s["y"]):
-            ax.set_yscale("log")
-        if panel.get("ylim"):
-            ax.set_ylim(*panel["ylim"])
-        ax.set_xlabel(panel["xlabel"])
-        ax.set_ylabel(panel["ylabel"])
-        ax.grid(True, alpha=0.3)
-        if len(panel["series"]) > 1:
-            ax.legend(fontsize=8)
+        _draw_panel(ax, panel)
     fig.suptitle(title)
     save(fig, path)
     plt.close(fig)

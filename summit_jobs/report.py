@@ -24,9 +24,11 @@ Torch-free (login-node side): metrics are parsed here, not with the trainer's re
 """
 from __future__ import annotations
 
+import bisect
 import json
 import os
 import re
+import textwrap
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -88,10 +90,12 @@ class Metrics:
     eval: List[Dict]
     test: List[Dict]
     test_summary: Optional[Dict]
-    launches: int          # trainer launches that wrote records (a resume starts a new one)
+    launches: int          # trainer launches (a resume starts a new one)
     replayed: int          # train records replaced by a later launch's record for the same step
     wall_seconds: float    # first to last record, queue waits included
     active_seconds: float  # the same with the gaps between launches removed
+    launches_estimated: bool = True  # counted from pauses in the records, not from launch events
+    test_only: List[Dict] = field(default_factory=list)  # --test-only results, in file order
 
 
 def _segments(records: List[Dict]) -> List[int]:
@@ -115,10 +119,23 @@ def _segments(records: List[Dict]) -> List[int]:
     return out
 
 
-def deduplicate(records: List[Dict]) -> Metrics:
-    """Keep the last record per key; give every kept record ``elapsed`` (active seconds since the first)."""
-    records = [r for r in records if r.get("kind") in ("train", "eval", "test") and "step" in r]
-    segs = _segments(records)
+def _launch_segments(records: List[Dict], launch_times: List[float]) -> List[int]:
+    """Launch number of each record: the last launch event at or before the record's time."""
+    times = sorted(launch_times)
+    return [max(bisect.bisect_right(times, float(r.get("time", 0.0))) - 1, 0) for r in records]
+
+
+def deduplicate(records: List[Dict], launch_times: Optional[List[float]] = None) -> Metrics:
+    """Keep the last record per key; give every kept record ``elapsed`` (active seconds since the first).
+
+    ``launch_times``: when the trainer's ``launch`` events are known, they say which launch wrote each
+    record and how many there were; without them both are estimated from pauses (``_segments``).
+    --test-only records are kept apart: a test run later does not stretch the training's time.
+    """
+    test_only = [r for r in records if r.get("kind") == "test" and r.get("test_only")]
+    records = [r for r in records if r.get("kind") in ("train", "eval", "test") and "step" in r
+               and not r.get("test_only")]
+    segs = _launch_segments(records, launch_times) if launch_times else _segments(records)
     kept: Dict[Tuple, Tuple[Dict, int]] = {}
     replayed = 0
     for rec, seg in zip(records, segs):
@@ -126,7 +143,22 @@ def deduplicate(records: List[Dict]) -> Metrics:
         if key in kept and rec["kind"] == "train":
             replayed += 1
         kept[key] = (rec, seg)
-    items = sorted(kept.values(), key=lambda rs: float(rs[0].get("time", 0.0)))
+    out = _elapsed(sorted(kept.values(), key=lambda rs: float(rs[0].get("time", 0.0))))
+    by_kind = {k: sorted((r for r in out if r["kind"] == k and not r.get("summary")), key=lambda r: int(r["step"]))
+               for k in ("train", "eval", "test")}
+    summaries = [r for r in out if r["kind"] == "test" and r.get("summary")]
+    times = [float(r.get("time", 0.0)) for r in records]
+    launches = len(launch_times) if launch_times else (max(segs) + 1) if segs else 0
+    return Metrics(train=by_kind["train"], eval=by_kind["eval"], test=by_kind["test"],
+                   test_summary=summaries[-1] if summaries else None, launches=launches,
+                   replayed=replayed, wall_seconds=(max(times) - min(times)) if times else 0.0,
+                   active_seconds=out[-1]["elapsed"] if out else 0.0, launches_estimated=not launch_times,
+                   test_only=test_only)
+
+
+def _elapsed(items: List[Tuple[Dict, int]]) -> List[Dict]:
+    """Copies of the records (in time order, with their launch) with ``elapsed``: active seconds since the
+    first, where the pause between two launches counts as one typical interval."""
     elapsed, prev_t, prev_seg = 0.0, None, None
     intervals = [float(b[0]["time"]) - float(a[0]["time"]) for a, b in zip(items, items[1:]) if a[1] == b[1]]
     typical = statistics.median(intervals) if intervals else 0.0
@@ -138,14 +170,7 @@ def deduplicate(records: List[Dict]) -> Metrics:
         rec = dict(rec, elapsed=elapsed)
         out.append(rec)
         prev_t, prev_seg = t, seg
-    by_kind = {k: sorted((r for r in out if r["kind"] == k and not r.get("summary")), key=lambda r: int(r["step"]))
-               for k in ("train", "eval", "test")}
-    summaries = [r for r in out if r["kind"] == "test" and r.get("summary")]
-    times = [float(r.get("time", 0.0)) for r in records]
-    return Metrics(train=by_kind["train"], eval=by_kind["eval"], test=by_kind["test"],
-                   test_summary=summaries[-1] if summaries else None, launches=(max(segs) + 1) if segs else 0,
-                   replayed=replayed, wall_seconds=(max(times) - min(times)) if times else 0.0,
-                   active_seconds=out[-1]["elapsed"] if out else 0.0)
+    return out
 
 
 def fractional_epochs(train: List[Dict]) -> List[float]:
@@ -183,6 +208,66 @@ class RunData:
     complete: bool = False
     jobs: List[Dict] = field(default_factory=list)
     scaling: Optional[List[Dict]] = None
+    launches: List[Dict] = field(default_factory=list)  # the trainer's training ``launch`` events, in order
+    dataset: Dict[str, int] = field(default_factory=dict)  # "classes" and "missing" where known
+
+
+def training_launches(events: List[Dict]) -> List[Dict]:
+    """The ``launch`` events of training launches (not --test-only), in time order."""
+    found = [e for e in events if e.get("event") == "launch" and e.get("mode", "train") == "train"
+             and isinstance(e.get("time"), (int, float))]
+    return sorted(found, key=lambda e: float(e["time"]))
+
+
+def chain_boundaries(run: "RunData") -> List[Dict]:
+    """Where each launch after the first took over: {"step", "launch"} (1-based), from the launch events;
+    for runs without them, the resume steps read from the jobs' output."""
+    out = []
+    for i, e in enumerate(run.launches):
+        if (i or e.get("resumed_from")) and isinstance(e.get("step"), int):
+            out.append({"step": e["step"], "launch": i + 1})
+    if not run.launches:
+        steps = [j["resumed_from_step"] for j in run.jobs if isinstance(j.get("resumed_from_step"), int)]
+        out = [{"step": st, "launch": i + 2} for i, st in enumerate(steps)]
+    return out
+
+
+def missing_count(value: object) -> Optional[int]:
+    """How many videos a manifest's ``missing`` names: a count, or a list (or mapping) of the videos."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value if value >= 0 else None
+    if isinstance(value, (list, dict)):
+        return len(value)
+    return None
+
+
+def dataset_facts(host, launches: List[Dict]) -> Dict[str, int]:
+    """The class count and the missing-video count of the run's data, from ``<--data>/manifest.json``.
+
+    The folder is the one the last launch trained on; it may be node-local or otherwise unreadable from
+    here, and an older manifest has no ``missing``: whatever cannot be read is left out, silently.
+    """
+    options = launches[-1].get("options") if launches else None
+    data = options.get("data") if isinstance(options, dict) else None
+    out: Dict[str, int] = {}
+    if isinstance(options, dict) and isinstance(options.get("num_classes"), int) and options["num_classes"] > 0:
+        out["classes"] = options["num_classes"]
+    if not isinstance(data, str) or not data.startswith("/"):  # relative: to a job's folder, not to here
+        return out
+    try:
+        manifest = json.loads(host.read_text(host.join(data, "manifest.json")) or "null")
+    except (OSError, UserError, ValueError):
+        return out
+    if not isinstance(manifest, dict):
+        return out
+    if isinstance(manifest.get("classes"), list) and manifest["classes"]:
+        out.setdefault("classes", len(manifest["classes"]))
+    missing = missing_count(manifest.get("missing"))
+    if missing is not None:
+        out["missing"] = missing
+    return out
 
 
 def _json_file(host, path: str) -> Optional[object]:
@@ -205,6 +290,8 @@ def _ending_from_events(events: List[Dict]) -> Tuple[Optional[int], str]:
         how = "nothing left to do (run already complete)"
     elif stopped:
         how = f"stopped at step {stopped.get('step')} ({stopped.get('reason')}), checkpoint saved"
+    elif rundir.last_event(events, "launch"):
+        how = "no end recorded (still running, or killed or failed: see its output)"
     else:
         how = ""
     step = resumed.get("step") if resumed else None
@@ -226,7 +313,7 @@ def _job_ending(output: str) -> Tuple[Optional[int], str]:
     return (int(resumed.group(1)) if resumed else None), how
 
 
-def _jobs(host, run_dir: str, record: Optional[Dict]) -> List[Dict]:
+def _jobs(host, run_dir: str, record: Optional[Dict], events: Optional[List[Dict]] = None) -> List[Dict]:
     """One entry per job of the chain: exit code (from its exit-code file) and how the trainer ended."""
     from summit_jobs import runs
     ids = [str(j) for j in (record or {}).get("job_ids") or []]
@@ -236,7 +323,8 @@ def _jobs(host, run_dir: str, record: Optional[Dict]) -> List[Dict]:
         if name.startswith(rundir.exitcode_name("")) and name[9:] not in ids:
             ids.append(name[9:])
     script = host.read_text(host.join(run_dir, rundir.SCRIPT)) or ""
-    events = rundir.parse_events(host.read_text(host.join(run_dir, rundir.EVENTS)) or "")
+    if events is None:
+        events = rundir.parse_events(host.read_text(host.join(run_dir, rundir.EVENTS)) or "")
     out = []
     for jid in ids:
         text = host.read_text(host.join(run_dir, rundir.exitcode_name(jid)))
@@ -265,7 +353,9 @@ def load(host, run_dir: str, record: Optional[Dict] = None) -> RunData:
         raise UserError(f"{where} has no {METRICS}: the trainer has not written any step yet (the job may still be "
                         f"pending or starting: check `summit-jobs status {os.path.basename(run_dir.rstrip('/'))}`), "
                         "or this is not a run directory.")
-    metrics = deduplicate(parse_metrics(text))
+    events = rundir.parse_events(host.read_text(host.join(run_dir, rundir.EVENTS)) or "")
+    launches = training_launches(events)
+    metrics = deduplicate(parse_metrics(text), [float(e["time"]) for e in launches] or None)
     if not metrics.train and not metrics.eval:
         raise UserError(f"{path} holds no training or evaluation records yet; report again once the run has "
                         "logged its first steps.")
@@ -279,7 +369,8 @@ def load(host, run_dir: str, record: Optional[Dict] = None) -> RunData:
     name = str((record or {}).get("name") or os.path.basename(run_dir.rstrip("/")))
     return RunData(name=name, location=where, metrics=metrics, plan=plan if isinstance(plan, dict) else None,
                    record=record, complete=host.exists(host.join(run_dir, rundir.COMPLETE)),
-                   jobs=_jobs(host, run_dir, record), scaling=scaling)
+                   jobs=_jobs(host, run_dir, record, events), scaling=scaling, launches=launches,
+                   dataset=dataset_facts(host, launches))
 
 
 # ---- figures -------------------------------------------------------------------------------
@@ -325,7 +416,10 @@ def summarize(run: RunData) -> Dict[str, object]:
         "clips_per_s_median": _median([r.get("clips_per_s") for r in m.train]),
         "data_wait_frac_median": _median([r.get("data_wait_frac") for r in m.train]),
         "wall_seconds": m.wall_seconds, "training_seconds": m.active_seconds,
-        "launches": m.launches, "replayed_steps": m.replayed,
+        "launches": m.launches, "replayed_steps": m.replayed, "launches_estimated": m.launches_estimated,
+        "resume_steps": [b["step"] for b in chain_boundaries(run)],
+        "classes": run.dataset.get("classes"), "missing_videos": run.dataset.get("missing"),
+        "test_only": [_test_only_row(r, run) for r in m.test_only],
         "jobs": run.jobs, "shapes": shapes(run),
     }
     if m.test_summary:
@@ -338,6 +432,22 @@ def summarize(run: RunData) -> Dict[str, object]:
     return out
 
 
+def test_protocol(rec: Dict, run: RunData) -> str:
+    """"C clips x K crops" of a test record: its own fields, else the options of the last launch, else its
+    view count."""
+    options = (run.launches[-1].get("options") if run.launches else None) or {}
+    clips = rec.get("clips") or (options.get("test_clips") if isinstance(options, dict) else None)
+    crops = rec.get("crops") or (options.get("test_crops") if isinstance(options, dict) else None)
+    if isinstance(clips, int) and isinstance(crops, int):
+        return f"{clips} clips x {crops} crops"
+    return f"{rec.get('views')} views" if rec.get("views") else "multi-clip"
+
+
+def _test_only_row(rec: Dict, run: RunData) -> Dict[str, object]:
+    return {"checkpoint": rec.get("checkpoint"), "top1": rec.get("top1"), "top5": rec.get("top5"),
+            "protocol": test_protocol(rec, run)}
+
+
 def compare(a: Dict[str, object], b: Dict[str, object]) -> Dict[str, Optional[float]]:
     """Accuracy differences a - b (fractions) where both runs have the figure."""
     out = {}
@@ -346,49 +456,150 @@ def compare(a: Dict[str, object], b: Dict[str, object]) -> Dict[str, Optional[fl
     return out
 
 
-def _series(label: str, xs: List[float], ys: List[float]) -> Dict:
-    return {"label": label, "x": [float(x) for x in xs], "y": [float(y) for y in ys]}
+def _series(label: str, xs: List[float], ys: List[float], **style: object) -> Dict:
+    """A plotted line: its label, its points and its look (``color``, ``style`` dashed/solid, ``alpha``)."""
+    return {"label": label, "x": [float(x) for x in xs], "y": [float(y) for y in ys], **style}
 
 
-def figures(runs: List[RunData]) -> Dict[str, Dict]:
-    """The plots' data: file name -> {"title", "panels"}; the first run is the report's, the others compared."""
-    loss_e, loss_t, acc_e, acc_t, lr, speed, wait = [], [], [], [], [], [], []
-    many = len(runs) > 1
+#: Default smoothing of the train curves: a moving average over 1/SMOOTH_SHARE of the run's steps.
+SMOOTH_SHARE = 50
+
+
+def smooth_window(train: List[Dict], smooth: Optional[int]) -> int:
+    """Steps of the train curves' moving average: ``smooth`` (--smooth), else 1/SMOOTH_SHARE of the run's
+    steps; 0 when the window would hold fewer than two records, as there is then nothing to average."""
+    if not train:
+        return 0
+    window = smooth if smooth is not None else int(train[-1]["step"]) // SMOOTH_SHARE
+    steps = [int(r["step"]) for r in train]
+    gaps = [b - a for a, b in zip(steps, steps[1:]) if b > a]
+    return window if gaps and window >= 2 * statistics.median(gaps) else 0
+
+
+def moving_average(steps: List[int], ys: List[float], window: int) -> List[float]:
+    """At each record, the mean of the records within the last ``window`` steps (s - window, s]."""
+    out, lo, total = [], 0, 0.0
+    for i, (step, y) in enumerate(zip(steps, ys)):
+        total += y
+        while steps[lo] <= step - window:
+            total -= ys[lo]
+            lo += 1
+        out.append(total / (i - lo + 1))
+    return out
+
+
+def at_step(step: int, steps: List[int], xs: List[float]) -> Optional[float]:
+    """Where ``step`` falls on an axis whose value at each of ``steps`` is ``xs`` (linear between)."""
+    if not steps:
+        return None
+    i = bisect.bisect_left(steps, step)
+    if i == 0 or i == len(steps) or steps[i] == step:
+        return float(xs[min(i, len(xs) - 1)])
+    s0, s1, x0, x1 = steps[i - 1], steps[i], xs[i - 1], xs[i]
+    return float(x0 + (x1 - x0) * (step - s0) / (s1 - s0))
+
+
+def _panel(xlabel: str, ylabel: str, **extra: object) -> Dict:
+    """A panel of the report's plots: series, and vertical lines (chain boundaries), horizontal lines
+    (chance) and points (the multi-clip test) drawn over them."""
+    return {"xlabel": xlabel, "ylabel": ylabel, "series": [], "vlines": [], "hlines": [], "points": [], **extra}
+
+
+def _panels(unit: str) -> Dict[str, Dict]:
+    time_axis = f"training time ({unit})"
+    return {"loss_e": _panel("epoch", "loss"), "loss_t": _panel(time_axis, "loss"),
+            "acc_e": _panel("epoch", "top-1 (%)", ylim=[0, 100]),
+            "acc_t": _panel(time_axis, "top-1 (%)", ylim=[0, 100]),
+            "top5_e": _panel("epoch", "top-5 (%)", ylim=[0, 100]), "lr": _panel("step", "learning rate"),
+            "speed": _panel("step", "clips/s (all ranks)", ylim=[0, None]),
+            "wait": _panel("step", "data wait (% of step time)", ylim=[0, 100]),
+            "per_gpu": _panel("step", "clips/s per GPU", ylim=[0, None])}
+
+
+class _RunCurves:
+    """One run's lines and marks in the report's panels: one colour per run, train dashed, eval solid."""
+
+    def __init__(self, panels: Dict[str, Dict], run: RunData, index: int, tag: str, scale: float,
+                 smooth: Optional[int]):
+        m = run.metrics
+        self.panels, self.run, self.tag, self.color = panels, run, tag, f"C{index % 10}"
+        self.steps = [int(r["step"]) for r in m.train]
+        self.axes = {"e": fractional_epochs(m.train), "t": [r["elapsed"] / scale for r in m.train]}
+        self.eval_axes = {"e": [int(r["epoch"]) + 1 for r in m.eval], "t": [r["elapsed"] / scale for r in m.eval]}
+        self.window = smooth_window(m.train, smooth)
+
+    def _train(self, key: str, axis: str, label: str, ys: List[float]) -> None:
+        """The train curve, faint under its moving average when smoothed."""
+        xs, style = self.axes[axis], {"color": self.color, "style": "dashed"}
+        if not self.window:
+            self.panels[key]["series"].append(_series(label, xs, ys, **style))
+            return
+        self.panels[key]["series"] += [
+            _series(label, xs, ys, alpha=0.3, **style),
+            _series(f"{label} ({self.window}-step mean)", xs, moving_average(self.steps, ys, self.window), **style)]
+
+    def curves(self) -> None:
+        m, tag, solid = self.run.metrics, self.tag, {"color": self.color, "style": "solid"}
+        for axis in ("e", "t"):
+            for key, name, field_, scale in (("loss", "", "loss", 1.0), ("acc", " top-1", "top1", 100.0),
+                                             ("top5", " top-5", "top5", 100.0)):
+                if f"{key}_{axis}" not in self.panels:
+                    continue
+                self._train(f"{key}_{axis}", axis, f"{tag}train{name}", [scale * float(r.get(field_) or 0.0)
+                                                                         for r in m.train])
+                ev = [r for r in m.eval if r.get(field_) is not None]
+                xs = [x for x, r in zip(self.eval_axes[axis], m.eval) if r.get(field_) is not None]
+                self.panels[f"{key}_{axis}"]["series"].append(
+                    _series(f"{tag}eval{name}", xs, [scale * float(r[field_]) for r in ev], **solid))
+        for key, label, ys in (("lr", "lr", [r["lr"] for r in m.train]),
+                               ("speed", "clips/s", [r["clips_per_s"] for r in m.train]),
+                               ("wait", "data wait", [100 * r["data_wait_frac"] for r in m.train]),
+                               ("per_gpu", "clips/s per GPU", [r["clips_per_s"] / max(int(r.get("ranks") or 1), 1)
+                                                               for r in m.train])):
+            self.panels[key]["series"].append(_series(tag + label, self.steps, ys, **solid))
+
+    def marks(self) -> None:
+        """Chain boundaries (vertical), chance (horizontal) and the multi-clip test (points)."""
+        for b in chain_boundaries(self.run):
+            label = f"{self.tag}launch {b['launch']} from step {b['step']}"
+            for key, panel in self.panels.items():
+                axis = key.rsplit("_", 1)[-1]
+                x = at_step(b["step"], self.steps, self.axes[axis]) if axis in self.axes else float(b["step"])
+                if x is not None:
+                    panel["vlines"].append({"x": x, "label": label, "color": self.color})
+        classes = self.run.dataset.get("classes")
+        if classes:
+            for key, y in (("acc_e", 100 / classes), ("acc_t", 100 / classes), ("top5_e", min(100.0, 500 / classes))):
+                line = {"y": y, "label": f"chance ({y:.3g}%, {classes} classes)", "color": "grey"}
+                if line not in self.panels[key]["hlines"]:
+                    self.panels[key]["hlines"].append(line)
+        for r in self.run.metrics.test:
+            label = f"{self.tag}test {test_protocol(r, self.run)}"
+            for key, field_ in (("acc_e", "top1"), ("top5_e", "top5")):
+                if isinstance(r.get(field_), (int, float)):
+                    self.panels[key]["points"].append({"x": float(int(r["epoch"]) + 1), "y": 100 * float(r[field_]),
+                                                       "label": label, "color": self.color})
+
+
+def figures(runs: List[RunData], smooth: Optional[int] = None) -> Dict[str, Dict]:
+    """The plots' data: file name -> {"title", "panels"}; the first run is the report's, the others compared.
+    ``smooth``: steps of the train curves' moving average (None: 1/SMOOTH_SHARE of each run's steps)."""
     longest = max(r.metrics.active_seconds for r in runs)
     unit, scale = ("s", 1.0) if longest < 120 else ("min", 60.0) if longest < 7200 else ("h", 3600.0)
+    panels = _panels(unit)
     for i, run in enumerate(runs):
-        m = run.metrics
         name = run.name if run.name not in [r.name for r in runs[:i]] else f"{run.name} #{i + 1}"
-        tag = f"{name}: " if many else ""
-        fe = fractional_epochs(m.train)
-        minutes = [r["elapsed"] / scale for r in m.train]
-        ev_e = [int(r["epoch"]) + 1 for r in m.eval]
-        ev_t = [r["elapsed"] / scale for r in m.eval]
-        steps = [int(r["step"]) for r in m.train]
-        loss_e += [_series(tag + "train", fe, [r["loss"] for r in m.train]),
-                   _series(tag + "eval", ev_e, [r["loss"] for r in m.eval])]
-        loss_t += [_series(tag + "train", minutes, [r["loss"] for r in m.train]),
-                   _series(tag + "eval", ev_t, [r["loss"] for r in m.eval])]
-        acc_e += [_series(tag + "train top-1", fe, [100 * r["top1"] for r in m.train]),
-                  _series(tag + "eval top-1", ev_e, [100 * r["top1"] for r in m.eval])]
-        acc_t += [_series(tag + "train top-1", minutes, [100 * r["top1"] for r in m.train]),
-                  _series(tag + "eval top-1", ev_t, [100 * r["top1"] for r in m.eval])]
-        lr.append(_series(tag + "lr", steps, [r["lr"] for r in m.train]))
-        speed.append(_series(tag + "clips/s", steps, [r["clips_per_s"] for r in m.train]))
-        wait.append(_series(tag + "data wait", steps, [100 * r["data_wait_frac"] for r in m.train]))
+        curves = _RunCurves(panels, run, i, f"{name}: " if len(runs) > 1 else "", scale, smooth)
+        curves.curves()
+        curves.marks()
     title = " vs ".join(r.name for r in runs)
     return {
-        "loss.png": {"title": f"Loss: {title}", "panels": [
-            {"xlabel": "epoch", "ylabel": "loss", "series": loss_e},
-            {"xlabel": f"training time ({unit})", "ylabel": "loss", "series": loss_t}]},
-        "accuracy.png": {"title": f"Top-1 accuracy: {title}", "panels": [
-            {"xlabel": "epoch", "ylabel": "top-1 (%)", "series": acc_e, "ylim": [0, 100]},
-            {"xlabel": f"training time ({unit})", "ylabel": "top-1 (%)", "series": acc_t, "ylim": [0, 100]}]},
-        "lr.png": {"title": f"Learning-rate schedule: {title}", "panels": [
-            {"xlabel": "step", "ylabel": "learning rate", "series": lr}]},
-        "throughput.png": {"title": f"Throughput and input pipeline: {title}", "panels": [
-            {"xlabel": "step", "ylabel": "clips/s (all ranks)", "series": speed},
-            {"xlabel": "step", "ylabel": "data wait (% of step time)", "series": wait, "ylim": [0, 100]}]},
+        "loss.png": {"title": f"Loss: {title}", "panels": [panels["loss_e"], panels["loss_t"]]},
+        "accuracy.png": {"title": f"Accuracy: {title}",
+                         "panels": [panels["acc_e"], panels["acc_t"], panels["top5_e"]]},
+        "lr.png": {"title": f"Learning-rate schedule: {title}", "panels": [panels["lr"]]},
+        "throughput.png": {"title": f"Throughput and input pipeline: {title}",
+                           "panels": [panels["speed"], panels["wait"], panels["per_gpu"]]},
     }
 
 
@@ -411,6 +622,11 @@ def _count(n: Optional[int], what: str) -> str:
 
 def rows(s: Dict[str, object]) -> List[Tuple[str, str]]:
     """(label, value) lines of one run's summary, in reading order."""
+    return _figure_rows(s) + _chain_rows(s) + _shape_rows(s)
+
+
+def _figure_rows(s: Dict[str, object]) -> List[Tuple[str, str]]:
+    """Accuracy, loss, speed and time."""
     test = "-"
     if s.get("test_top1_mean") is not None:
         test = (f"{100 * s['test_top1_mean']:.1f}% +- {100 * (s.get('test_top1_std') or 0):.1f}% "
@@ -422,19 +638,41 @@ def rows(s: Dict[str, object]) -> List[Tuple[str, str]]:
     out = [("status", "complete" if s.get("complete") else "not complete"),
            ("epochs", epochs), ("steps", str(s.get("steps") or "-")),
            ("final eval top-1", _pct(s.get("final_eval_top1"))), ("best eval top-1", best),
-           ("test top-1 (multi-clip)", test),
-           ("final train loss", _num(s.get("final_train_loss"), "{:.4f}")),
-           ("throughput (median)", _num(s.get("clips_per_s_median")) + " clips/s"),
-           ("data wait (median)", _pct(s.get("data_wait_frac_median"))),
-           ("wall time", _hms(s.get("wall_seconds"))),
-           ("training time (queue gaps removed)", _hms(s.get("training_seconds"))),
-           ("trainer launches", f"{s.get('launches')} ({s.get('replayed_steps')} steps replayed after resumes)")]
+           ("test top-1 (multi-clip)", test)]
+    for t in s.get("test_only") or []:
+        out.append((f"  test only {t['checkpoint']}", f"{_pct(t.get('top1'))} top-1, {_pct(t.get('top5'))} top-5 "
+                                                      f"({t.get('protocol')})"))
+    out += [("final train loss", _num(s.get("final_train_loss"), "{:.4f}")),
+            ("throughput (median)", _num(s.get("clips_per_s_median")) + " clips/s"),
+            ("data wait (median)", _pct(s.get("data_wait_frac_median"))),
+            ("wall time", _hms(s.get("wall_seconds"))),
+            ("training time (queue gaps removed)", _hms(s.get("training_seconds")))]
+    if s.get("missing_videos") is not None:
+        out.append(("data set", f"{s['missing_videos']} videos missing (from the data's manifest)"))
+    return out
+
+
+def _chain_rows(s: Dict[str, object]) -> List[Tuple[str, str]]:
+    """Launches, resume steps and how each job of the chain ended."""
+    launches = f"{s.get('launches')} ({s.get('replayed_steps')} steps replayed after resumes)"
+    if s.get("launches_estimated"):
+        launches = f"{s.get('launches')}, estimated from pauses in the metrics (no launch records); " \
+                   f"{s.get('replayed_steps')} steps replayed after resumes"
+    out = [("trainer launches", launches)]
+    if s.get("resume_steps"):
+        out.append(("resumed at steps", ", ".join(str(st) for st in s["resume_steps"])))
     jobs = s.get("jobs") or []
     out.append(("jobs in the chain", str(len(jobs)) if jobs else "- (no job records)"))
     for j in jobs:
         text = j["state"] + (f"; resumed at step {j['resumed_from_step']}" if j.get("resumed_from_step") else "")
         text += f"; {j['ended']}" if j.get("ended") else ""
         out.append((f"  job {j['job_id']}", text))
+    return out
+
+
+def _shape_rows(s: Dict[str, object]) -> List[Tuple[str, str]]:
+    """Virtual and physical shape, batch and LR, projected scaling."""
+    out: List[Tuple[str, str]] = []
     sh = s.get("shapes") or {}
     ran = sh.get("trainer_ranks")
     differs = ran and sh.get("physical_gpus") and ran != sh["physical_gpus"]
@@ -456,9 +694,57 @@ def rows(s: Dict[str, object]) -> List[Tuple[str, str]]:
     return out
 
 
+#: The text table's width: it fits a terminal of 100 columns, however long the run names and values.
+TABLE_WIDTH = 100
+GUTTER = 2
+LABEL_WIDTH = 40
+ELLIPSIS = "\u2026"
+
+
+def shorten(text: str, width: int, middle: bool = False) -> str:
+    """``text`` in at most ``width`` characters, an ellipsis where it is cut: at the end, or in the
+    ``middle`` (run names: two runs often differ only in their last characters)."""
+    if len(text) <= width:
+        return text
+    if not middle or width < 5:
+        return text[:max(width - 1, 0)] + ELLIPSIS
+    head = (width - 1) // 2
+    return text[:head] + ELLIPSIS + text[len(text) - (width - 1 - head):]
+
+
+def column_widths(natural: List[int], fixed: int, total: int = TABLE_WIDTH) -> List[int]:
+    """Widths of the value columns: each its natural width where all fit in ``total`` beside the ``fixed``
+    columns; otherwise the room is shared, narrow columns keeping their width and the rest wrapping."""
+    room = max(total - fixed - GUTTER * len(natural), 8 * len(natural))
+    widths = [0] * len(natural)
+    left = sorted(range(len(natural)), key=lambda i: natural[i])
+    while left:
+        share = room // len(left)
+        i = left.pop(0)
+        widths[i] = max(min(natural[i], share), 1)
+        room -= widths[i]
+    return widths
+
+
+def _text_table(head: List[str], body: List[List[str]]) -> str:
+    """Aligned columns in TABLE_WIDTH: the label column whole, names shortened, long values wrapped."""
+    label_w = min(max(len(r[0]) for r in [head] + body), LABEL_WIDTH)
+    natural = [max(len(r[i]) for r in [head] + body) for i in range(1, len(head))]
+    widths = [label_w] + column_widths(natural, label_w)
+    lines = ["  ".join(shorten(c, w, middle=True).ljust(w) for c, w in zip(head, widths)).rstrip()]
+    for row in body:
+        cells = [[shorten(row[0], label_w)]] + [textwrap.wrap(c, w, break_on_hyphens=False) or [""]
+                                                 for c, w in zip(row[1:], widths[1:])]
+        for k in range(max(len(c) for c in cells)):
+            parts = [(c[k] if k < len(c) else "").ljust(w) for c, w in zip(cells, widths)]
+            lines.append("  ".join(parts).rstrip())
+    return "\n".join(lines)
+
+
 def table(summaries: List[Dict[str, object]], diff: Optional[Dict[str, Optional[float]]] = None,
           markdown: bool = False) -> str:
-    """The summary as aligned text, or as a Markdown table; with a comparison, one column per run."""
+    """The summary as aligned text (in TABLE_WIDTH columns), or as a Markdown table; with a comparison,
+    one column per run."""
     cols = [dict(rows(s)) for s in summaries]
     labels: List[str] = []
     for s in summaries:
@@ -478,8 +764,7 @@ def table(summaries: List[Dict[str, object]], diff: Optional[Dict[str, Optional[
         lines = ["| " + " | ".join(h or "figure" for h in head) + " |", "|" + "---|" * len(head)]
         lines += ["| " + " | ".join(c.replace("|", "/") for c in row) + " |" for row in body]
         return "\n".join(lines)
-    widths = [max(len(r[i]) for r in [head] + body) for i in range(len(head))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in [head] + body)
+    return _text_table(head, body)
 
 
 def verdict(summaries: List[Dict[str, object]], diff: Dict[str, Optional[float]]) -> str:
@@ -531,7 +816,8 @@ def _write_text(path: Path, text: str) -> None:
     files.write_atomic(path, text)
 
 
-def write(runs: List[RunData], out: Path, force: bool = False, progress=None) -> Dict[str, object]:
+def write(runs: List[RunData], out: Path, force: bool = False, progress=None,
+          smooth: Optional[int] = None) -> Dict[str, object]:
     """Write the plots, report.md and report.json into ``out``; return report.json's content."""
     from summit_jobs import plots
     say = progress or (lambda msg: None)
@@ -539,7 +825,7 @@ def write(runs: List[RunData], out: Path, force: bool = False, progress=None) ->
     out.mkdir(parents=True, exist_ok=True)
     summaries = [summarize(r) for r in runs]
     diff = compare(summaries[0], summaries[1]) if len(runs) > 1 else None
-    figs = figures(runs)
+    figs = figures(runs, smooth)
     files = []
     for i, (name, fig) in enumerate(figs.items(), 1):
         say(f"plot {i}/{len(figs)}: {out / name}")
