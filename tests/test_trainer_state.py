@@ -41,8 +41,10 @@ def test_aavg_run_stopped_at_an_averaging_round_resumes_to_the_same_state(data, 
             assert torch.equal(torch.as_tensor(v), torch.as_tensor(b["optimizer"]["state"][k][name])), (k, name)
 
 
-def events(run):
-    return rundir.parse_events((run / rundir.EVENTS).read_text())
+def events(run, launches=False):
+    """The run's events; the launch records (one per start) only when asked."""
+    found = rundir.parse_events((run / rundir.EVENTS).read_text())
+    return found if launches else [e for e in found if e["event"] != "launch"]
 
 
 def test_two_ranks_write_one_event_per_occurrence(data, tmp_path):
@@ -61,5 +63,7 @@ def test_two_ranks_write_one_event_per_occurrence(data, tmp_path):
     assert len(last) == 1, last
     assert [(e["event"], e["by"]) for e in last] == [("already_complete", "trainer")]
     assert "COMPLETE exists" in (tmp_path / "logs3" / "rank0.log").read_text()
+    starts = [e for e in events(run, launches=True) if e["event"] == "launch"]
+    assert [(e["step"], e["ranks"]) for e in starts] == [(0, 2), (3, 2), (12, 2)]   # one per start, from rank 0
     lines = (run / rundir.EVENTS).read_text().splitlines()
-    assert len(lines) == 4 and all(json.loads(line)["event"] for line in lines)
+    assert len(lines) == 4 + 3 and all(json.loads(line)["event"] for line in lines)
