@@ -213,9 +213,10 @@ class RunData:
 
 
 def training_launches(events: List[Dict]) -> List[Dict]:
-    """The ``launch`` events of training launches (not --test-only), in time order."""
+    """The ``launch`` events of launches that trained (not --test-only, not one that found the run
+    complete), in time order."""
     found = [e for e in events if e.get("event") == "launch" and e.get("mode", "train") == "train"
-             and isinstance(e.get("time"), (int, float))]
+             and not e.get("already_complete") and isinstance(e.get("time"), (int, float))]
     return sorted(found, key=lambda e: float(e["time"]))
 
 

@@ -250,3 +250,17 @@ def test_column_widths_share_the_room():
     assert sum(report.column_widths([200, 200], 40)) + 40 + 2 * 2 <= report.TABLE_WIDTH
     assert report.shorten("abcdef", 4) == "abc\u2026" and report.shorten("abc", 4) == "abc"
     assert report.shorten("run-one-final", 9, middle=True) == "run-\u2026inal"
+
+
+def test_a_launch_that_finds_the_run_complete_is_no_chain_boundary(runs, tmp_path):
+    run = tmp_path / "tsm-chain"
+    shutil.copytree(runs["chain"], run, ignore=shutil.ignore_patterns("report"))
+    args = tiny_args(run, runs["data"], epochs=3, test_last=2)
+    run_ranks(1, args, tmp_path / "logs", timeout=180)     # a later link of the chain: nothing left to do
+    starts = [e for e in rundir.parse_events((run / rundir.EVENTS).read_text()) if e["event"] == "launch"]
+    assert [(e["step"], e.get("already_complete", False)) for e in starts] == \
+        [(0, False), (3, False), (7, False), (12, True)]
+    out = run_report([run, "--json", "--out", tmp_path / "rep"])
+    assert out.returncode == 0, out.stderr
+    s = json.loads(out.stdout)["summary"]
+    assert (s["launches"], s["resume_steps"]) == (3, [3, 7])

@@ -28,7 +28,8 @@ job id, "" outside a job):
   ``host``, ``code_revision`` (the git commit of the trainer's source tree, or
   None), ``summit_jobs`` (the installed version, or None), ``step`` (where
   training starts: 0, or the step resumed from) and, when resuming,
-  ``resumed_from`` (the checkpoint's file name);
+  ``resumed_from`` (the checkpoint's file name); ``already_complete`` (true)
+  when the launch found COMPLETE and trains nothing;
 - ``resumed``: ``step`` the trainer resumed from (``checkpoint``: its file name);
 - ``stopped``: ``step`` and ``reason`` (signal or step limit), checkpoint saved;
 - ``complete``: all epochs and the final test done, ``step``, ``epochs``;

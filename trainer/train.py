@@ -368,9 +368,11 @@ class Trainer:
         if not self.is_main:
             return
         a, e = self.args, self.engine
-        resumed = {"resumed_from": self.resumed_from.name} if self.resumed_from is not None else {}
+        extra = {"resumed_from": self.resumed_from.name} if self.resumed_from is not None else {}
+        if (self.run_dir / COMPLETE).exists():  # this launch will find nothing to do
+            extra["already_complete"] = True
         rundir.launch(self.run_dir, plain_args(a), mode="train", seed=a.seed, ranks=e.size, engine=e.name,
-                      torch=torch.__version__, step=self.state.step, **resumed)
+                      torch=torch.__version__, step=self.state.step, **extra)
 
     def _epoch(self, progress: _Progress) -> bool:
         """The rest of the current epoch; True when the ranks agreed to stop (a checkpoint is saved)."""
