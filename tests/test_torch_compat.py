@@ -71,11 +71,6 @@ NEW_KEYWORDS: Dict[str, str] = {
 }
 #: Methods newer than 2.0 on objects the AST cannot type: ``Store.check`` is bound in Python from 2.3.
 NEW_METHODS: Dict[str, str] = {"check": "Store.check, 2.3: compat.store_value"}
-#: Uses that are to go through compat but live in modules being rewritten now: (file, name) -> replacement.
-PENDING = {
-    ("trainer/train.py", "torch.amp.GradScaler"): "compat.grad_scaler()",
-    ("trainer/steps.py", "torch.amp.GradScaler"): "compat.GradScaler (an annotation only)",
-}
 
 
 def _matches(name: str, table: Dict[str, str]) -> str:
@@ -89,7 +84,7 @@ def _uses(path: Path) -> List[str]:
     found = []
     for name, line in references(text):
         hit = _matches(name, NEW_FORMS) or _matches(name, ROUTED)
-        if hit and (rel, hit) not in PENDING:
+        if hit:
             found.append(f"{rel}:{line} {name} ({NEW_FORMS.get(hit) or ROUTED[hit]})")
     found += [f"{rel}:{line} {kw}= ({NEW_KEYWORDS[kw]})" for kw, line in keywords(text) if kw in NEW_KEYWORDS]
     found += [f"{rel}:{line} .{m}() ({NEW_METHODS[m]})" for m, line in method_calls(text) if m in NEW_METHODS]
@@ -125,8 +120,6 @@ def test_every_torch_name_the_trainer_uses_exists_in_torch_2_0_1():
         for name, line in references(path.read_text()):
             if rel == "trainer/compat.py" and _matches(name, NEW_FORMS):
                 continue  # the new form, behind a check that the running torch has it
-            if rel != "trainer/compat.py" and (rel, _matches(name, NEW_FORMS)) in PENDING:
-                continue
             if name not in api:
                 missing.append(f"{rel}:{line} {name}")
     assert not missing, (f"torch names not in torch 2.0.1 ({API_LIST.name}): use trainer/compat.py, or check "
@@ -156,6 +149,19 @@ def test_amp_bf16_below_ampere_is_refused_with_the_capability_and_the_way_out():
         amp_dtype("bf16", True, (7, 0))
     assert "--amp bf16" in str(err.value) and "7.0" in str(err.value) and "8.0" in str(err.value)
     assert "--amp fp16" in str(err.value)
+
+
+def test_cudnn_autotuning_is_switched_on_for_gpus_only():
+    from trainer.setup import backends
+    was = torch.backends.cudnn.benchmark
+    try:
+        torch.backends.cudnn.benchmark = False
+        backends(torch.device("cpu"))
+        assert torch.backends.cudnn.benchmark is False
+        backends(torch.device("cuda", 0))  # a device object: nothing runs on it
+        assert torch.backends.cudnn.benchmark is True
+    finally:
+        torch.backends.cudnn.benchmark = was
 
 
 # -- the compat layer under the torch installed here ------------------------------------------------------
