@@ -121,3 +121,25 @@ def test_code_revision_is_none_outside_a_checkout_and_when_git_hangs(tmp_path):
     assert out.returncode == 0, out.stderr
     revision, seconds = out.stdout.split()
     assert revision == "None" and int(seconds) <= rundir.GIT_TIMEOUT_S + 2
+
+
+def test_a_line_cut_short_does_not_swallow_the_next_record(tmp_path):
+    """A writer killed mid-line leaves a line without its end; the next record still starts a line."""
+    (tmp_path / rundir.EVENTS).write_text('{"event": "stopped", "job": "1", "step": 4}\n{"event": "laun')
+    rundir.event(tmp_path, "complete", step=9, epochs=1)
+    assert [(e["event"], e["step"]) for e in rundir.parse_events((tmp_path / rundir.EVENTS).read_text())] == \
+        [("stopped", 4), ("complete", 9)]
+
+
+def test_a_resumed_run_after_a_cut_metrics_line_keeps_its_first_record(tmp_path):
+    from trainer.metrics import read_metrics
+    from trainer_utils import make_dataset, run_ranks, tiny_args
+    data = make_dataset(tmp_path / "data", train=8, val=2)
+    run = tmp_path / "run"
+    args = tiny_args(run, data, epochs=2, test_last=1, eval_every=0)
+    run_ranks(1, args + ["--max-steps", "3"], tmp_path / "logs1")
+    with open(run / rundir.METRICS, "a") as f:          # what a kill in the middle of a write leaves
+        f.write('{"kind": "train", "step": 4, "lo')
+    run_ranks(1, args, tmp_path / "logs2")
+    steps = [r["step"] for r in read_metrics(run) if r["kind"] == "train"]
+    assert steps == list(range(1, 9)), steps           # step 4, the resumed launch's first record, is read

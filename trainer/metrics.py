@@ -2,7 +2,8 @@
 
 Why JSONL appended line by line: a reader (the CLI's status/report commands,
 possibly while the run is going) sees whole records; a record cut by a kill
-is only ever the last line, and readers skip lines that do not parse. After a
+is only ever the last line, readers skip lines that do not parse, and the
+next launch starts its records on a line of their own. After a
 resume, steps between the last checkpoint and the kill appear twice; readers
 keep the last record for a (kind, step).
 """
@@ -18,7 +19,7 @@ from typing import Dict, List, Optional
 import torch
 
 from . import units
-from .rundir import METRICS  # the run directory names its files in one place
+from .rundir import METRICS, ends_whole  # the run directory names its files in one place
 
 
 def topk_hits(logits: torch.Tensor, target: torch.Tensor, ks=(1, 5)) -> torch.Tensor:
@@ -40,8 +41,10 @@ class MetricsWriter:
     def __init__(self, run_dir: os.PathLike, enabled: bool):
         self.enabled = enabled
         self.path = Path(run_dir) / METRICS
-        self._f = open(self.path, "a", buffering=1) if enabled else None
+        self._f = open(self.path, "a+", buffering=1) if enabled else None  # a+: its last byte is read
         self.sinks: List[object] = []
+        if self._f is not None and not ends_whole(self._f.fileno()):
+            self._f.write("\n")  # a killed launch's cut line: this launch's records start on their own
 
     def attach(self, sink: object) -> None:
         """Also give every record to ``sink.record(rec)``; ``close`` closes it (rank 0 only)."""

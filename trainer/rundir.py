@@ -91,15 +91,29 @@ def event(run_dir: PathLike, kind: str, **fields: object) -> None:
     record.update(fields)
     line = (json.dumps(record, sort_keys=True) + "\n").encode()
     try:
-        fd = os.open(Path(run_dir) / EVENTS, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        fd = os.open(Path(run_dir) / EVENTS, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
     except OSError:
         return
     try:
-        os.write(fd, line)
+        os.write(fd, line if ends_whole(fd) else b"\n" + line)
     except OSError:
         pass
     finally:
         os.close(fd)
+
+
+def ends_whole(fd: int) -> bool:
+    """Whether the file open on ``fd`` is empty or ends with a line break.
+
+    Why: a writer cut short (a full disk, a kill in the middle of a write)
+    leaves a line without its end; a record appended right after it would join
+    that line and be lost to every reader. Appenders start on a new line then.
+    """
+    try:
+        size = os.fstat(fd).st_size
+        return size == 0 or os.pread(fd, 1, size - 1) == b"\n"
+    except OSError:  # not readable: append as before
+        return True
 
 
 def code_revision(folder: PathLike) -> Optional[str]:
