@@ -30,10 +30,6 @@ from summit_jobs import lifecycle
 from summit_jobs.cli import State, cli  # noqa: F401
 from summit_jobs.errors import UserError
 
-#: How often status --watch opens a new SSH connection after one dropped, before giving up.
-RECONNECTS = 3
-
-
 def _seconds(ctx: click.Context, param: click.Parameter, value: float) -> float:
     """--interval: a finite, positive number of seconds (nan or a negative would poll without pause)."""
     if value is None:
@@ -88,24 +84,13 @@ def status_cmd(state: State, target: Optional[str], as_json: bool, watch: bool, 
 def _watch(state: State, pairs, hosts_: lifecycle.Hosts, as_json: bool, watch: bool, interval: float):
     """Print the rows (again when they change, with --watch) until every job has ended; the last rows.
 
-    With --watch a dropped SSH connection is opened again, up to RECONNECTS
-    times in a row, with a warning line each time; then the error stands.
+    With --watch a dropped SSH connection is opened again (lifecycle.Reconnect:
+    a new login, one line each time, up to lifecycle.RECONNECTS times in a row).
     """
-    from summit_jobs.hosts import ConnectionLost
+    reconnect = lifecycle.Reconnect(hosts_, max(0.2, interval), limit=lifecycle.RECONNECTS if watch else 0)
     last = None
-    drops = 0
     while True:
-        try:
-            rows = lifecycle.collect(state, pairs, hosts_)
-            drops = 0
-        except ConnectionLost as exc:
-            drops += 1
-            if not watch or drops > RECONNECTS:
-                raise
-            click.echo(f"summit-jobs: warning: {exc} Reconnecting ({drops}/{RECONNECTS}).", err=True)
-            hosts_.close()
-            time.sleep(max(0.2, interval))
-            continue
+        rows = reconnect.run(lambda: lifecycle.collect(state, pairs, hosts_))
         text = json.dumps(rows, indent=2) if as_json else _table(rows)
         if text != last:
             if watch and not as_json:
@@ -247,41 +232,56 @@ def logs_cmd(state: State, target: str, follow: bool, interval: float) -> None:
         raise UserError(f"job {target} belongs to no run recorded here, so its output files are unknown; "
                         "give the run directory or name instead.")
     hosts_ = lifecycle.Hosts(state)
+    reconnect = lifecycle.Reconnect(hosts_, max(0.2, interval), limit=lifecycle.RECONNECTS if follow else 0)
     try:
         for record, ids in pairs:
             host = hosts_.get(record)
-            for jid in lifecycle.each_link(host, record, ids):
-                files = lifecycle.outputs(host, record, jid)
-                if not follow:
-                    for path in files:
-                        data = host.read_from(path, 0)
-                        if data is None:
-                            continue
-                        click.echo(f"==> {path} <==", err=True)
-                        click.echo(data.decode("utf-8", "replace"), nl=False)
-                    continue
-                _follow(state, hosts_, record, jid, files, interval)
+            for jid in lifecycle.each_link(host, record, ids, reconnect.run):
+                files = reconnect.run(lambda: lifecycle.outputs(host, record, jid))  # noqa: B023 - called now
+                if follow:
+                    _follow(state, hosts_, reconnect, record, jid, files, interval)
+                else:
+                    _print_outputs(host, files)
     except KeyboardInterrupt:
         sys.exit(130)
     finally:
         hosts_.close()
 
 
-def _follow(state: State, hosts_: lifecycle.Hosts, record: Dict, jid: str, files: List[str], interval: float) -> None:
+def _print_outputs(host, files: List[str]) -> None:
+    for path in files:
+        data = host.read_from(path, 0)
+        if data is None:
+            continue
+        click.echo(f"==> {path} <==", err=True)
+        click.echo(data.decode("utf-8", "replace"), nl=False)
+
+
+def _follow(state: State, hosts_: lifecycle.Hosts, reconnect: lifecycle.Reconnect, record: Dict, jid: str,
+            files: List[str], interval: float) -> None:
+    """Print the job's new output until it has ended. A dropped connection is opened again (lifecycle.Reconnect)
+    and the output goes on from where it was: nothing is printed twice."""
     host = hosts_.get(record)
     offsets = {p: 0 for p in files}
-    announced = set()
+    announced: set = set()
     while True:
-        finished = lifecycle.collect(state, [(record, [jid])], hosts_)[0]["state"] in lifecycle.FINAL
-        for path in files:
-            data = host.read_from(path, offsets[path])
-            if data:
-                if path not in announced:
-                    click.echo(f"==> {path} <==", err=True)
-                    announced.add(path)
-                offsets[path] += len(data)
-                sys.stdout.write(data.decode("utf-8", "replace"))
-                sys.stdout.flush()
+        finished = reconnect.run(lambda: _follow_once(state, hosts_, host, record, jid, offsets, announced))
         if finished:
             return
         time.sleep(max(0.1, interval))
+
+
+def _follow_once(state: State, hosts_: lifecycle.Hosts, host, record: Dict, jid: str, offsets: Dict[str, int],
+                 announced: set) -> bool:
+    """One round of --follow: print what the files gained; whether the job had ended before they were read."""
+    finished = lifecycle.collect(state, [(record, [jid])], hosts_)[0]["state"] in lifecycle.FINAL
+    for path in offsets:
+        data = host.read_from(path, offsets[path])
+        if data:
+            if path not in announced:
+                click.echo(f"==> {path} <==", err=True)
+                announced.add(path)
+            offsets[path] += len(data)
+            sys.stdout.write(data.decode("utf-8", "replace"))
+            sys.stdout.flush()
+    return finished

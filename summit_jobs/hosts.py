@@ -12,9 +12,14 @@ line); an unknown key is refused unless the user passes the loudly named
 A run record (run.json) cannot add a known_hosts file of its own: only files
 the user vouches for decide which hosts are trusted (see from_record).
 known_hosts files are read here, not by paramiko, so that ``@revoked`` and
-``@cert-authority`` lines (common at HPC sites) are understood. Authentication is by key file or agent
-only; no password is asked for or stored. One SSH connection serves a whole
-command invocation (upload, submit, status), opened lazily.
+``@cert-authority`` lines (common at HPC sites) are understood: a host
+certificate signed by a listed CA is accepted for the hosts its line names.
+
+How the connection is made (the ssh config file, jump hosts, keys, a PIN and
+token code typed at the terminal) is summit_jobs/sshlogin.py's business. One
+SSH connection (one login, so one token code) serves a whole command
+invocation (upload, submit, status, logs), opened lazily; ``status --watch``
+and ``logs --follow`` open a new one, asking again, when it drops.
 """
 from __future__ import annotations
 
@@ -40,7 +45,16 @@ SYSTEM_KNOWN_HOSTS = "/etc/ssh/ssh_known_hosts"
 
 
 class ConnectionLost(UserError):
-    """The SSH connection dropped in the middle of a command; a new connection may work."""
+    """The SSH connection dropped in the middle of a command, or the host could not be reached; a new
+    connection may work. ``host`` names the host for the reconnect message."""
+
+    def __init__(self, message: str, host: str = ""):
+        super().__init__(message)
+        self.host = host
+
+
+class Unreachable(ConnectionLost):
+    """A connection could not be opened (network, name, port): worth another try only after one has worked."""
 
 
 def warn(message: str) -> None:
@@ -63,13 +77,14 @@ class SshTarget:
     """Everything needed to reach a login node; recorded with each run so status finds it again."""
     host: str
     user: Optional[str] = None
-    port: int = 22
+    port: Optional[int] = None          # None: the ssh config's Port, else 22
     key_file: Optional[str] = None
     known_hosts: Optional[str] = None
     trust_new_host_key: bool = False
 
     def __post_init__(self) -> None:
-        if isinstance(self.port, bool) or not isinstance(self.port, int) or not 1 <= self.port <= 65535:
+        if self.port is not None and (isinstance(self.port, bool) or not isinstance(self.port, int)
+                                      or not 1 <= self.port <= 65535):
             raise UserError(f"SSH port {self.port!r} is not a port number: give --port from 1 to 65535.")
         if not self.host or self.host.startswith("-") or any(c.isspace() or ord(c) < 32 for c in self.host):
             raise UserError(f"SSH host {self.host!r} is not a host name: give --host NAME (no spaces, not "
@@ -77,7 +92,7 @@ class SshTarget:
 
     def label(self) -> str:
         who = f"{self.user}@" if self.user else ""
-        port = f":{self.port}" if self.port != 22 else ""
+        port = f":{self.port}" if self.port not in (None, 22) else ""
         return f"{who}{self.host}{port}"
 
     def record(self) -> Dict[str, object]:
@@ -197,13 +212,39 @@ def _known_hosts_files(target: SshTarget) -> List[str]:
 
 @dataclass
 class KnownHosts:
-    """Host keys from known_hosts files, with the keys those files revoke."""
+    """Host keys from known_hosts files, with the keys those files revoke and the CAs they trust."""
     keys: object = None                  # paramiko.HostKeys, revoked keys left out
     revoked: Dict[str, str] = None       # "type base64" -> the file and line that revoked it
     listed: List[tuple] = None           # (host name or hashed name, key) as read
+    authorities: List[tuple] = None      # (host patterns, CA key, "file:line") of @cert-authority lines
 
     def is_revoked(self, key) -> Optional[str]:
         return self.revoked.get(f"{key.get_name()} {key.get_base64()}")
+
+    def is_revoked_blob(self, blob: bytes) -> Optional[str]:
+        from summit_jobs import sshlogin
+        try:
+            return self.revoked.get(sshlogin.blob_line(blob))
+        except Exception:  # noqa: BLE001 - an unreadable blob matches no line
+            return None
+
+    def authorities_for(self, known_name: str) -> List[tuple]:
+        """The @cert-authority entries whose host patterns match ``known_name``."""
+        from summit_jobs import sshlogin
+        return [a for a in self.authorities if sshlogin.host_matches(a[0], known_name)]
+
+
+def _authority_line(fields: List[str], path: str, lineno: int, known: KnownHosts) -> None:
+    """An ``@cert-authority PATTERNS TYPE BASE64`` line: a CA whose host certificates are trusted for PATTERNS."""
+    import base64
+
+    import paramiko
+    try:
+        key = paramiko.PKey.from_type_string(fields[2], base64.b64decode(fields[3], validate=True))
+    except Exception as exc:  # noqa: BLE001 - unknown key types, bad base64, short lines: skipped, said why
+        warn(f"{path}:{lineno}: cannot read this @cert-authority line ({exc or type(exc).__name__}); ignored.")
+        return
+    known.authorities.append((fields[1], key, f"{path}:{lineno}"))
 
 
 def _key_line(line: str, path: str, lineno: int, known: KnownHosts) -> None:
@@ -215,9 +256,7 @@ def _key_line(line: str, path: str, lineno: int, known: KnownHosts) -> None:
         known.revoked[f"{fields[2]} {fields[3]}"] = f"{path}:{lineno}"
         return
     if fields[0] == "@cert-authority":
-        warn(f"{path}:{lineno}: @cert-authority lines (host certificates) are not supported and are ignored; "
-             "to reach such a host, list its own host key (ssh-keyscan, checked against the site's "
-             "published fingerprints).")
+        _authority_line(fields, path, lineno, known)
         return
     if fields[0].startswith("@"):
         warn(f"{path}:{lineno}: unknown marker {fields[0]!r}; line ignored.")
@@ -240,7 +279,7 @@ def load_known_hosts(paths: List[str]) -> KnownHosts:
     (the connection then fails as for an unknown host, never the other way).
     """
     import paramiko
-    known = KnownHosts(keys=paramiko.HostKeys(), revoked={}, listed=[])
+    known = KnownHosts(keys=paramiko.HostKeys(), revoked={}, listed=[], authorities=[])
     for path in paths:
         if not os.path.isfile(path):
             continue
@@ -263,38 +302,62 @@ def load_known_hosts(paths: List[str]) -> KnownHosts:
 
 
 class SshHost(Host):
-    """A login node reached with paramiko; one connection per command invocation."""
+    """A login node reached with paramiko (through its jump hosts); one connection per command invocation."""
     is_remote = True
 
     def __init__(self, target: SshTarget):
         self.target = target
         self.label = target.label()
         self._client = None
+        self._jumps: List[object] = []
         self._sftp = None
 
     # -- connection -----------------------------------------------------------------
     def _connect(self):
+        """The connection to the login node, made on first use: each jump host in turn, then the node.
+
+        Each hop is a connection of its own, with its own host-key check and
+        login; the next one runs inside its direct-tcpip channel.
+        """
         if self._client is not None:
             return self._client
+        from summit_jobs import sshlogin
+        known = self._known_hosts()
+        hops = sshlogin.route(self.target)
+        clients: List[object] = []
+        try:
+            for index, hop in enumerate(hops):
+                sock = sshlogin.forward(clients[-1], hops[index - 1], hop) if index else None
+                clients.append(self._open(hop, known, sock))
+        except BaseException:
+            for client in reversed(clients):
+                client.close()
+            raise
+        self._jumps, self._client = clients[:-1], clients[-1]
+        return self._client
+
+    def _open(self, hop, known: KnownHosts, sock):
+        """One SSH connection (over ``sock`` when a jump host carries it), host key checked, logged in."""
         import paramiko
 
-        t = self.target
+        from summit_jobs import sshlogin
         client = paramiko.SSHClient()
-        known = self._known_hosts()
         for name, key in known.listed:
             if not known.is_revoked(key):
                 client.get_host_keys().add(name, key.get_name(), key)
-        client.set_missing_host_key_policy(_Policy(t, known))
-        key_file = os.path.expanduser(t.key_file) if t.key_file else None
-        if key_file and not os.path.isfile(key_file):
-            raise UserError(f"SSH key file {key_file} does not exist; fix --key-file or the profile's ssh.key_file.")
+        client.set_missing_host_key_policy(_Policy(self.target, known, hop.label))
+        factory = sshlogin.transport_factory(bool(known.authorities_for(hop.known_name)))
         try:
-            client.connect(t.host, port=t.port, username=t.user, key_filename=key_file, allow_agent=True,
-                           look_for_keys=key_file is None, timeout=20, banner_timeout=20, auth_timeout=20)
-        except Exception as exc:  # noqa: BLE001 - each kind becomes its own clean message
+            client.connect(hop.hostname, port=hop.port, username=hop.user, sock=sock, timeout=20,
+                           banner_timeout=20, auth_timeout=20, auth_strategy=sshlogin.Login(hop),
+                           transport_factory=factory)
+        except BaseException as exc:
             client.close()
-            raise _connect_error(t, exc) from None
-        self._client = client
+            if not isinstance(exc, Exception):
+                raise                   # Ctrl-C at a prompt: the connection is closed, the interrupt stands
+            raise _connect_error(hop.label, exc, hop) from None
+        if hop.keepalive:
+            client.get_transport().set_keepalive(hop.keepalive)
         return client
 
     def _known_hosts(self) -> KnownHosts:
@@ -324,7 +387,7 @@ class SshHost(Host):
             self._drop()
             raise ConnectionLost(f"the SSH connection to {self.label} dropped while {what} "
                                  f"({exc or type(exc).__name__}). Check the network and run the command "
-                                 "again.") from None
+                                 "again.", host=self.label) from None
 
     def _drop(self) -> None:
         """Forget a broken connection (the next call opens a new one)."""
@@ -338,6 +401,7 @@ class SshHost(Host):
             client = self._connect()
             with self._guard("opening SFTP"):
                 self._sftp = client.open_sftp()
+                self._sftp.get_channel().settimeout(DEFAULT_TIMEOUT)   # a dead network ends, not hangs
         return self._sftp
 
     def close(self) -> None:
@@ -347,6 +411,9 @@ class SshHost(Host):
         if self._client is not None:
             self._client.close()
             self._client = None
+        for jump in reversed(self._jumps):
+            jump.close()
+        self._jumps = []
 
     # -- commands -------------------------------------------------------------------
     def run(self, argv, *, cwd=None, stdin=None, timeout=DEFAULT_TIMEOUT) -> Result:
@@ -454,55 +521,72 @@ def _fingerprint(key) -> str:
     return "SHA256:" + base64.b64encode(hashlib.sha256(key.asbytes()).digest()).decode().rstrip("=")
 
 
-def _connect_error(t: SshTarget, exc: Exception) -> UserError:
-    """The clean message for a failed SSH connection."""
+def _connect_error(label: str, exc: Exception, hop=None) -> UserError:
+    """The clean message for a failed SSH connection to ``label`` (the login node or a jump host, ``hop``)."""
     import paramiko
     if isinstance(exc, UserError):
         return exc
+    if isinstance(exc, socket.gaierror) and hop is not None:
+        return Unreachable(f"cannot find the host {hop.hostname!r} of {label} ({exc.strerror or exc}): "
+                           f"{hop.name!r} is neither a Host alias of your ssh config{hop.config} nor a host name "
+                           "that resolves. Check the spelling of --host, the profile's ssh.host or the ProxyJump "
+                           "line, or add a Host block with its HostName.", host=label)
     if isinstance(exc, paramiko.BadHostKeyException):
         return UserError(
-            f"THE HOST KEY OF {t.label()} HAS CHANGED (got {exc.key.get_name()} "
+            f"THE HOST KEY OF {label} HAS CHANGED (got {exc.key.get_name()} "
             f"{_fingerprint(exc.key)}). This can mean someone is intercepting the connection; nothing "
             "was sent. If the site announced a key change, remove the old entry from your known_hosts "
             "(ssh-keygen -R HOST) after checking the new fingerprint with the site.")
     if isinstance(exc, paramiko.AuthenticationException):
-        return UserError(f"SSH login to {t.label()} was refused ({exc}). Authentication uses keys only: "
-                         "pass --key-file, set ssh.key_file in the profile, or load the key into "
-                         "ssh-agent (sites with one-time passwords: open a ControlMaster session first).")
-    if isinstance(exc, paramiko.SSHException) and "not found in known_hosts" in str(exc):
-        return UserError(
-            f"the host key of {t.label()} is not in your known_hosts, so the connection was refused. "
-            "Check the key's fingerprint with the site (e.g. `ssh-keyscan` and the site's published "
-            "fingerprints), then add it to ~/.ssh/known_hosts (or the profile's ssh.known_hosts), or "
-            "accept it once with --trust-new-host-key.")
+        return UserError(f"SSH login to {label} was refused: {exc}. Keys come from --key-file, the profile's "
+                         "ssh.key_file, IdentityFile in your ssh config, ssh-agent or ~/.ssh/id_*; sites that "
+                         "want a PIN and token code ask for it at the terminal (see docs/cluster.md, "
+                         "'Submitting from a laptop over SSH').")
     if isinstance(exc, paramiko.SSHException):
-        return UserError(f"SSH connection to {t.label()} failed: {exc}")
+        return UserError(f"SSH connection to {label} failed: {exc}")
     if isinstance(exc, (OSError, EOFError, ValueError, OverflowError)):
-        return UserError(f"cannot reach {t.label()} over SSH: {exc or type(exc).__name__}. Check --host/--port "
-                         "and your network.")
+        return Unreachable(f"cannot reach {label} over SSH: {exc or type(exc).__name__}. Check --host/--port, "
+                           "the HostName, Port and ProxyJump of your ssh config, and your network.", host=label)
     raise exc
+
+
+def _unknown_key(label: str, why: str = "") -> UserError:
+    because = f" ({why})" if why else ""
+    return UserError(
+        f"the host key of {label} is not in your known_hosts{because}, so the connection was refused. "
+        "Check the key's fingerprint with the site (e.g. `ssh-keyscan` and the site's published "
+        "fingerprints), then add it to ~/.ssh/known_hosts (or the profile's ssh.known_hosts), or "
+        "accept it once with --trust-new-host-key.")
 
 
 class _Policy:
     """What to do with a host key that no trusted known_hosts line lists.
 
-    A revoked key is refused, always. Otherwise the key is refused, unless
-    --trust-new-host-key: then it is accepted ONCE, loudly, and remembered.
+    A revoked key, or a certificate signed by a revoked CA, is refused,
+    always. A host certificate that a @cert-authority line's CA vouches for is
+    accepted. Otherwise the key is refused, unless --trust-new-host-key: then
+    it is accepted ONCE, loudly, and remembered.
     """
 
-    def __init__(self, target: SshTarget, known: KnownHosts):
+    def __init__(self, target: SshTarget, known: KnownHosts, label: str):
         self.target = target
         self.known = known
+        self.label = label
 
     def missing_host_key(self, client, hostname, key) -> None:
-        import paramiko
-        where = self.known.is_revoked(key)
+        from summit_jobs import sshlogin
+        cert = sshlogin.host_certificate(key)
+        where = self.known.is_revoked(key) or (self.known.is_revoked_blob(cert.ca) if cert else None)
         if where:
-            raise UserError(f"THE HOST KEY OF {self.target.label()} IS REVOKED ({key.get_name()} "
+            what = "IS REVOKED" if self.known.is_revoked(key) else "IS SIGNED BY A REVOKED CA"
+            raise UserError(f"THE HOST KEY OF {self.label} {what} ({key.get_name()} "
                             f"{_fingerprint(key)}, @revoked at {where}); the connection was refused and "
                             "nothing was sent. Ask the site for the current key.")
+        why = sshlogin.check_certificate(cert, hostname, self.known.authorities) if cert else ""
+        if cert is not None and why is None:
+            return                      # a CA the user lists for this host signed it
         if not self.target.trust_new_host_key:
-            raise paramiko.SSHException(f"Server {hostname!r} not found in known_hosts")
+            raise _unknown_key(self.label, why or "")
         path = os.path.expanduser(self.target.known_hosts or USER_KNOWN_HOSTS)
         print(f"WARNING: trusting a NEW host key for {hostname}: {key.get_name()} {_fingerprint(key)} "
               f"(--trust-new-host-key). It is saved to {path}; check it against the site's published "
@@ -518,8 +602,13 @@ def ssh_target_for(profile, options: Optional[Dict[str, object]] = None) -> Opti
 
     ``--host`` selects SSH; without it the profile's ssh.host is used when this
     machine has no LSF of its own (a laptop) or the profile is the embedded
-    LSF reached through SSH. ``--host local`` forces this machine.
+    LSF reached through SSH. ``--host local`` forces this machine. The host may
+    be written ``[USER@]HOST[:PORT]`` and may be an alias of the ssh config;
+    what is given here (--user, --port, --key-file, the profile's ssh block)
+    wins over that file. A profile's ssh.port of 22, the default, leaves the
+    port to the file.
     """
+    from summit_jobs import sshlogin
     opts = options or {}
     ssh = profile.ssh
     host = opts.get("host")
@@ -531,8 +620,10 @@ def ssh_target_for(profile, options: Optional[Dict[str, object]] = None) -> Opti
         if not profile.scheduler.embedded and shutil.which("bsub"):
             return None          # we are on the login node already
         host = ssh.host
-    port = opts.get("port") or ssh.port or 22
-    target = SshTarget(host=str(host), user=opts.get("user") or ssh.user, port=int(port),
+    user, name, port = sshlogin.split_spec(str(host), "SSH host")
+    port = opts.get("port") or port or (ssh.port if ssh.port != 22 else None)
+    target = SshTarget(host=name, user=opts.get("user") or user or ssh.user,
+                       port=int(port) if port is not None else None,
                        key_file=opts.get("key_file") or ssh.key_file,
                        known_hosts=opts.get("known_hosts") or ssh.known_hosts,
                        trust_new_host_key=bool(opts.get("trust_new_host_key")))
@@ -590,7 +681,8 @@ def from_record(record: Dict[str, object], options: Optional[Dict[str, object]] 
         return LocalHost(embedded=bool(record.get("embedded")), virtual_nodes=record.get("virtual_nodes"),
                          cores=record.get("cores"))
     known = opts.get("known_hosts") or vouched_known_hosts(record, [*vouched, opts.get("known_hosts") or ""])
-    target = SshTarget(host=ssh["host"], user=ssh.get("user"), port=int(ssh.get("port") or 22),
+    port = ssh.get("port")
+    target = SshTarget(host=ssh["host"], user=ssh.get("user"), port=int(port) if port else None,
                        key_file=ssh.get("key_file"), known_hosts=known)
     over = {k: v for k, v in opts.items() if v and k in ("user", "key_file", "port")}
     if over:

@@ -16,7 +16,9 @@ checkpointed and exited 0 on the kill's TERM.
 """
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Tuple
+import sys
+import time
+from typing import Callable, Dict, List, Optional, Tuple, TypeVar
 
 from summit_jobs.errors import UserError
 from trainer import rundir
@@ -24,6 +26,9 @@ from trainer import rundir
 FINAL = ("DONE", "EXIT", "UNKNOWN")
 RECENT_RUNS = 20
 CANCELLED = "CANCELLED"
+#: How often in a row status --watch and logs --follow open a new SSH connection after one dropped.
+RECONNECTS = 3
+T = TypeVar("T")
 
 
 def targets(state, target: Optional[str]) -> List[Tuple[Optional[Dict], List[str]]]:
@@ -95,6 +100,46 @@ class Hosts:
     def close(self) -> None:
         for h in self.open.values():
             h.close()
+
+
+class Reconnect:
+    """Keeps ``status --watch`` and ``logs --follow`` going when the SSH connection drops.
+
+    Why: a laptop's network drops, it sleeps, a login node reboots, and a
+    watch that died with the connection would lose its place. A drop closes
+    the connections, says so in one line, waits and opens them again: a new
+    login, so a site with token codes asks for a new one. Up to RECONNECTS
+    times in a row (each success resets the count), then the error stands. A
+    failure before the first success is not retried: the options are more
+    likely wrong than the network (a drop in the middle of the first round is
+    retried: that connection had worked).
+    """
+
+    def __init__(self, hosts_: Hosts, pause: float, limit: int = RECONNECTS):
+        self.hosts = hosts_
+        self.pause = pause
+        self.limit = limit
+        self.drops = 0
+        self.connected = False
+
+    def run(self, step: Callable[[], T]) -> T:
+        """``step()``, again after each reconnect, until it runs through."""
+        from summit_jobs.hosts import ConnectionLost, Unreachable
+        while True:
+            try:
+                out = step()
+            except ConnectionLost as exc:
+                if (isinstance(exc, Unreachable) and not self.connected) or self.drops >= self.limit:
+                    raise
+                self.drops += 1
+                print(f"summit-jobs: connection to {exc.host or 'the login node'} lost; reconnecting... "
+                      f"({self.drops}/{self.limit})", file=sys.stderr, flush=True)
+                self.hosts.close()
+                time.sleep(self.pause)
+                continue
+            self.connected = True
+            self.drops = 0
+            return out
 
 
 def bjobs(host, ids: List[str]):
@@ -189,13 +234,17 @@ def outputs(host, record: Dict, job_id: str) -> List[str]:
     return [host.join(str(record["run_dir"]), f) for f in runs.output_files(script, job_id)]
 
 
-def each_link(host, record: Dict, ids: List[str]):
-    """The jobs in order, reading the chain file again after the last: a followed link may queue the next."""
+def each_link(host, record: Dict, ids: List[str], call: Callable[[Callable[[], T]], T] = lambda f: f()):
+    """The jobs in order, reading the chain file again after the last: a followed link may queue the next.
+
+    ``call`` runs each read of the chain file (Reconnect.run, to read again over a new connection).
+    """
     from summit_jobs import runs
     whole_run = ids == [str(j) for j in record.get("job_ids") or []]
     done: List[str] = []
     while True:
-        todo = [j for j in (runs.with_chain_links(host, record, ids) if whole_run else ids) if j not in done]
+        links = call(lambda: runs.with_chain_links(host, record, ids)) if whole_run else ids
+        todo = [j for j in links if j not in done]
         if not todo:
             return
         for jid in todo:

@@ -1,5 +1,6 @@
-"""Which known_hosts files may vouch for a host, and known_hosts files as sites write them, against a real
-OpenSSH server on 127.0.0.1; a connection that drops during `status --watch`."""
+"""Which known_hosts files may vouch for a host, and known_hosts files as sites write them (@cert-authority,
+@revoked, broken lines), against real OpenSSH servers on 127.0.0.1, one of them presenting a host certificate;
+a connection that drops during `status --watch` or `logs --follow`."""
 from __future__ import annotations
 
 import json
@@ -13,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from conftest_lsf import cli, lsf_environment, run, submitted_id, wait_for
-from helpers_sshd import remote_lsf_env, start_sshd
+from helpers_sshd import KEYGEN, remote_lsf_env, start_sshd
 
 
 @pytest.fixture(scope="module")
@@ -67,20 +68,85 @@ def test_run_record_cannot_bring_its_own_known_hosts(server, laptop, tmp_path):
     assert res.returncode == 0, res.stderr
 
 
-def test_cert_authority_lines_are_skipped_with_a_warning(server, laptop, tmp_path):
+def test_site_known_hosts_with_cert_authority_and_broken_lines_still_reaches_a_listed_host(server, laptop, tmp_path):
     sshd = server["sshd"]
     ca = " ".join((sshd.folder / "id_ed25519.pub").read_text().split()[:2])
-    Path(laptop["HOME"], ".ssh", "known_hosts").write_text(
+    known = Path(laptop["HOME"], ".ssh", "known_hosts")
+    known.write_text(
         "# site file\n"
         f"@cert-authority *.olcf.ornl.gov {ca}\n"
+        "@cert-authority * ssh-ed25519 !!!notbase64!!!\n"
         "not-a-valid-line\n"
         f"[127.0.0.1]:{sshd.port} ssh-ed25519 !!!notbase64!!!\n"
         + sshd.known_hosts_line())
     run_dir = make_run(tmp_path / "run2", sshd, None)
     res = cli(["status", "--json", str(run_dir)], laptop)
     assert res.returncode == 0, res.stderr
-    assert "@cert-authority lines (host certificates) are not supported" in res.stderr
-    assert "Traceback" not in res.stderr
+    assert f"{known}:3: cannot read this @cert-authority line" in res.stderr
+    assert "not supported" not in res.stderr and "Traceback" not in res.stderr
+
+
+def _pub(path: Path) -> str:
+    return " ".join(Path(f"{path}.pub").read_text().split()[:2])
+
+
+def test_cert_authority_and_revoked_lines_with_the_real_key(server, laptop, tmp_path):
+    """A site's known_hosts: a CA for its hosts, a revoked old key, and the host's own key. The connection works;
+    once the host's own key is revoked as well, it is refused whatever else the file says."""
+    sshd = server["sshd"]
+    other = tmp_path / "old_host_key"
+    subprocess.run([KEYGEN, "-q", "-t", "ed25519", "-N", "", "-f", str(other)], check=True, timeout=30)
+    known = Path(laptop["HOME"], ".ssh", "known_hosts")
+    lines = [f"@cert-authority * {_pub(sshd.folder / 'id_ed25519')}\n", f"@revoked * {_pub(other)}\n",
+             sshd.known_hosts_line()]
+    known.write_text("".join(lines))
+    run_dir = make_run(tmp_path / "run-ca", sshd, None)
+    res = cli(["status", "--json", str(run_dir)], laptop)
+    assert res.returncode == 0 and "warning" not in res.stderr, res.stderr
+    known.write_text("".join(lines) + f"@revoked [127.0.0.1]:* {sshd.host_key_pub}\n")
+    res = cli(["--trust-new-host-key", "status", str(run_dir)], laptop)
+    assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
+    assert "IS REVOKED" in res.stderr and f"{known}:4" in res.stderr
+
+
+@pytest.fixture(scope="module")
+def certified(tmp_path_factory, server):
+    """A second server whose host key is signed by a test CA (HostCertificate); its LSF is the first one's."""
+    base = tmp_path_factory.mktemp("certified")
+    ca = base / "ca"
+    subprocess.run([KEYGEN, "-q", "-t", "ed25519", "-N", "", "-f", str(ca)], check=True, timeout=30)
+    for sshd in start_sshd(base / "sshd", server["remote_env"], certificate_ca=ca):
+        yield {"sshd": sshd, "ca": ca, "base": base}
+
+
+def test_host_certificate_signed_by_a_listed_ca_is_accepted(certified, laptop, tmp_path):
+    sshd, ca = certified["sshd"], certified["ca"]
+    known = Path(laptop["HOME"], ".ssh", "known_hosts")
+    known.write_text(f"@cert-authority [127.0.0.1]:*,*.example.org {_pub(ca)}\n")    # no line for the host itself
+    run_dir = make_run(tmp_path / "run-cert", sshd, None)
+    res = cli(["status", "--json", str(run_dir)], laptop)
+    assert res.returncode == 0, res.stderr
+    assert "NEW host key" not in res.stderr and known.read_text().count("\n") == 1     # nothing was added
+
+
+@pytest.mark.parametrize("case", ["other CA", "CA for other hosts", "revoked CA"])
+def test_host_certificate_without_a_valid_ca_is_refused(certified, laptop, tmp_path, case):
+    sshd, ca = certified["sshd"], certified["ca"]
+    other = tmp_path / "other_ca"
+    subprocess.run([KEYGEN, "-q", "-t", "ed25519", "-N", "", "-f", str(other)], check=True, timeout=30)
+    text = {"other CA": f"@cert-authority * {_pub(other)}\n",
+            "CA for other hosts": f"@cert-authority *.example.org,!127.0.0.1 {_pub(ca)}\n",
+            "revoked CA": f"@cert-authority * {_pub(ca)}\n@revoked * {_pub(ca)}\n"}[case]
+    Path(laptop["HOME"], ".ssh", "known_hosts").write_text(text)
+    run_dir = make_run(tmp_path / "run-nocert", sshd, None)
+    res = cli(["status", str(run_dir)], laptop)
+    assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
+    if case == "revoked CA":
+        assert "IS SIGNED BY A REVOKED CA" in res.stderr
+    else:
+        assert "not in your known_hosts" in res.stderr
+    if case == "other CA":
+        assert "signed by a key that no @cert-authority line of your known_hosts lists" in res.stderr
 
 
 def test_revoked_key_is_never_accepted(server, laptop, tmp_path):
@@ -130,5 +196,31 @@ def test_connection_dropping_during_watch_is_clean(server, laptop, tmp_path):
     finally:
         watch.kill()
     assert "Traceback" not in err, err
-    assert "dropped" in err and "Reconnecting (1/3)" in err, err
+    assert f"summit-jobs: connection to {sshd.user}@127.0.0.1:{sshd.port} lost; reconnecting... (1/3)" in err, err
     assert watch.returncode == 0 and "DONE" in out, (out, err)
+
+
+def test_connection_dropping_during_logs_follow_is_clean(server, laptop, tmp_path):
+    """logs --follow reconnects and goes on from where it was: every line once, none lost."""
+    sshd = server["sshd"]
+    Path(laptop["HOME"], ".ssh", "known_hosts").write_text(sshd.known_hosts_line())
+    run_dir = tmp_path / "run6"
+    run_dir.mkdir()
+    (run_dir / "job.lsf").write_text("#BSUB -o out.%J\n")
+    jid = submitted_id(run(["bsub", "-o", str(run_dir / "out.%J"), "bash", "-c",
+                            "for i in 1 2 3 4 5 6 7 8; do echo line $i; sleep 0.5; done"], laptop, cwd=run_dir).stdout)
+    make_run(run_dir, sshd, None, job_ids=[jid])
+    follow = subprocess.Popen([sys.executable, "-m", "summit_jobs", "logs", "--follow", "--interval", "0.3",
+                               str(run_dir)], env=laptop, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: _session_processes(sshd), 20, "the follow's SSH session")
+        time.sleep(1.5)
+        for pid in _session_processes(sshd):
+            os.kill(pid, signal.SIGKILL)
+        out, err = follow.communicate(timeout=60)
+    finally:
+        follow.kill()
+    assert "Traceback" not in err, err
+    assert f"summit-jobs: connection to {sshd.user}@127.0.0.1:{sshd.port} lost; reconnecting..." in err, err
+    assert follow.returncode == 0, err
+    assert [line for line in out.splitlines() if line.startswith("line ")] == [f"line {i}" for i in range(1, 9)]
