@@ -40,7 +40,9 @@ def test_events_are_whole_records_in_one_file(tmp_path):
     assert all(p.wait(timeout=60) == 0 for p in procs)
     text = (tmp_path / rundir.EVENTS).read_text()
     events = rundir.parse_events(text)
-    assert len(events) == len(text.splitlines()) == 800          # no torn or interleaved line
+    # No torn or interleaved line. (A writer that reads the file's end while another's append is still
+    # landing may start its record on a fresh line: an empty line, which readers skip.)
+    assert len(events) == len([ln for ln in text.splitlines() if ln.strip()]) == 800
     assert {e["job"] for e in events} == {"123"} and {e["reason"] for e in events} == {"SIGUSR2"}
     assert rundir.parse_events('{"event": "bogus", "job": "1"}\nnot json\n{"event": "complete"}\n') == \
         [{"event": "complete"}]
