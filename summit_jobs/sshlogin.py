@@ -135,6 +135,11 @@ class Hop:
         return self.hostname if self.port == 22 else f"[{self.hostname}]:{self.port}"
 
     @property
+    def address(self) -> str:
+        """``user@hostname[:port]``: what a prompt is prefixed with, as OpenSSH does, so a hop's code goes to it."""
+        return f"{self.user}@{self.hostname}" + (f":{self.port}" if self.port != 22 else "")
+
+    @property
     def label(self) -> str:
         port = f":{self.port}" if self.port != 22 else ""
         text = f"{self.user}@{self.name}{port}"
@@ -294,8 +299,9 @@ class TerminalPrompter:
     in ``failure`` for the main thread to raise.
     """
 
-    def __init__(self, who: str):
+    def __init__(self, who: str, address: str = ""):
         self.who = who
+        self.address = address or who
         self.failure: Optional[UserError] = None
         try:
             self.fd = os.open("/dev/tty", os.O_RDWR | os.O_NOCTTY)
@@ -310,7 +316,7 @@ class TerminalPrompter:
             for text in (title, instructions):
                 if text and text.strip():
                     os.write(self.fd, (text.rstrip("\n") + "\n").encode("utf-8", "replace"))
-            return [read_answer(self.fd, f"({self.who}) {prompt}", bool(echo)) for prompt, echo in prompts]
+            return [read_answer(self.fd, f"({self.address}) {prompt}", bool(echo)) for prompt, echo in prompts]
         except UserError as exc:
             self.failure = exc
         except (OSError, termios.error) as exc:
@@ -420,7 +426,7 @@ class Login:
 
     def _interactive(self, transport) -> None:
         import paramiko
-        prompter = TerminalPrompter(self.hop.label)
+        prompter = TerminalPrompter(self.hop.label, self.hop.address)
         transport.auth_timeout = TYPING_TIMEOUT
         try:
             transport.auth_interactive(self.hop.user, prompter)
