@@ -274,16 +274,20 @@ class Trainer:
         self.resumed_from = path
 
     def merge_bn(self) -> None:
-        """Every rank takes the BatchNorm statistics of all ranks' batches (a collective): what is
-        validated is then what rank 0 saves (``trainer.bnstats``)."""
+        """Every rank takes the BatchNorm statistics of all ranks' batches (``trainer.bnstats``; a collective).
+
+        Done at every metrics record, which is where the ranks may stop, save
+        or end an epoch: there every rank holds the same statistics, so rank
+        0's checkpoint is the whole BatchNorm state (a resumed run continues
+        exactly), and validation sees what is saved.
+        """
         e = self.engine
         if e.size > 1:
             merge_running_stats(self.core, lambda t: e.allreduce_sum(t).div_(e.size))
 
-    def save(self, epoch_end: Optional[int] = None, best: bool = False, merged: bool = False) -> None:
-        """Every rank calls it at the same step: BatchNorm statistics merged, then rank 0 writes."""
-        if not merged:
-            self.merge_bn()
+    def save(self, epoch_end: Optional[int] = None, best: bool = False) -> None:
+        """Rank 0 hands the state to the writer. Every save comes right after a metrics record, whose
+        BatchNorm merge gave all ranks the statistics rank 0 writes (``merge_bn``)."""
         if self.is_main:
             state = self.state.checkpoint(self.model, self.opt, self.scaler, self.schedule, self.args)
             self.writer.submit(self.run_dir, state, self.state.step, self.args.keep, epoch_end,
@@ -410,17 +414,19 @@ class Trainer:
             self.average()
         progress.add(sums, wait, time.perf_counter() - t0)
         limit = bool(a.max_steps and st.step >= a.max_steps)
+        step_save = bool(a.ckpt_every_steps and st.step % a.ckpt_every_steps == 0)
         stopping = timed_save = False
-        if limit or progress.steps >= a.log_every or st.step_in_epoch == epoch_steps:
+        if limit or step_save or progress.steps >= a.log_every or st.step_in_epoch == epoch_steps:
             red = progress.reduce(self.engine, bool(self.stop) or limit, self._save_time())
             stopping, timed_save = red.stop, red.save
+            self.merge_bn()
             if self.is_main:
                 self._log_train(red.record, progress, step, lr, epoch_steps)
         if stopping:
             return True, lr
         if self.aavg and s.check_due(st.step) and self.val_set is not None:
             self._batch_rule(lr)
-        if timed_save or (a.ckpt_every_steps and st.step % a.ckpt_every_steps == 0):
+        if timed_save or step_save:
             self.save()
             self._last_save = time.time()
         return False, lr
@@ -444,7 +450,7 @@ class Trainer:
         a, st = self.args, self.state
         best = False
         due = a.eval_every > 0 and ((st.epoch + 1) % a.eval_every == 0 or st.epoch + 1 == a.epochs)
-        self.merge_bn()  # validate what is saved
+        # the epoch's last step was a metrics record: the ranks' BatchNorm statistics are merged already
         if due and self.val_set is not None:
             r = self.evaluate(self.val_set)
             best = r["top1"] > st.best_top1
@@ -454,7 +460,7 @@ class Trainer:
                 f"({r['videos']} videos, 1 clip)", self.is_main)
         finished = st.epoch
         st.next_epoch()
-        self.save(epoch_end=finished, best=best, merged=True)
+        self.save(epoch_end=finished, best=best)
         self._last_save = time.time()
 
     def _stopped(self) -> int:
