@@ -33,10 +33,12 @@ import base64
 import getpass
 import os
 import re
+import select
+import socket
 import termios
 import time
 from dataclasses import dataclass
-from typing import Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from summit_jobs.errors import UserError
 
@@ -263,11 +265,13 @@ def forward(jump_client, jump: Hop, hop: Hop):
 
 
 # -- the terminal ---------------------------------------------------------------------------------------------
-def read_answer(fd: int, prompt: str, echo: bool) -> str:
+def read_answer(fd: int, prompt: str, echo: bool, gone: Optional[Callable[[], bool]] = None) -> str:
     """The prompter: one answer typed at the terminal ``fd``, echoed only when the server asked for echo.
 
     Echo goes off before the prompt is shown (nothing typed early is echoed),
-    and comes back whatever happens.
+    and comes back whatever happens. ``gone()`` says the server has hung up
+    while the prompt waits (its login grace time ran out): the wait ends then,
+    instead of leaving the command hanging on a dead connection.
     """
     old = termios.tcgetattr(fd)
     new = list(old)
@@ -277,6 +281,11 @@ def read_answer(fd: int, prompt: str, echo: bool) -> str:
         os.write(fd, prompt.encode("utf-8", "replace"))
         data = b""
         while not data.endswith(b"\n"):
+            if not select.select([fd], [], [], 0.5)[0]:
+                if gone is not None and gone():
+                    raise UserError("the server closed the connection while waiting for the answer (its time to "
+                                    "log in ran out); run the command again and answer sooner.")
+                continue
             chunk = os.read(fd, 1024)
             if not chunk:
                 raise UserError("the login was cancelled at the terminal (end of input).")
@@ -299,9 +308,10 @@ class TerminalPrompter:
     in ``failure`` for the main thread to raise.
     """
 
-    def __init__(self, who: str, address: str = ""):
+    def __init__(self, who: str, address: str = "", transport=None):
         self.who = who
         self.address = address or who
+        self.transport = transport
         self.failure: Optional[UserError] = None
         try:
             self.fd = os.open("/dev/tty", os.O_RDWR | os.O_NOCTTY)
@@ -316,12 +326,24 @@ class TerminalPrompter:
             for text in (title, instructions):
                 if text and text.strip():
                     os.write(self.fd, (text.rstrip("\n") + "\n").encode("utf-8", "replace"))
-            return [read_answer(self.fd, f"({self.address}) {prompt}", bool(echo)) for prompt, echo in prompts]
+            return [read_answer(self.fd, f"({self.address}) {prompt}", bool(echo), self.server_gone)
+                    for prompt, echo in prompts]
         except UserError as exc:
-            self.failure = exc
+            self.failure = UserError(f"logging in to {self.who}: {exc}")
         except (OSError, termios.error) as exc:
             self.failure = UserError(f"reading the answer for {self.who} at the terminal failed: {exc}.")
         return []
+
+    def server_gone(self) -> bool:
+        """Whether the server hung up while a prompt waits (the transport's thread is in this prompt, so
+        nobody else reads the connection): end of stream on the socket, or a jump host's channel closed."""
+        sock = getattr(self.transport, "sock", None)
+        if isinstance(sock, socket.socket):
+            try:
+                return bool(select.select([sock], [], [], 0)[0]) and sock.recv(1, socket.MSG_PEEK) == b""
+            except OSError:
+                return True
+        return bool(sock is not None and (getattr(sock, "closed", False) or getattr(sock, "eof_received", False)))
 
     def close(self) -> None:
         try:
@@ -426,7 +448,7 @@ class Login:
 
     def _interactive(self, transport) -> None:
         import paramiko
-        prompter = TerminalPrompter(self.hop.label, self.hop.address)
+        prompter = TerminalPrompter(self.hop.label, self.hop.address, transport)
         transport.auth_timeout = TYPING_TIMEOUT
         try:
             transport.auth_interactive(self.hop.user, prompter)

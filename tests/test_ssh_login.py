@@ -21,6 +21,7 @@ import select
 import signal
 import subprocess
 import sys
+import termios
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +43,7 @@ class TtyRun:
     tty: str            # everything the command wrote on its terminal (prompts; typed codes would show here)
     stdout: str
     stderr: str
+    echo_after: bool = True     # the terminal echoes again once the command has ended
 
 
 def _read(fd: int) -> bytes:
@@ -82,6 +84,7 @@ def run_in_terminal(args: Sequence[str], env: Dict[str, str], answers: List[Tupl
             if proc.poll() is not None and not live & {out_fd, err_fd}:
                 break
         rc = proc.wait(timeout=max(1.0, deadline - time.time()))
+        echo = bool(termios.tcgetattr(master)[3] & termios.ECHO)
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -89,7 +92,7 @@ def run_in_terminal(args: Sequence[str], env: Dict[str, str], answers: List[Tupl
         os.close(master)
         proc.stdout.close()
         proc.stderr.close()
-    return TtyRun(rc, *(got[fd].decode(errors="replace") for fd in (master, out_fd, err_fd)))
+    return TtyRun(rc, *(got[fd].decode(errors="replace") for fd in (master, out_fd, err_fd)), echo_after=echo)
 
 
 def make_run(folder: Path, ssh: Dict[str, object], job_ids: Sequence[str]) -> Path:
@@ -125,7 +128,7 @@ def otp(tmp_path_factory):
     remote_env = remote_lsf_env(base / "state", XDG_DATA_HOME=str(base / "state" / "remote-data"), PROG_SLEEP="0")
     with otp_pam_service(base / "pam") as (program, code_file):
         for sshd in start_sshd(base / "sshd", remote_env, options=OTP_OPTIONS, program=program):
-            yield {"sshd": sshd, "base": base, "code": code_file, "remote_env": remote_env}
+            yield {"sshd": sshd, "base": base, "code": code_file, "remote_env": remote_env, "program": program}
 
 
 @pytest.fixture
@@ -209,6 +212,30 @@ def test_no_terminal_is_a_clear_error_and_stdin_is_never_read_for_the_code(otp, 
     assert f"{otp['sshd'].user}@127.0.0.1:{otp['sshd'].port} asks for a keyboard-interactive login" in proc.stderr
     assert "run the command from a terminal" in proc.stderr
     assert code not in proc.stdout + proc.stderr
+
+
+def test_ctrl_c_at_the_prompt_ends_cleanly_and_gives_the_terminal_its_echo_back(otp, otp_laptop, tmp_path):
+    new_code(otp["code"])
+    run_dir = make_run(tmp_path / "run-ctrlc", otp_record(otp), ["1"])
+    res = run_in_terminal(["status", str(run_dir)], otp_laptop, [("Password:", "\x03")])
+    assert res.rc == 130 and "Traceback" not in res.stderr, (res.tty, res.stderr)
+    assert res.echo_after
+
+
+def test_a_server_that_gives_up_waiting_ends_the_prompt(otp, tmp_path):
+    """The server's LoginGraceTime runs out while the prompt waits: one line, instead of a command that hangs."""
+    new_code(otp["code"])
+    for sshd in start_sshd(tmp_path / "sshd", otp["remote_env"], program=otp["program"],
+                           options={**OTP_OPTIONS, "LoginGraceTime": "2"}):
+        env = laptop_env(tmp_path, otp["remote_env"], sshd.known_hosts_line())
+        run_dir = make_run(tmp_path / "run-grace", {"host": "127.0.0.1", "port": sshd.port, "user": sshd.user,
+                                                     "key_file": str(sshd.user_key)}, ["1"])
+        started = time.time()
+        res = run_in_terminal(["status", str(run_dir)], env, [], timeout=30)
+        assert res.rc == 2 and "Traceback" not in res.stderr, (res.tty, res.stderr)
+        assert f"logging in to {sshd.user}@127.0.0.1:{sshd.port}: the server closed the connection while waiting " \
+               "for the answer" in res.stderr
+        assert time.time() - started < 20 and res.echo_after
 
 
 def _sessions(sshd) -> List[int]:
@@ -325,3 +352,23 @@ def test_command_line_wins_over_the_ssh_config(jumped, tmp_path):
     assert res.returncode == 2 and "Traceback" not in res.stderr
     assert f"IdentityFile {tmp_path / 'absent'} for host 'login' in {env['HOME']}/.ssh/config does not exist" \
            in res.stderr
+
+
+def test_a_passphrase_protected_key_is_unlocked_at_the_terminal(jumped, tmp_path):
+    target = jumped["target"]
+    env = laptop_env(tmp_path, jumped["remote_env"], target.known_hosts_line())
+    key = tmp_path / "locked_key"
+    key.write_bytes(target.user_key.read_bytes())
+    key.chmod(0o600)
+    phrase = f"phrase-{secrets.token_hex(4)}"
+    subprocess.run(["ssh-keygen", "-q", "-p", "-P", "", "-N", phrase, "-f", str(key)], check=True, timeout=30,
+                   capture_output=True)
+    run_dir = tmp_path / "run-locked"
+    run_dir.mkdir()
+    jid = submitted_id(run(["bsub", "-o", "/dev/null", "true"], env, cwd=run_dir).stdout)
+    args = ["--host", f"{target.user}@127.0.0.2:{target.port}", "--key-file", str(key), "status", "--json", jid]
+    res = run_in_terminal(args, env, [("Passphrase for key", phrase)])
+    assert res.rc == 0, (res.tty, res.stderr)
+    assert f"Passphrase for key {key}:" in res.tty and phrase not in res.tty + res.stdout + res.stderr
+    res = run_in_terminal(args, env, [("Passphrase for key", "wrong")])
+    assert res.rc == 2 and f"the passphrase for SSH key {key} was not accepted" in res.stderr, res.stderr
