@@ -77,8 +77,18 @@ def synth_cmd(out: str, videos_per_class: int, val_fraction: float, frames: int,
                    "val split), 0 unused). Give OUT only, and --videos.")
 @click.option("--split-number", default=1, show_default=True,
               help="Which of the three official UCF101 / HMDB51 splits to pack.")
-@click.option("--filename-tmpl", default="img_{:05d}.jpg", show_default=True,
-              help="Rawframes: the frame file name, with one integer field counted from 1.")
+@click.option("--filename-tmpl", default=None,
+              help="Rawframes: the frame file name, with one integer field counted from 1 "
+                   "[default: img_{:05d}.jpg; with --modality flow: flow_{}_{:05d}.jpg, mmaction2's pre-extracted "
+                   "flow_x/flow_y frames; give a one-field template there to compute flow from RGB frames].")
+@click.option("--modality", type=click.Choice(["rgb", "flow"]), default="rgb", show_default=True,
+              help="rgb: the frames; flow: optical flow between consecutive frames at the packed size, stored as "
+                   "8-bit flow_x/flow_y JPEG pairs (TSN / mmaction2 convention; needs opencv-contrib-python-headless).")
+@click.option("--flow-algorithm", type=click.Choice(["tvl1", "farneback"]), default=None,
+              help="With --modality flow: TV-L1 (accurate, slow; the default) or Farneback (much faster).")
+@click.option("--flow-bound", type=float, default=None,
+              help="With --modality flow: motion clipped to +-this many pixels before the 0..255 mapping "
+                   "[default: 20].")
 @click.option("--seed", default=0, show_default=True,
               help="Seed of the order samples are written in: each split shuffled with every class spread "
                    "evenly, so each node's share of the shards (stage-data --policy partition) holds every "
@@ -105,7 +115,8 @@ def synth_cmd(out: str, videos_per_class: int, val_fraction: float, frames: int,
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 def pack_cmd(paths: Tuple[str, ...], layout: str, annotations: Tuple[str, ...], videos: Optional[str],
              list_opts: Tuple[str, ...], root: Optional[str], ucf101_splits: Optional[str],
-             hmdb51_splits: Optional[str], split_number: int, filename_tmpl: str, seed: int, no_shuffle: bool,
+             hmdb51_splits: Optional[str], split_number: int, filename_tmpl: Optional[str], modality: str,
+             flow_algorithm: Optional[str], flow_bound: Optional[float], seed: int, no_shuffle: bool,
              shard_size: str, short_side: int, fps: Optional[float], quality: int, workers: int,
              classes_file: Optional[str], name: Optional[str], algo: str, force: bool, quiet: bool,
              as_json: bool) -> None:
@@ -132,18 +143,33 @@ def pack_cmd(paths: Tuple[str, ...], layout: str, annotations: Tuple[str, ...], 
           --list val=kinetics400_val_list_videos.txt --root data/kinetics400/videos
       summit-jobs pack ucf-shards --ucf101-splits ucfTrainTestlist --videos UCF-101
       summit-jobs pack hmdb-shards --hmdb51-splits testTrainMulti_7030_splits --videos hmdb51_org
+      summit-jobs pack ucf-flow --ucf101-splits ucfTrainTestlist --videos UCF-101 --modality flow
     """
     from summit_jobs import pack as pack_mod
     inputs, src, out = _pack_inputs(paths, annotations, videos, list_opts, root, ucf101_splits, hmdb51_splits,
                                     split_number)
+    flow_opts = _flow_options(modality, filename_tmpl, flow_algorithm, flow_bound)
     opts = pack_mod.PackOptions(src=src, out=out, layout=layout, shard_size=pack_mod.parse_size(shard_size),
                                 short_side=short_side, fps=fps, quality=quality, workers=workers, name=name,
-                                algo=algo, filename_tmpl=filename_tmpl, seed=seed, shuffle=not no_shuffle)
+                                algo=algo, seed=seed, shuffle=not no_shuffle, **flow_opts)
     summary = pack_mod.pack(opts, force=force, progress=not quiet, classes_file=classes_file, inputs=inputs)
     if as_json:
         click.echo(json.dumps(summary, indent=2))
     else:
         _print_pack_summary(summary)
+
+
+def _flow_options(modality: str, filename_tmpl: Optional[str], algorithm: Optional[str],
+                  bound: Optional[float]) -> dict:
+    """The modality's defaults; a flow option given for an RGB pack is refused rather than ignored."""
+    from summit_jobs import flow
+    if modality == "rgb":
+        for name, value in (("--flow-algorithm", algorithm), ("--flow-bound", bound)):
+            if value is not None:
+                raise UserError(f"{name} {value} applies only to optical flow: add --modality flow, or drop it.")
+        return {"modality": "rgb", "filename_tmpl": filename_tmpl or "img_{:05d}.jpg"}
+    return {"modality": "flow", "filename_tmpl": filename_tmpl or flow.FLOW_TMPL,
+            "flow_algorithm": algorithm or "tvl1", "flow_bound": flow.DEFAULT_BOUND if bound is None else bound}
 
 
 def _pack_inputs(paths: Tuple[str, ...], annotations: Tuple[str, ...], videos: Optional[str],

@@ -26,6 +26,12 @@ Why it is built this way:
   complete is never listed (ShardWriter also writes to ``*.partial`` and renames).
 - A video or JPEG that cannot be decoded is skipped, counted and listed in
   ``pack-report.json``: one broken file in 240k must not stop a pack.
+- ``--modality flow`` packs optical flow instead of RGB (summit_jobs.flow: TV-L1 or
+  Farneback between consecutive frames at the packed resolution, stored as TSN's
+  8-bit flow_x/flow_y JPEG pairs), or mmaction2's pre-extracted flow folders
+  (``flow_x_00001.jpg`` + ``flow_y_00001.jpg``: a rawframe list with a two-field
+  ``--filename-tmpl``, the default for flow). A clip of one frame has no motion:
+  skipped and reported like an undecodable one.
 - ``--force`` over a finished pack removes its manifest before the first shard
   is rewritten (the new shards reuse the names), so a kill never leaves a
   manifest whose hashes describe other bytes. One pack at a time per folder
@@ -46,7 +52,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
-from summit_jobs import datalists
+from summit_jobs import datalists, flow
 from summit_jobs.datalists import SPLIT_ORDER, VIDEO_EXTS, Inputs, Listing, Sample, read_text, sample_key
 from summit_jobs.errors import UserError
 from trainer import shards
@@ -124,6 +130,9 @@ class PackOptions:
     algo: str = shards.HASH_ALGO
     seed: int = 0                        # the shuffled order of each split
     shuffle: bool = True                 # False: list order (kept for comparisons only)
+    modality: str = "rgb"                # rgb | flow (optical flow, summit_jobs.flow)
+    flow_algorithm: str = "tvl1"         # flow computed from frames: tvl1 | farneback
+    flow_bound: float = flow.DEFAULT_BOUND
 
 
 def read_classes(src: Path, classes_file: Optional[str]) -> Optional[List[str]]:
@@ -210,18 +219,23 @@ def _encode(img, quality: int) -> bytes:
     return buf.getvalue()
 
 
-def _rawframes(s: Sample, o: PackOptions) -> Tuple[List[bytes], Dict[str, object]]:
+def _open_image(p: Path):
+    """(the file's bytes, the decoded image, its format); a truncated or corrupt file is refused naming it."""
     from PIL import Image
+    data = p.read_bytes()
+    try:
+        img = Image.open(io.BytesIO(data))
+        fmt = img.format
+        img.load()                       # a truncated or corrupt JPEG fails here
+    except Exception as exc:
+        raise ValueError(f"{p}: {exc}") from None
+    return data, img, fmt
+
+
+def _rawframes(s: Sample, o: PackOptions) -> Tuple[List[bytes], Dict[str, object]]:
     out = []
     for i in range(1, s.num_frames + 1):
-        p = Path(s.path) / o.filename_tmpl.format(i)
-        data = p.read_bytes()
-        try:
-            img = Image.open(io.BytesIO(data))
-            fmt = img.format
-            img.load()                       # a truncated or corrupt JPEG fails here
-        except Exception as exc:
-            raise ValueError(f"{p}: {exc}") from None
+        data, img, fmt = _open_image(Path(s.path) / o.filename_tmpl.format(i))
         if fmt == "JPEG" and (not o.short_side or min(img.size) <= o.short_side):
             out.append(data)                 # already small enough: keep the original bytes
         else:
@@ -230,6 +244,11 @@ def _rawframes(s: Sample, o: PackOptions) -> Tuple[List[bytes], Dict[str, object
 
 
 def _video(s: Sample, o: PackOptions) -> Tuple[List[bytes], Dict[str, object]]:
+    return _video_frames(s, o, lambda img: _encode(_fit(img, o.short_side), o.quality))
+
+
+def _video_frames(s: Sample, o: PackOptions, convert) -> Tuple[list, Dict[str, object]]:
+    """The video's frames (every one, or about ``o.fps`` a second), each passed through ``convert``."""
     import av
     out = []
     with av.open(s.path) as container:
@@ -243,7 +262,7 @@ def _video(s: Sample, o: PackOptions) -> Tuple[List[bytes], Dict[str, object]]:
                 if t + 1e-6 < next_t:
                     continue
                 next_t += 1.0 / o.fps
-            out.append(_encode(_fit(frame.to_image(), o.short_side), o.quality))
+            out.append(convert(frame.to_image()))
     if not out:
         raise ValueError(f"{s.path}: no video frames could be decoded")
     meta: Dict[str, object] = {}
@@ -252,11 +271,69 @@ def _video(s: Sample, o: PackOptions) -> Tuple[List[bytes], Dict[str, object]]:
     return out, meta
 
 
+def is_flow_tmpl(tmpl: str) -> bool:
+    """A template of pre-extracted flow frames (mmaction2's ``flow_{}_{:05d}.jpg``): direction, then index."""
+    try:
+        x1, y1, x2 = tmpl.format("x", 1), tmpl.format("y", 1), tmpl.format("x", 2)
+    except (IndexError, KeyError, ValueError):
+        return False
+    return len({x1, y1, x2}) == 3
+
+
+def _gray(img, short_side: int):
+    """A frame at the packed resolution, as the grayscale uint8 array optical flow is computed on."""
+    import numpy as np
+    return np.asarray(_fit(img.convert("L"), short_side))
+
+
+def _flow_from_frames(s: Sample, o: PackOptions) -> Tuple[List[Tuple[bytes, bytes]], Dict[str, object]]:
+    """Decode the frames (video or frame folder), then one (x, y) JPEG pair per consecutive pair."""
+    if s.kind == "rawframes":
+        tmpl = Path(s.path) / o.filename_tmpl
+        grays = [_gray(_open_image(Path(str(tmpl).format(i)))[1], o.short_side) for i in range(1, s.num_frames + 1)]
+        meta: Dict[str, object] = {}
+    else:
+        grays, meta = _video_frames(s, o, lambda img: _gray(img, o.short_side))
+    return flow.flow_jpegs(grays, o.flow_algorithm, o.flow_bound, o.quality), meta
+
+
+def _flow_image(p: Path, short_side: int, quality: int, axis: int) -> bytes:
+    """One pre-extracted flow frame: its own bytes when already a small grayscale JPEG, else resized
+    (motion scaled with the image, along ``axis`` 0 = x, 1 = y) and re-encoded."""
+    import numpy as np
+    data, img, fmt = _open_image(p)
+    if fmt == "JPEG" and img.mode == "L" and (not short_side or min(img.size) <= short_side):
+        return data
+    gray = img.convert("L")
+    small = _fit(gray, short_side)
+    u8 = np.asarray(small)
+    if small.size != gray.size:
+        u8 = flow.rescale(u8, small.size[axis] / gray.size[axis])
+    return flow.gray_jpeg(u8, quality)
+
+
+def _preextracted_flow(s: Sample, o: PackOptions) -> Tuple[List[Tuple[bytes, bytes]], Dict[str, object]]:
+    """mmaction2 flow folders: ``flow_x_00001.jpg`` + ``flow_y_00001.jpg`` per field, ``num_frames`` fields."""
+    folder = Path(s.path)
+    return [(_flow_image(folder / o.filename_tmpl.format("x", t), o.short_side, o.quality, 0),
+             _flow_image(folder / o.filename_tmpl.format("y", t), o.short_side, o.quality, 1))
+            for t in range(1, s.num_frames + 1)], {}
+
+
+def _sample(s: Sample, o: PackOptions):
+    """What one sample packs into: JPEG frames (rgb) or (flow_x, flow_y) JPEG pairs (flow)."""
+    if o.modality == "flow":
+        if s.kind == "rawframes" and is_flow_tmpl(o.filename_tmpl):
+            return _preextracted_flow(s, o)
+        return _flow_from_frames(s, o)
+    return _rawframes(s, o) if s.kind == "rawframes" else _video(s, o)
+
+
 def _work(job: Tuple[int, Sample, PackOptions]):
     """Runs in a worker: returns (index, frames, meta, error); never raises for bad input."""
     i, s, o = job
     try:
-        frames, meta = _rawframes(s, o) if s.kind == "rawframes" else _video(s, o)
+        frames, meta = _sample(s, o)
         if not frames:
             raise ValueError(f"{s.path}: no frames")
         return i, frames, meta, None
@@ -272,6 +349,9 @@ def _fingerprint(o: PackOptions, samples: Sequence[Sample], classes: Sequence[st
     opts = asdict(o)
     opts.pop("workers")
     opts.pop("out")
+    if o.modality == "rgb":          # the flow options do not change an RGB pack: its old states stay valid
+        for k in ("modality", "flow_algorithm", "flow_bound"):
+            opts.pop(k)
     h.update(json.dumps([opts, list(classes), [asdict(s) for s in samples]], sort_keys=True).encode())
     return h.hexdigest()
 
@@ -303,11 +383,30 @@ def check_options(o: PackOptions) -> None:
         raise UserError(f"--fps {o.fps} must be positive.")
     if not 0 <= o.seed < 2**32:
         raise UserError(f"--seed {o.seed} must be between 0 and {2**32 - 1}.")
-    check_filename_tmpl(o.filename_tmpl)
+    check_flow_options(o)
+    if not (o.modality == "flow" and is_flow_tmpl(o.filename_tmpl)):
+        check_filename_tmpl(o.filename_tmpl)
     try:
         shards.new_hash(o.algo)
     except shards.ShardError as exc:
         raise UserError(str(exc).replace("the manifest's hash is", "--hash is") + ".") from None
+
+
+def check_flow_options(o: PackOptions) -> None:
+    """``--modality``, ``--flow-algorithm``, ``--flow-bound``: refused naming the value and what would do."""
+    if o.modality not in ("rgb", "flow"):
+        raise UserError(f"--modality {o.modality!r} must be rgb or flow.")
+    if o.flow_algorithm not in flow.ALGORITHMS:
+        raise UserError(f"--flow-algorithm {o.flow_algorithm!r} must be one of {', '.join(flow.ALGORITHMS)}.")
+    try:
+        flow.check_bound(o.flow_bound)
+    except ValueError as exc:
+        raise UserError(f"{exc}.") from None
+    if o.modality == "flow" and is_flow_tmpl(o.filename_tmpl):
+        first = o.filename_tmpl.format("x", 1)
+        if os.path.isabs(first) or ".." in Path(first).parts:
+            raise UserError(f"--filename-tmpl {o.filename_tmpl!r} points outside the flow folder: use "
+                            f"{flow.FLOW_TMPL}.")
 
 
 def check_filename_tmpl(tmpl: str) -> None:
@@ -490,7 +589,7 @@ class _Packer:
                 n = self.counters.get(s.split, 0)
                 self.counters[s.split] = n + 1
                 self.writer = shards.ShardWriter(self.out / f"{s.split}-{n:05d}.tar", s.split, self.o.algo)
-            self.writer.add(s.key, s.label, frames, meta)
+            (self.writer.add_flow if self.o.modality == "flow" else self.writer.add)(s.key, s.label, frames, meta)
             if self.writer.bytes_written >= self.o.shard_size:
                 self.close_writer(i + 1)
         skipped = sum(len(x) for x in self.skipped_by_shard) + len(self.skipped_pending)
@@ -538,7 +637,22 @@ def _manifest(o: PackOptions, listing: Listing, entries: List[Dict[str, object]]
         "hash": o.algo, "shards": entries, "frame_short_side": o.short_side}
     if counts_missing:
         manifest["missing"] = len(listing.missing)
+    if o.modality == "flow":
+        pre = is_flow_tmpl(o.filename_tmpl) and all(s.kind == "rawframes" for s in listing.samples)
+        made = "pre-extracted" if pre else o.flow_algorithm
+        manifest["modality"] = "flow"
+        manifest["flow"] = {"algorithm": made, "bound": o.flow_bound}
     return manifest
+
+
+def _require_flow(o: PackOptions, samples: Sequence[Sample]) -> None:
+    """Flow computed from frames needs OpenCV: say so once, before any worker starts."""
+    if o.modality != "flow" or all(s.kind == "rawframes" for s in samples) and is_flow_tmpl(o.filename_tmpl):
+        return
+    try:
+        flow.require(o.flow_algorithm)
+    except RuntimeError as exc:
+        raise UserError(f"--modality flow --flow-algorithm {o.flow_algorithm}: {exc}.") from None
 
 
 def pack(o: PackOptions, *, force: bool = False, progress: bool = True, classes_file: Optional[str] = None,
@@ -553,6 +667,7 @@ def pack(o: PackOptions, *, force: bool = False, progress: bool = True, classes_
     out = Path(o.out)
     layout, listing = _list_samples(o, inputs, classes_file)
     samples, missing = listing.samples, listing.missing
+    _require_flow(o, samples)
     fp = _fingerprint(o, samples, listing.classes)
     out.mkdir(parents=True, exist_ok=True)
     try:

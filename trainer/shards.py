@@ -9,6 +9,12 @@ inside the tar; the manifest records where that index starts. A reader seeks
 straight to a frame (``os.pread``) without scanning the shard, and the file is
 still an ordinary tar that ``tar -xf`` or webdataset can read.
 
+A pack of optical flow (manifest ``"modality": "flow"``) holds, per sample,
+``<key>.<t:05d>.x.jpg`` and ``<key>.<t:05d>.y.jpg``: the grayscale flow_x and
+flow_y of field t (motion from frame t to t + 1; ``num_frames`` counts fields).
+Its index lists the x members under ``frames`` and the y members under
+``flow_y``; ``ShardDataset.flow`` reads the pairs. RGB shards are unchanged.
+
 Tar headers are written by us (ustar, mtime 0, uid 0) so that the same input
 always gives the same bytes: deterministic shards, stable hashes.
 
@@ -91,6 +97,8 @@ class SampleIndex:
     #: (offset, size) of each frame's JPEG bytes inside the tar.
     frames: List[Tuple[int, int]]
     meta: Dict[str, object]
+    #: Flow shards only: (offset, size) of each field's flow_y JPEG; ``frames`` then holds the flow_x ones.
+    flow_y: Optional[List[Tuple[int, int]]] = None
 
 
 class ShardWriter:
@@ -136,7 +144,7 @@ class ShardWriter:
         self._write(_pad(len(data)))
         return start, len(data)
 
-    def add(self, key: str, label: int, frames: Sequence[bytes], meta: Optional[Dict[str, object]] = None) -> None:
+    def _check(self, key: str, frames: Sequence[object]) -> None:
         if not KEY_RE.fullmatch(key):
             raise ShardError(f"sample key {key!r} must be 1-80 characters of letters, digits, '_', '-', '.'")
         if key in self._keys:
@@ -144,17 +152,33 @@ class ShardWriter:
         if not frames:
             raise ShardError(f"sample {key!r} has no frames")
         self._keys.add(key)
+
+    def add(self, key: str, label: int, frames: Sequence[bytes], meta: Optional[Dict[str, object]] = None) -> None:
+        self._check(key, frames)
         meta = dict(meta or {})
         info = {"label": int(label), "num_frames": len(frames), **meta}
         self._member(f"{key}.json", json.dumps(info, sort_keys=True).encode())
         spans = [self._member(f"{key}.{i:05d}.jpg", f) for i, f in enumerate(frames)]
         self._samples.append(SampleIndex(key, int(label), len(frames), spans, meta))
 
+    def add_flow(self, key: str, label: int, fields: Sequence[Tuple[bytes, bytes]],
+                 meta: Optional[Dict[str, object]] = None) -> None:
+        """One sample of optical flow: a (flow_x, flow_y) JPEG pair per field, members
+        ``<key>.<t:05d>.x.jpg`` and ``<key>.<t:05d>.y.jpg`` (``num_frames`` counts fields)."""
+        self._check(key, fields)
+        meta = dict(meta or {})
+        info = {"label": int(label), "num_frames": len(fields), **meta}
+        self._member(f"{key}.json", json.dumps(info, sort_keys=True).encode())
+        xs, ys = [], []
+        for t, (x, y) in enumerate(fields):
+            xs.append(self._member(f"{key}.{t:05d}.x.jpg", x))
+            ys.append(self._member(f"{key}.{t:05d}.y.jpg", y))
+        self._samples.append(SampleIndex(key, int(label), len(fields), xs, meta, ys))
+
     def close(self) -> Dict[str, object]:
         index = {
             "format": FORMAT,
-            "samples": [{"key": s.key, "label": s.label, "num_frames": s.num_frames, "frames": s.frames}
-                        for s in self._samples],
+            "samples": [_index_entry(s) for s in self._samples],
         }
         data = json.dumps(index, separators=(",", ":")).encode()
         index_offset, index_bytes = self._member(INDEX_MEMBER, data)
@@ -181,6 +205,14 @@ class ShardWriter:
         discard(self._tmp)
 
 
+def _index_entry(s: SampleIndex) -> Dict[str, object]:
+    """A sample's line of the shard index; ``flow_y`` only for flow samples (RGB indexes keep their bytes)."""
+    entry: Dict[str, object] = {"key": s.key, "label": s.label, "num_frames": s.num_frames, "frames": s.frames}
+    if s.flow_y is not None:
+        entry["flow_y"] = s.flow_y
+    return entry
+
+
 def file_hash(path: os.PathLike, algo: str = HASH_ALGO) -> str:
     h = new_hash(algo)
     with open(path, "rb", buffering=0) as f:
@@ -196,7 +228,11 @@ def file_hash(path: os.PathLike, algo: str = HASH_ALGO) -> str:
 
 #: ``placement`` appears only in a node-local copy (written by trainer.stage): which node, which policy.
 #: ``missing``: how many clips the dataset's lists name that were not on disk when it was packed.
-MANIFEST_KEYS = {"format", "name", "classes", "hash", "shards", "frame_short_side", "placement", "missing"}
+#: ``modality`` (absent: rgb) and ``flow``: a pack of optical flow (``pack --modality flow``) and how it was
+#: made ({"algorithm", "bound"}); its samples hold flow_x/flow_y pairs, read with ShardDataset.flow.
+MANIFEST_KEYS = {"format", "name", "classes", "hash", "shards", "frame_short_side", "placement", "missing",
+                 "modality", "flow"}
+MODALITIES = ("rgb", "flow")
 #: Plus one key named by the manifest's ``hash`` algorithm (``sha256`` by default) holding the hex digest.
 SHARD_BASE_KEYS = {"name", "split", "bytes", "samples", "index_offset", "index_bytes"}
 SHARD_KEYS = SHARD_BASE_KEYS | {HASH_ALGO}
@@ -242,6 +278,8 @@ def validate_manifest(data: object, where: str) -> Dict[str, object]:
     missing = data.get("missing", 0)
     if not isinstance(missing, int) or isinstance(missing, bool) or missing < 0:
         raise ShardError(f"{where}: 'missing' {missing!r} must be a whole number >= 0")
+    if data.get("modality", "rgb") not in MODALITIES:
+        raise ShardError(f"{where}: modality {data['modality']!r} is not one of {', '.join(MODALITIES)}")
     algo = hash_algo(data)
     if algo not in HASH_ALGOS:
         raise ShardError(f"{where}: hash algorithm {algo!r} is not one of {', '.join(HASH_ALGOS)}")
@@ -406,12 +444,19 @@ class ShardDataset:
         self.manifest = read_manifest(self.root)
         self.classes: List[str] = list(self.manifest["classes"])
         self.split = split
+        #: "rgb" (frames) or "flow" (flow_x/flow_y pairs, read with ``flow``).
+        self.modality: str = str(self.manifest.get("modality", "rgb"))
         self._shards = [s for s in self.manifest["shards"] if s["split"] == split]
         self._samples: List[Tuple[int, SampleIndex]] = []
         for si, shard in enumerate(self._shards):
             for entry in self._read_index(shard)["samples"]:
+                ys = entry.get("flow_y")
+                if self.modality == "flow" and (ys is None or len(ys) != len(entry["frames"])):
+                    raise ShardError(f"shard {self.root / shard['name']}: sample {entry['key']} has no flow_y "
+                                     "index in a flow pack; pack it again")
                 self._samples.append((si, SampleIndex(entry["key"], entry["label"], entry["num_frames"],
-                                                      [tuple(x) for x in entry["frames"]], {})))
+                                                      [tuple(x) for x in entry["frames"]], {},
+                                                      None if ys is None else [tuple(y) for y in ys])))
         self._fds: Dict[int, int] = {}
         self._pid = os.getpid()
 
@@ -459,18 +504,40 @@ class ShardDataset:
             self._fds[si] = fd
         return fd
 
+    def _read(self, si: int, key: str, span: Tuple[int, int]) -> bytes:
+        off, size = span
+        data = os.pread(self._fd(si), size, off)
+        if len(data) != size:
+            raise ShardError(f"shard {self._shards[si]['name']}: short read for sample {key}")
+        return data
+
+    def _expect(self, modality: str) -> None:
+        if self.modality != modality:
+            reader = "flow()" if self.modality == "flow" else "frames()"
+            raise ShardError(f"{self.root} holds {self.modality} samples (manifest modality {self.modality!r}): "
+                             f"read them with ShardDataset.{reader}")
+
     def frames(self, i: int, indices: Iterable[int]) -> List[bytes]:
         """JPEG bytes of the given frames of sample ``i`` (indices are clamped to the clip)."""
+        self._expect("rgb")
         si, sample = self._samples[i]
-        fd = self._fd(si)
-        out = []
         last = sample.num_frames - 1
+        return [self._read(si, sample.key, sample.frames[min(max(int(j), 0), last)]) for j in indices]
+
+    def flow(self, i: int, indices: Iterable[int]) -> List[Tuple[bytes, bytes]]:
+        """(flow_x, flow_y) grayscale JPEG bytes of the given flow fields of sample ``i`` (a flow pack).
+
+        Field t is the motion from frame t to t + 1; indices are clamped to the ``num_frames`` fields.
+        A pixel u decodes to ``u * 2 * bound / 255 - bound`` pixels of motion, with the manifest's
+        ``flow["bound"]`` (summit_jobs.flow.decode).
+        """
+        self._expect("flow")
+        si, sample = self._samples[i]
+        last = sample.num_frames - 1
+        out = []
         for j in indices:
-            off, size = sample.frames[min(max(int(j), 0), last)]
-            data = os.pread(fd, size, off)
-            if len(data) != size:
-                raise ShardError(f"shard {self._shards[si]['name']}: short read for sample {sample.key}")
-            out.append(data)
+            t = min(max(int(j), 0), last)
+            out.append((self._read(si, sample.key, sample.frames[t]), self._read(si, sample.key, sample.flow_y[t])))
         return out
 
     def close(self) -> None:
