@@ -10,7 +10,7 @@ with ``decode`` (the same bound).
 
 Flow is computed at the packed resolution (after pack's short-side resize), by
 OpenCV: TV-L1 (``cv2.optflow``, the contrib module: the accurate one, what the
-two-stream papers used) or Farneback (main module, tens of times faster).
+two-stream papers used) or Farneback (main module, over 100 times faster on a CPU: BENCHMARKS.md).
 OpenCV is imported only here and only when flow is packed: ``summit-jobs
 --help`` and RGB packs never load it. It runs on one thread
 (``cv2.setNumThreads(1)``): parallelism comes from pack's worker processes,
