@@ -116,7 +116,7 @@ def test_checkpoint_and_chain(tmp_path, lsf_env, template_dir):
     assert "resumed and finished" in (run_dir / f"chain.{second}.out").read_text()
     assert "already complete" in (run_dir / f"chain.{third}.out").read_text()
     # The script records what it did as an event (trainer.rundir), for status and report.
-    events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+    events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines() if line.strip()]
     assert [(e["event"], e["job"], e["by"]) for e in events] == [("already_complete", third, "script")]
     for jid in ids:
         assert (run_dir / f"exitcode.{jid}").read_text() == "0\n"

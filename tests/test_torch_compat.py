@@ -330,5 +330,5 @@ def test_oldest_torch_trains_stops_resumes_and_finishes(ranks, tmp_path):
     assert (run / "COMPLETE").exists()
     log = _log(tmp_path / "a") + _log(tmp_path / "b")
     assert "Traceback" not in log and "TypedStorage" not in log, log[-3000:]
-    events = [json.loads(line)["event"] for line in (run / "events.jsonl").read_text().splitlines()]
+    events = [json.loads(line)["event"] for line in (run / "events.jsonl").read_text().splitlines() if line.strip()]
     assert "resumed" in events and "complete" in events, events
