@@ -9,10 +9,17 @@ position, so the workers need no state of their own.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import functools
 import multiprocessing
 import os
 import re
+import select
+import signal
+import threading
+import time
+from multiprocessing import resource_tracker
 from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -23,6 +30,7 @@ from . import transforms
 from .clips import ClipSpec, sample_rng, eval_crops, eval_frame_indices, train_clip, train_frame_indices
 from .sampler import MicroBatchSampler, ShapeBatchSampler
 from .shards import ShardDataset
+from .signals import STOP_SIGNALS
 
 
 class SampleError(ValueError):
@@ -139,12 +147,149 @@ def _context(workers: int) -> Optional[multiprocessing.context.BaseContext]:
     return multiprocessing.get_context(method)
 
 
+class WorkerLost(SystemExit):
+    """A DataLoader worker process of this rank ended while the rank was reading batches from it: one line
+    naming the worker and how it ended, no traceback (the trainer exits non-zero)."""
+
+
+@contextlib.contextmanager
+def _stop_signals_held() -> Iterator[None]:
+    """The stop signals held back (blocked) in this thread, then delivered as they came.
+
+    Why around the start of worker processes: LSF sends its warning, the run
+    limit's USR2 and bkill's INT and TERM to every process of the job, not only
+    to the rank. A worker (or the forkserver that forks it) with the default
+    action would die of the rank's stop request, and the rank would fail at its
+    next batch instead of saving. Processes inherit the blocked set through
+    fork and exec, so everything started here keeps these signals blocked for
+    life; the rank, after the block, receives what arrived meanwhile. Workers
+    still end when the rank shuts them down, when the rank is gone
+    (``_worker_start``) or on SIGKILL. multiprocessing's resource tracker
+    unblocks INT and TERM after it starts, so it is started first and the block
+    made again.
+    """
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        resource_tracker.ensure_running()
+        signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def _lost_workers(it: object) -> List:
+    """The worker processes of a loader iterator that are no longer alive."""
+    return [w for w in getattr(it, "_workers", []) if not w.is_alive()]
+
+
+def _lost_line(lost: List) -> str:
+    """What a rank says when its workers died: which, how, and what to do."""
+    how = []
+    for w in lost:
+        code = w.exitcode
+        if code is not None and code < 0:
+            how.append(f"pid {w.pid} killed by {signal.Signals(-code).name}")
+        else:
+            how.append(f"pid {w.pid} exit status {code}")
+    return (f"trainer: data loader worker process ended while the rank read its clips ({', '.join(how)}): killed "
+            "from outside or by the kernel's out-of-memory killer (see dmesg); the run stops here: run it again "
+            "to resume from the newest checkpoint (fewer --workers or a lower --prefetch use less memory)")
+
+
+@contextlib.contextmanager
+def _naming_lost_workers(get_iterator: Callable[[], object]) -> Iterator[None]:
+    """A failure inside that comes with a dead worker of ``get_iterator()`` becomes ``WorkerLost``.
+
+    Why: torch reports a dead worker as a RuntimeError with a traceback, or, when
+    the worker died after sending part of a batch, as the connection error of
+    reading it; neither says which process ended or what to do.
+    """
+    try:
+        yield
+    except StopIteration:
+        raise
+    except Exception:
+        lost = _lost_workers(get_iterator())
+        if lost:
+            raise WorkerLost(_lost_line(lost)) from None
+        raise
+
+
+class _Watched:
+    """A loader's iterator whose failure names a worker that died (``_naming_lost_workers``)."""
+
+    def __init__(self, it: Iterator):
+        self.it = it
+
+    def __iter__(self) -> "_Watched":
+        return self
+
+    def __next__(self):
+        with _naming_lost_workers(lambda: self.it):
+            return next(self.it)
+
+
+class _Loader(DataLoader):
+    """A DataLoader whose worker processes start with the stop signals held (``_stop_signals_held``) and
+    whose iterators name a worker that died (``_Watched``)."""
+
+    def _get_iterator(self):
+        if self.num_workers == 0:
+            return super()._get_iterator()
+        with _stop_signals_held():
+            return super()._get_iterator()
+
+    def __iter__(self):
+        if self.num_workers == 0:
+            return super().__iter__()
+        with _naming_lost_workers(lambda: getattr(self, "_iterator", None)):  # a kept pool's next pass waits for
+            return _Watched(super().__iter__())                                # every worker to answer
+
+
+def _wait_for_exit(pid: int) -> None:
+    """Return when process ``pid`` has ended (a pidfd where Linux has one, else a poll once a second)."""
+    try:
+        fd = os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        fd = None
+    if fd is not None:
+        select.select([fd], [], [])  # readable once the process has ended, reaped or not
+        return
+    while True:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        except PermissionError:
+            pass
+        time.sleep(1.0)
+
+
+def _watch_rank(rank_pid: int) -> None:
+    """A worker's thread: end the worker when its rank has ended."""
+    _wait_for_exit(rank_pid)
+    os._exit(0)
+
+
+def _worker_start(rank_pid: int, worker_id: int) -> None:
+    """Each worker's first act: follow its rank's life.
+
+    Why: a forkserver worker is the forkserver's child, not the rank's, and
+    torch's watchdog ends it only when its parent changes; the forkserver in
+    turn stays while any worker holds its liveness pipe. A rank killed outright
+    (SIGKILL, the out-of-memory killer) would leave its forkserver and workers,
+    which also hold back the stop signals, running until the job ends.
+    """
+    threading.Thread(target=_watch_rank, args=(rank_pid,), name="rank-watch", daemon=True).start()
+
+
 def _loader(dataset: Dataset, batch_sampler, workers: int, pin: bool, prefetch: int,
             persistent: bool = False) -> DataLoader:
     kw = {}
     if workers > 0:
-        kw = dict(multiprocessing_context=_context(workers), prefetch_factor=prefetch, persistent_workers=persistent)
-    return DataLoader(dataset, batch_sampler=batch_sampler, num_workers=workers, pin_memory=pin, **kw)
+        kw = dict(multiprocessing_context=_context(workers), prefetch_factor=prefetch, persistent_workers=persistent,
+                  worker_init_fn=functools.partial(_worker_start, os.getpid()))
+    return _Loader(dataset, batch_sampler=batch_sampler, num_workers=workers, pin_memory=pin, **kw)
 
 
 class _Named(Dataset):

@@ -1,0 +1,152 @@
+"""Faults around the training loop, with real rank processes (2 ranks, ddp, DataLoader workers where the
+fault needs them): stop signals sent to every process of the job (as LSF sends them), DataLoader workers
+killed or orphaned."""
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable, Dict, List
+
+import pytest
+
+from trainer_utils import REPO, free_jobid, logs, make_dataset, rank_env, run_ranks, start_ranks, tiny_args, \
+    wait_ranks
+
+from trainer import checkpoint as ckpt
+from trainer.metrics import read_metrics
+from trainer.rundir import COMPLETE
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    return make_dataset(tmp_path_factory.mktemp("faults") / "data", train=24, val=8, frames=8, size=32)
+
+
+def start_job(args: List[str], log_dir: Path) -> List[subprocess.Popen]:
+    """Two ranks in one process group of their own, as the ranks of an LSF job are: a signal to the group
+    reaches every process of the job (ranks, their forkserver and DataLoader workers)."""
+    job, procs = free_jobid(), []
+    log_dir.mkdir(parents=True, exist_ok=True)
+    for r in range(2):
+        group = 0 if r == 0 else procs[0].pid
+        with open(log_dir / f"rank{r}.log", "w") as out:
+            procs.append(subprocess.Popen([sys.executable, "-m", "trainer", *args], env=rank_env(r, 2, job),
+                                          stdout=out, stderr=subprocess.STDOUT, cwd=str(REPO),
+                                          preexec_fn=lambda g=group: os.setpgid(0, g)))
+    return procs
+
+
+def wait_for(run: Path, procs: List[subprocess.Popen], ready: Callable[[List[Dict]], bool], log_dir: Path,
+             timeout: float = 60) -> None:
+    """Until the run's metrics records satisfy ``ready`` (the ranks still running)."""
+    end = time.time() + timeout
+    while time.time() < end:
+        recs = read_metrics(run) if (run / "metrics.jsonl").exists() else []
+        if ready(recs):
+            return
+        assert all(p.poll() is None for p in procs), "a rank ended early:\n" + logs(log_dir)
+        time.sleep(0.05)
+    for p in procs:
+        p.kill()
+        p.wait()
+    raise AssertionError("the records never came:\n" + logs(log_dir))
+
+
+def children(pid: int) -> List[int]:
+    try:
+        return [int(x) for x in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
+def workers_of(rank_pid: int) -> List[int]:
+    """The DataLoader workers of a rank: the children of its forkserver."""
+    out = []
+    for c in children(rank_pid):
+        try:
+            if "forkserver" in Path(f"/proc/{c}/cmdline").read_text():
+                out += children(c)
+        except OSError:
+            pass
+    return sorted(out)
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie has ended)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def rank_logs(log_dir: Path) -> List[str]:
+    return [(log_dir / f"rank{r}.log").read_text() for r in (0, 1)]
+
+
+# -- stop signals sent to every process of the job --------------------------------------------------------
+
+@pytest.mark.parametrize("sig", [signal.SIGUSR2, signal.SIGTERM, signal.SIGINT], ids=lambda s: s.name)
+def test_a_stop_signal_to_every_process_of_the_job_saves_and_a_rerun_completes(data, tmp_path, sig):
+    """LSF's warning action, the run limit's USR2 and bkill's INT and TERM go to all of the job's processes,
+    the ranks' DataLoader workers and forkserver included. The workers must outlive the request: the
+    ranks still read batches until the next record (here the last epoch's end), save there and exit 0; the
+    next run resumes and finishes with the final test."""
+    run, log_dir = tmp_path / "run", tmp_path / "logs"
+    args = tiny_args(run, data, epochs=2, workers=2, log_every=6, test_clips=1, test_last=1)
+    procs = start_job(args, log_dir)
+    wait_for(run, procs, lambda recs: any(r["kind"] == "train" for r in recs), log_dir)
+    os.killpg(procs[0].pid, sig)  # after the first record: during validation or the next epoch's first batches
+    assert wait_ranks(procs, log_dir, timeout=60) == [0, 0], logs(log_dir)
+    rank0, rank1 = rank_logs(log_dir)
+    assert "Traceback" not in rank0 + rank1, rank0 + rank1
+    assert f"(signal {sig.name}): checkpoint saved" in rank0, rank0
+    assert ckpt.load(ckpt.latest(run))["step"] == 12 and not (run / COMPLETE).exists()  # the next record
+    run_ranks(2, args, tmp_path / "logs2", timeout=60)
+    assert (run / COMPLETE).exists() and "resumed from" in (tmp_path / "logs2" / "rank0.log").read_text()
+
+
+# -- DataLoader workers that die, or outlive their rank ----------------------------------------------------
+
+@pytest.mark.parametrize("victim", [0, 1])
+def test_a_worker_killed_mid_epoch_ends_its_rank_with_one_line_and_no_rank_hangs(data, tmp_path, victim):
+    """A worker killed with SIGKILL (by hand, or by the out-of-memory killer): the rank it served says so in
+    one line naming the worker; the other rank ends too (another rank ended); nobody hangs."""
+    run, log_dir = tmp_path / "run", tmp_path / "logs"
+    procs = start_ranks(2, tiny_args(run, data, epochs=3, workers=2, log_every=1), log_dir)
+    wait_for(run, procs, lambda recs: len(recs) >= 2, log_dir)
+    pids = workers_of(procs[victim].pid)
+    assert len(pids) == 2, pids  # the training pool (validation's starts at the epoch's end)
+    os.kill(pids[0], signal.SIGKILL)
+    codes = wait_ranks(procs, log_dir, timeout=45)
+    assert all(c != 0 for c in codes), codes
+    texts = rank_logs(log_dir)
+    assert all("Traceback (most recent call last)" not in t for t in texts), logs(log_dir)
+    line = [x for x in texts[victim].splitlines() if x.startswith("trainer: ")]
+    assert line and f"pid {pids[0]} killed by SIGKILL" in line[-1] and "data loader worker" in line[-1], line
+    assert "resume" in line[-1]
+
+
+def test_the_workers_of_a_rank_killed_outright_end_with_it(data, tmp_path):
+    """A rank killed with SIGKILL leaves no DataLoader worker (nor forkserver) behind. A forkserver worker
+    is not the rank's child: torch's watchdog never sees the rank go, and the forkserver waits for its
+    workers, so both stayed until the job ended."""
+    run, log_dir = tmp_path / "run", tmp_path / "logs"
+    procs = start_ranks(2, tiny_args(run, data, epochs=3, workers=2, log_every=1), log_dir)
+    wait_for(run, procs, lambda recs: len(recs) >= 2, log_dir)
+    pids = [w for p in procs for w in workers_of(p.pid)]
+    servers = [c for p in procs for c in children(p.pid) if "forkserver" in Path(f"/proc/{c}/cmdline").read_text()]
+    assert len(pids) == 4 and len(servers) == 2, (pids, servers)
+    try:
+        for p in procs:
+            p.kill()
+            p.wait()
+        end = time.time() + 20
+        while time.time() < end and any(alive(x) for x in pids + servers):
+            time.sleep(0.2)
+        assert [x for x in pids + servers if alive(x)] == []
+    finally:
+        for x in pids + servers:  # what this test started, by pid
+            if alive(x):
+                os.kill(x, signal.SIGKILL)
