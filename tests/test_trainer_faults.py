@@ -1,6 +1,6 @@
 """Faults around the training loop, with real rank processes (2 ranks, ddp, DataLoader workers where the
 fault needs them): stop signals sent to every process of the job (as LSF sends them), DataLoader workers
-killed or orphaned."""
+killed or orphaned, a multigrid run stopped after its last epoch and run again."""
 import os
 import signal
 import subprocess
@@ -150,3 +150,19 @@ def test_the_workers_of_a_rank_killed_outright_end_with_it(data, tmp_path):
         for x in pids + servers:  # what this test started, by pid
             if alive(x):
                 os.kill(x, signal.SIGKILL)
+
+
+# -- runs stopped at their end or at --max-steps, and run again --------------------------------------------
+
+def test_a_multigrid_run_stopped_after_its_last_epoch_resumes_and_completes(data, tmp_path):
+    """A multigrid run stopped after its last step (here --max-steps at the last step; a signal during the
+    last validation or the final test leaves the same checkpoint) is finished by the next run: the final
+    test and COMPLETE, not an IndexError for the epoch after the last one."""
+    run = tmp_path / "run"
+    args = tiny_args(run, data, epochs=3, schedule="multigrid", test_clips=1, test_last=1)
+    run_ranks(2, args + ["--max-steps", "10"], tmp_path / "logs1", timeout=60)
+    last = ckpt.load(ckpt.latest(run))
+    assert (last["step"], last["epoch"]) == (10, 3) and not (run / COMPLETE).exists()  # every epoch done
+    run_ranks(2, args, tmp_path / "logs2", timeout=60)
+    assert (run / COMPLETE).exists()
+    assert any(r["kind"] == "test" and r.get("summary") for r in read_metrics(run))

@@ -139,7 +139,8 @@ class TrainState:
             warning = (f"was written with {state.get('steps_per_epoch')} steps/epoch, now "
                        f"{schedule.steps_per_epoch} (different ranks/batch): the epoch restarts at step 0")
             self.step_in_epoch = 0
-        if self.step_in_epoch >= schedule.epoch_steps(self.epoch):
+        # a run stopped after its last epoch (before or during the final test) has no epoch left to measure
+        if self.epoch < schedule.args.epochs and self.step_in_epoch >= schedule.epoch_steps(self.epoch):
             self.next_epoch()
             schedule.start_epoch()
         return warning
