@@ -1,6 +1,7 @@
 """Faults around the training loop, with real rank processes (2 ranks, ddp, DataLoader workers where the
 fault needs them): stop signals sent to every process of the job (as LSF sends them), DataLoader workers
-killed or orphaned, a multigrid run stopped after its last epoch and run again."""
+killed or orphaned, a multigrid run stopped after its last epoch and run again, and AAVG's batch rule on a small data
+set."""
 import os
 import signal
 import subprocess
@@ -166,3 +167,18 @@ def test_a_multigrid_run_stopped_after_its_last_epoch_resumes_and_completes(data
     run_ranks(2, args, tmp_path / "logs2", timeout=60)
     assert (run / COMPLETE).exists()
     assert any(r["kind"] == "test" and r.get("summary") for r in read_metrics(run))
+
+
+# -- AAVG's batch rule ----------------------------------------------------------------------------------------
+
+def test_the_aavg_batch_rule_never_grows_past_the_training_set(data, tmp_path):
+    """A batch rule that grows at every check (b1 huge) on 24 clips and 2 learners: the batch stops at the
+    largest that one global batch of the data holds (12; the rule's next step, 16, would be 32 clips), and
+    the run completes instead of failing at the next epoch's start with a sampler error."""
+    run = tmp_path / "run"
+    args = tiny_args(run, data, epochs=5, optimizer="adam", optimizer_sync="aavg", aavg_eval_every=2,
+                     aavg_b1=1e9, aavg_b2=2, lr=0.01, eval_every=0) + ["--no-test"]
+    run_ranks(2, args, tmp_path / "logs", timeout=60)
+    assert (run / COMPLETE).exists()
+    batches = [r["batch"] for r in read_metrics(run) if r["kind"] == "train"]
+    assert max(batches) == 12, batches

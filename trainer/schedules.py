@@ -190,8 +190,12 @@ class AAVGSchedule(Schedule):
         self.avg_rounds = 0
         self.controller: Optional[BatchSizeController] = None
         if a.aavg_eval_every > 0:
+            # the rule never grows the batch past one global batch of the training clips (the sampler refuses it)
+            top = a.aavg_max_batch
+            while top > a.batch_per_gpu and inner.data.steps_for_batch(top) == 0:
+                top -= 1
             self.controller = BatchSizeController(batch=a.batch_per_gpu, every=a.aavg_eval_every, b1=a.aavg_b1,
-                                                  b2=a.aavg_b2, max_batch=a.aavg_max_batch)
+                                                  b2=a.aavg_b2, max_batch=top)
 
     def _grown(self) -> bool:
         return not isinstance(self.inner, MultigridSchedule) and self.epoch_batch != self.args.batch_per_gpu
