@@ -1,7 +1,8 @@
 """Faults around the training loop, with real rank processes (2 ranks, ddp, DataLoader workers where the
 fault needs them): stop signals sent to every process of the job (as LSF sends them), DataLoader workers
-killed or orphaned, a multigrid run stopped after its last epoch and run again, and AAVG's batch rule on a small data
-set."""
+killed or orphaned, runs stopped after their last epoch or at --max-steps and run again (bitwise), and AAVG's batch rule
+around stops and on a small data set."""
+import copy
 import os
 import signal
 import subprocess
@@ -11,11 +12,13 @@ from pathlib import Path
 from typing import Callable, Dict, List
 
 import pytest
+import torch
 
 from trainer_utils import REPO, free_jobid, logs, make_dataset, rank_env, run_ranks, start_ranks, tiny_args, \
     wait_ranks
 
 from trainer import checkpoint as ckpt
+from trainer.bnstats import merge_running_stats, pooled_row, rank_rows, running_stats, set_running_stats
 from trainer.metrics import read_metrics
 from trainer.rundir import COMPLETE
 
@@ -80,6 +83,10 @@ def alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+def train_steps(run: Path) -> List[int]:
+    return [r["step"] for r in read_metrics(run) if r["kind"] == "train"]
 
 
 def rank_logs(log_dir: Path) -> List[str]:
@@ -169,7 +176,75 @@ def test_a_multigrid_run_stopped_after_its_last_epoch_resumes_and_completes(data
     assert any(r["kind"] == "test" and r.get("summary") for r in read_metrics(run))
 
 
+def test_a_rerun_with_the_same_max_steps_trains_no_further(data, tmp_path):
+    """--max-steps N: "stop once this many optimiser steps are done in total". A run already at step N
+    stops again at N (the same checkpoint, no new step), however often it is started."""
+    run = tmp_path / "run"
+    args = tiny_args(run, data, epochs=2, eval_every=0, max_steps=3, log_every=2) + ["--no-test"]
+    run_ranks(2, args, tmp_path / "logs1", timeout=60)
+    assert [p.name for p in ckpt.list_checkpoints(run)] == [ckpt.step_path(run, 3).name]
+    run_ranks(2, args, tmp_path / "logs2", timeout=60)
+    assert [p.name for p in ckpt.list_checkpoints(run)] == [ckpt.step_path(run, 3).name]
+    assert max(train_steps(run)) == 3
+    assert "stopping at step 3 (--max-steps)" in (tmp_path / "logs2" / "rank0.log").read_text()
+
+
+def test_max_steps_off_the_log_every_grid_resumes_bitwise(data, tmp_path):
+    """A run stopped by --max-steps at a step that is no metrics record of the uninterrupted run, then run
+    on, ends with the uninterrupted run's model, BatchNorm running statistics included."""
+    def args(run):
+        return tiny_args(run, data, epochs=2, eval_every=0, lr=0.02, log_every=4) + ["--no-test"]
+    run_ranks(2, args(tmp_path / "ref"), tmp_path / "logs-ref", timeout=60)
+    run_ranks(2, args(tmp_path / "cut") + ["--max-steps", "7"], tmp_path / "logs-cut", timeout=60)
+    run_ranks(2, args(tmp_path / "cut"), tmp_path / "logs-cut2", timeout=60)
+    a, b = (ckpt.load(ckpt.latest(tmp_path / r)) for r in ("ref", "cut"))
+    assert a["step"] == b["step"] == 12
+    assert [k for k, v in a["model"].items() if not torch.equal(v, b["model"][k])] == []
+
+
+def test_each_ranks_own_batchnorm_statistics_come_back_exactly_and_pool_as_a_merge_does():
+    """What a checkpoint between merges carries (``bnstats.rank_rows``): each rank takes its own statistics
+    back bit for bit, and on another number of ranks the rows merge as ``merge_running_stats`` merges."""
+    torch.manual_seed(0)
+    nets = [torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.BatchNorm2d(4))
+            for _ in range(3)]
+    for i, net in enumerate(nets):
+        net(torch.randn(8, 3, 6, 6) * (i + 1) + i)  # each "rank" saw other data
+    parts = [rank_rows(net, lambda t: t, r, 3) for r, net in enumerate(nets)]  # each rank's contribution
+    rows = rank_rows(nets[0], lambda t: sum(parts), 0, 3)  # the allreduce's sum, as every rank gets it
+    for r, net in enumerate(nets):
+        fresh = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.BatchNorm2d(4))
+        set_running_stats(fresh, rows[r])
+        assert torch.equal(running_stats(fresh), running_stats(net))
+    sent = []  # what each rank puts into merge_running_stats's allreduce
+    for net in nets:
+        merge_running_stats(copy.deepcopy(net), lambda t: sent.append(t.clone()) or t)
+    merged = copy.deepcopy(nets[0])
+    merge_running_stats(merged, lambda t: torch.stack(sent).mean(0))
+    assert torch.allclose(pooled_row(merged, rows), running_stats(merged), rtol=1e-6, atol=1e-7)
+    with pytest.raises(ValueError):
+        set_running_stats(merged, rows[0][:-1])
+
+
 # -- AAVG's batch rule ----------------------------------------------------------------------------------------
+
+def aavg_args(run: Path, data: Path, **kw) -> List[str]:
+    """Two learners, Adam, an averaging round every 2 local steps, a batch check every 3 steps."""
+    return tiny_args(run, data, epochs=3, optimizer="adam", optimizer_sync="aavg", avg_interval=2,
+                     aavg_eval_every=3, aavg_b2=2, aavg_max_batch=8, lr=0.01, eval_every=0, **kw) + ["--no-test"]
+
+
+def test_an_aavg_stop_where_a_batch_check_is_due_keeps_the_check(data, tmp_path):
+    """Step 6 ends an epoch, an averaging round and a batch-rule period: a run stopped there and run on
+    has made every check the uninterrupted run made (the rule's history, batch and best)."""
+    run_ranks(2, aavg_args(tmp_path / "ref", data), tmp_path / "logs-ref", timeout=60)
+    run_ranks(2, aavg_args(tmp_path / "cut", data, max_steps=6), tmp_path / "logs-cut", timeout=60)
+    run_ranks(2, aavg_args(tmp_path / "cut", data), tmp_path / "logs-cut2", timeout=60)
+    a, b = (ckpt.load(ckpt.latest(tmp_path / r)) for r in ("ref", "cut"))
+    assert a["step"] == b["step"] == 18
+    assert [h[0] for h in b["aavg"]["controller"]["history"]] == [3, 6, 9, 12, 15, 18]
+    assert a["aavg"] == b["aavg"]
+
 
 def test_the_aavg_batch_rule_never_grows_past_the_training_set(data, tmp_path):
     """A batch rule that grows at every check (b1 huge) on 24 clips and 2 learners: the batch stops at the

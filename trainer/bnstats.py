@@ -52,3 +52,45 @@ def running_stats(model: torch.nn.Module) -> torch.Tensor:
     bns = _running_bns(model)
     return torch.cat([t.detach().double().flatten() for m in bns for t in (m.running_mean, m.running_var)]) \
         if bns else torch.zeros(0, dtype=torch.float64)
+
+
+@torch.no_grad()
+def set_running_stats(model: torch.nn.Module, flat: torch.Tensor) -> None:
+    """Load a ``running_stats`` tensor back into the model's BatchNorm layers (a rank taking up its own
+    statistics again on resume). Values come back exactly: float32 survives the trip through float64."""
+    offset = 0
+    for m in _running_bns(model):
+        for t in (m.running_mean, m.running_var):
+            k = t.numel()
+            if offset + k > flat.numel():
+                raise ValueError(f"{flat.numel()} BatchNorm statistics for a network that has more")
+            t.copy_(flat[offset:offset + k].view_as(t))
+            offset += k
+    if offset != flat.numel():
+        raise ValueError(f"{flat.numel()} BatchNorm statistics for a network that has {offset}")
+
+
+def rank_rows(model: torch.nn.Module, allreduce_sum: Callable[[torch.Tensor], torch.Tensor], rank: int,
+              size: int) -> torch.Tensor:
+    """Every rank's running statistics unmerged, row r from rank r (a collective: every rank calls it).
+
+    Why: a checkpoint taken where the ranks' statistics were not merged must
+    give each rank its own back, or the resumed run no longer continues the
+    interrupted one exactly.
+    """
+    mine = running_stats(model)
+    rows = torch.zeros(size, mine.numel(), dtype=torch.float64, device=mine.device)
+    rows[rank] = mine
+    return allreduce_sum(rows)
+
+
+def pooled_row(model: torch.nn.Module, rows: torch.Tensor) -> torch.Tensor:
+    """``rank_rows`` merged as ``merge_running_stats`` merges (for a resume on another number of ranks)."""
+    out, offset = [], 0
+    for m in _running_bns(model):
+        k = m.running_mean.numel()
+        mean, var = rows[:, offset:offset + k], rows[:, offset + k:offset + 2 * k]
+        mu = mean.mean(0)
+        out += [mu, (var + mean * mean).mean(0) - mu * mu]
+        offset += 2 * k
+    return torch.cat(out) if out else torch.zeros(0, dtype=torch.float64)
