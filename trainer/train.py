@@ -36,7 +36,7 @@ from . import rundir
 from . import setup
 from . import tboard
 from .aavg import average_learners
-from .bnstats import merge_running_stats
+from .bnstats import merge_running_stats, pooled_row, rank_rows, set_running_stats
 from .ckptwriter import CheckpointWriter
 from .data import EvalClips, Pipeline, SampleError, error_line
 from .engines import Engine, make_engine, unwrap
@@ -167,6 +167,7 @@ class Trainer:
                 log(f"removed {p}, left by an interrupted run")
         self.metrics = MetricsWriter(self.run_dir, self.is_main)
         self.writer = CheckpointWriter() if self.is_main else None  # rank 0 writes, in the background
+        self._bn_unmerged = False  # the last record left each rank its own BatchNorm statistics
         self.amp_dtype, self.channels_last = setup.numerics(self.args, self.device)
         setup.backends(self.device)
 
@@ -203,6 +204,7 @@ class Trainer:
             if why:
                 raise SystemExit(f"trainer: {latest} {why}")
             model.load_state_dict(saved["model"])
+            self._own_bn_stats(model, saved.get("bn_ranks"))
         elif e.size > 1:
             e.broadcast_model(model)
         if self.aavg:  # learners step on their own gradients: no allreduce wrapper at all
@@ -273,6 +275,13 @@ class Trainer:
         log(f"resumed from {path} at step {st.step} (epoch {st.epoch}, step {st.step_in_epoch})", self.is_main)
         self.resumed_from = path
 
+    def _own_bn_stats(self, model: torch.nn.Module, rows: Optional[torch.Tensor]) -> None:
+        """A checkpoint with every rank's unmerged statistics (a --max-steps stop between records) gives each
+        rank its own row back; on another number of ranks every rank takes them merged."""
+        if rows is not None:
+            e = self.engine
+            set_running_stats(model, rows[e.rank] if rows.shape[0] == e.size else pooled_row(model, rows))
+
     def merge_bn(self) -> None:
         """Every rank takes the BatchNorm statistics of all ranks' batches (``trainer.bnstats``; a collective).
 
@@ -287,9 +296,14 @@ class Trainer:
 
     def save(self, epoch_end: Optional[int] = None, best: bool = False) -> None:
         """Rank 0 hands the state to the writer. Every save comes right after a metrics record, whose
-        BatchNorm merge gave all ranks the statistics rank 0 writes (``merge_bn``)."""
+        BatchNorm merge gave all ranks the statistics rank 0 writes (``merge_bn``); after a record only
+        --max-steps asked for, which merges nothing, every rank's own statistics go in as ``bn_ranks``."""
+        e = self.engine
+        rows = rank_rows(self.core, e.allreduce_sum, e.rank, e.size) if self._bn_unmerged and e.size > 1 else None
         if self.is_main:
             state = self.state.checkpoint(self.model, self.opt, self.scaler, self.schedule, self.args)
+            if rows is not None:
+                state["bn_ranks"] = rows.cpu()
             self.writer.submit(self.run_dir, state, self.state.step, self.args.keep, epoch_end,
                                max(self.args.test_last, 1), best, then=self._exports(epoch_end, best))
 
@@ -362,6 +376,8 @@ class Trainer:
         progress = _Progress(self.state.step, self.device)
         self._last_save = time.time()
         while self.state.epoch < self.args.epochs:
+            if self.args.max_steps and self.state.step >= self.args.max_steps:
+                return self._stopped()  # resumed at --max-steps: no step beyond it
             if self._epoch(progress):
                 return self._stopped()
         return self._finish()
@@ -416,16 +432,21 @@ class Trainer:
         limit = bool(a.max_steps and st.step >= a.max_steps)
         step_save = bool(a.ckpt_every_steps and st.step % a.ckpt_every_steps == 0)
         stopping = timed_save = False
-        if limit or step_save or progress.steps >= a.log_every or st.step_in_epoch == epoch_steps:
+        # the record grid counts from the epoch's start, not from the last record: a run resumed from a
+        # --max-steps stop between records keeps the grid (and BatchNorm merges) of the run it was cut from
+        grid = bool(step_save or st.step_in_epoch % a.log_every == 0 or st.step_in_epoch == epoch_steps)
+        if limit or grid:
             red = progress.reduce(self.engine, bool(self.stop) or limit, self._save_time())
             stopping, timed_save = red.stop, red.save
-            self.merge_bn()
+            if grid:  # a record that only --max-steps asks for merges nothing: the run it is cut from has none
+                self.merge_bn()
+            self._bn_unmerged = not grid
             if self.is_main:
                 self._log_train(red.record, progress, step, lr, epoch_steps)
+        if self.aavg and s.check_due(st.step) and self.val_set is not None:
+            self._batch_rule(lr)  # before a stop too: the resumed run starts after this step's check
         if stopping:
             return True, lr
-        if self.aavg and s.check_due(st.step) and self.val_set is not None:
-            self._batch_rule(lr)
         if timed_save or step_save:
             self.save()
             self._last_save = time.time()
