@@ -109,7 +109,7 @@ def _reason(exc: BaseException) -> str:
 
 
 def _torch_load(path: Path) -> Any:
-    """The file read as data only (never ``weights_only=False``), failures as one-line WeightsErrors."""
+    """The file read as data only (``weights_only=True``: a file cannot run code), failures as one-line WeightsErrors."""
     try:
         return compat.load_data_only(path)  # torch.load(weights_only=True) on every torch release
     except pickle.UnpicklingError as exc:
