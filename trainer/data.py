@@ -365,7 +365,6 @@ class Pipeline:
         persistent = persistent and workers > 0
         self.train_pool = _Pool({"train": train}, workers, pin, prefetch, persistent)
         self.eval_pool = _Pool(dict(evals), workers, pin, prefetch, persistent)
-        self.pin = pin
 
     def train_batches(self, sampler: Iterable[List]) -> Iterator:
         """The epoch's micro-batches from a MicroBatchSampler or ShapeBatchSampler."""
