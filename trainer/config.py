@@ -30,6 +30,8 @@ TEST_AVERAGES = ("logits", "probs")
 #: Weights-only export formats ("none": no export) and the key layouts weights are read and written in.
 EXPORT_FORMATS = ("pt", "safetensors", "none")
 WEIGHT_LAYOUTS = ("summit", "tsm", "mmaction2")
+#: What a clip holds: RGB frames, or stacks of optical flow fields (the two-stream network's temporal stream).
+MODALITIES = ("rgb", "flow")
 #: AAVG's default averaging interval: once per epoch.
 AVG_INTERVAL_EPOCH = -1
 #: Method options by trainer option name: (choices, default). The planner renders only non-defaults.
@@ -70,6 +72,11 @@ def _model_options(g: "argparse._ArgumentGroup") -> None:
     g.add_argument("--pretrained", default=None, metavar="FILE",
                    help="start from an ImageNet 2D ResNet state_dict in torchvision's key layout (the TSM recipe's "
                         "initialisation); the fc head is new; $VARS expanded")
+    g.add_argument("--init-from", default=None, metavar="RUN_DIR_OR_CKPT",
+                   help="start from a trained model of this trainer (a run directory: its best.pt, else its newest "
+                        "checkpoint; or a checkpoint file): every tensor that fits is copied, the fc head when the "
+                        "classes match; an RGB model's first conv starts a flow stream averaged over its colour "
+                        "channels and repeated over the flow channels (cross-modality transfer); $VARS expanded")
     g.add_argument("--dropout", type=float, default=0.0,
                    help="before the fc head (the paper: none; the official TSM recipe: 0.5)")
 
@@ -127,6 +134,12 @@ def _aavg_options(g: "argparse._ArgumentGroup") -> None:
 
 def _data_options(g: "argparse._ArgumentGroup") -> None:
     """The data options."""
+    g.add_argument("--modality", choices=MODALITIES, default=MODALITIES[0],
+                   help="rgb: frames; flow: the temporal stream, each segment a stack of --flow-stack consecutive "
+                        "optical flow fields (x and y) from shards packed with 'pack --modality flow'")
+    g.add_argument("--flow-stack", type=int, default=10,
+                   help="flow: consecutive flow fields per segment; the first conv takes 2 x this many channels "
+                        "(the two-stream papers: 10)")
     g.add_argument("--sampling", choices=("dense", "uniform"), default="dense",
                    help="dense: T frames from a T*stride window; uniform: TSN segments")
     g.add_argument("--frame-stride", type=int, default=8, help="dense sampling stride")
@@ -223,7 +236,7 @@ INTS: Dict[str, Tuple[int, str]] = {
     "aavg_eval_every": (0, "0 turns the batch rule off"), "aavg_max_batch": (1, "clips per learner"),
     "frame_stride": (1, "frames between sampled frames"), "input_size": (1, "pixels"),
     "scale_size": (0, "0 means input-size x 256/224"), "test_size": (0, "0 means the --scale-size"),
-    "workers": (0, "0 decodes in the rank itself"),
+    "workers": (0, "0 decodes in the rank itself"), "flow_stack": (1, "flow fields per segment"),
     "prefetch": (1, "batches each worker keeps ready"), "eval_every": (0, "0 means never"),
     "test_clips": (1, "clips per video"), "test_last": (1, "use --no-test to skip the final test"),
     "keep": (1, "the newest checkpoint is always kept"), "ckpt_every_steps": (0, "0 means off"),
@@ -311,11 +324,14 @@ def parse(argv: Optional[List[str]] = None) -> argparse.Namespace:
     if not args.run_dir.strip():
         p.error("--run-dir '': give the folder for checkpoints and metrics")
     args.run_dir = os.path.expandvars(args.run_dir)
-    for name in ("data", "pretrained", "test_only"):
+    for name in ("data", "pretrained", "test_only", "init_from"):
         if getattr(args, name):
             setattr(args, name, os.path.expandvars(getattr(args, name)))
     _check_numbers(p, args)
     _check_methods(p, args)
+    if args.pretrained and args.init_from:
+        p.error("--pretrained and --init-from both give the starting weights: use one (--pretrained: ImageNet "
+                "2D weights; --init-from: a model this trainer trained)")
     if args.scale_size <= 0:
         args.scale_size = int(round(args.input_size * 256 / 224))
     if args.test_size <= 0:
@@ -331,7 +347,7 @@ def unset_variables(args: argparse.Namespace) -> Optional[str]:
     unset one would make a folder literally named ``$SUMMIT_JOBS_NVME``.
     """
     for flag, value in (("--run-dir", args.run_dir), ("--data", args.data), ("--pretrained", args.pretrained),
-                        ("--test-only", args.test_only)):
+                        ("--test-only", args.test_only), ("--init-from", args.init_from)):
         left = re.search(r"\$\{?[A-Za-z_][A-Za-z0-9_]*\}?", value or "")
         if left:
             return (f"trainer: {flag} {value}: {left.group(0)} is not set in this environment "
