@@ -27,7 +27,8 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from . import transforms
-from .clips import ClipSpec, sample_rng, eval_crops, eval_frame_indices, train_clip, train_frame_indices
+from .clips import (ClipSpec, sample_rng, eval_crops, eval_frame_indices, flow_eval_crops, flow_eval_indices,
+                    flow_train_clip, flow_train_indices, train_clip, train_frame_indices)
 from .sampler import MicroBatchSampler, ShapeBatchSampler
 from .shards import ShardDataset
 from .signals import STOP_SIGNALS
@@ -83,11 +84,55 @@ def decoded(shards: ShardDataset, i: int, indices: Sequence[int], make: Callable
                           f"decoded ({why}); re-pack that video or re-stage the shard") from None
 
 
+def _bad_field(pairs: Sequence[Tuple[bytes, bytes]], indices: Sequence[int],
+               num_fields: int) -> Optional[Tuple[str, str]]:
+    """(tar member suffix, why) of the first flow JPEG of a clip that does not decode on its own, else None."""
+    for j, (x, y) in zip(indices, pairs):
+        t = min(max(int(j), 0), num_fields - 1)
+        for axis, data in (("x", x), ("y", y)):
+            bad = _bad_frame([data], [t], num_fields)
+            if bad is not None:
+                return f"{t:05d}.{axis}.jpg", bad[1]
+    return None
+
+
+def decoded_flow(shards: ShardDataset, i: int, indices: Sequence[int], make: Callable[[List], np.ndarray]):
+    """``decoded`` for a flow pack: ``make(pairs)`` of the (flow_x, flow_y) JPEGs of fields ``indices``;
+    a JPEG that cannot be decoded is reported by shard file and member."""
+    pairs = shards.flow(i, indices)
+    try:
+        return make(pairs)
+    except Exception:
+        bad = _bad_field(pairs, indices, shards.num_frames(i))
+        if bad is None:
+            raise
+        key, (member, why) = shards.key(i), bad
+        path = shards.root / shards._shards[shards._samples[i][0]]["name"]
+        raise SampleError(f"trainer: shard {path}: member {key}.{member} (sample {key}) cannot be decoded "
+                          f"({why}); re-pack that video's flow or re-stage the shard") from None
+
+
+def open_shards(root: str, split: str, spec: ClipSpec) -> ShardDataset:
+    """The split's shards, refused in one line when they hold another modality than the run trains.
+
+    Why here, before any worker starts: a flow pack read as frames (or frames
+    as flow) would fail in every worker, once per clip, with a reader's error.
+    """
+    shards = ShardDataset(root, split)
+    if shards.modality != spec.modality:
+        how = ("train the temporal stream with --modality flow" if shards.modality == "flow" else
+               "pack the videos with 'summit-jobs pack --modality flow' for --modality flow, or train with "
+               "--modality rgb")
+        raise SystemExit(f"trainer: {root} holds {shards.modality} shards (manifest modality "
+                         f"{shards.modality!r}) and this run trains --modality {spec.modality}: {how}")
+    return shards
+
+
 class TrainClips(Dataset):
     """Items are (epoch, index): the augmentation draw depends on nothing else."""
 
     def __init__(self, root: str, spec: ClipSpec, seed: int, split: str = "train"):
-        self.shards = ShardDataset(root, split)
+        self.shards = open_shards(root, split, spec)
         self.spec, self.seed = spec, seed
 
     def __len__(self) -> int:
@@ -98,8 +143,12 @@ class TrainClips(Dataset):
         epoch, i = item[0], item[1]
         spec = self.spec if len(item) == 2 else self.shaped(item[2], item[3])
         rng = sample_rng(self.seed, epoch, i)
-        idx = train_frame_indices(self.shards.num_frames(i), spec.num_segments, spec.mode, spec.stride, rng)
-        clip = decoded(self.shards, i, idx, lambda frames: train_clip(frames, spec, rng))
+        if spec.modality == "flow":
+            idx = flow_train_indices(self.shards.num_frames(i), spec, rng)
+            clip = decoded_flow(self.shards, i, idx, lambda pairs: flow_train_clip(pairs, spec, rng))
+        else:
+            idx = train_frame_indices(self.shards.num_frames(i), spec.num_segments, spec.mode, spec.stride, rng)
+            clip = decoded(self.shards, i, idx, lambda frames: train_clip(frames, spec, rng))
         return torch.from_numpy(clip), self.shards.label(i)
 
     def shaped(self, frames: int, size: int) -> ClipSpec:
@@ -118,7 +167,7 @@ class EvalClips(Dataset):
     """
 
     def __init__(self, root: str, spec: ClipSpec, clips: int, split: str = "val", crops: int = 1, size: int = 0):
-        self.shards = ShardDataset(root, split)
+        self.shards = open_shards(root, split, spec)
         self.spec, self.clips, self.crops = spec, clips, crops
         self.size = size or spec.size
 
@@ -132,9 +181,14 @@ class EvalClips(Dataset):
 
     def __getitem__(self, item: Tuple[int, int]):
         i, clip = item
-        idx = eval_frame_indices(self.shards.num_frames(i), self.spec.num_segments, self.spec.mode,
-                                 self.spec.stride, clip, self.clips)
-        crops = decoded(self.shards, i, idx, lambda frames: eval_crops(frames, self.spec, self.crops, self.size))
+        spec, n = self.spec, self.shards.num_frames(i)
+        if spec.modality == "flow":
+            idx = flow_eval_indices(n, spec, clip, self.clips)
+            crops = decoded_flow(self.shards, i, idx, lambda pairs: flow_eval_crops(pairs, spec, self.crops,
+                                                                                    self.size))
+        else:
+            idx = eval_frame_indices(n, spec.num_segments, spec.mode, spec.stride, clip, self.clips)
+            crops = decoded(self.shards, i, idx, lambda frames: eval_crops(frames, spec, self.crops, self.size))
         return torch.from_numpy(crops), self.shards.label(i)
 
 

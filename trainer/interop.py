@@ -449,14 +449,14 @@ def _fill_counts(sd: StateDict, want: Dict[str, Tuple[int, ...]]) -> StateDict:
     return out
 
 
-def _expected(arch: str, base: int, classes: int) -> Dict[str, Tuple[int, ...]]:
-    """Key shapes of the trainer's model of this arch, stem width and classes (built on the meta
-    device: no memory, no initialisation cost)."""
+def _expected(arch: str, base: int, classes: int, in_channels: int = 3) -> Dict[str, Tuple[int, ...]]:
+    """Key shapes of the trainer's model of this arch, stem width, classes and input channels (built on
+    the meta device: no memory, no initialisation cost)."""
     width = base / 64
     if max(8, int(round(64 * width))) != base:
         raise WeightsError(f"conv1 has {base} output channels: this trainer's ResNets have 8 or more")
     with torch.device("meta"):
-        model = build_model(arch, classes, shift=False, width=width)
+        model = build_model(arch, classes, shift=False, width=width, in_channels=in_channels)
     return _shapes(model.state_dict())
 
 
@@ -471,12 +471,22 @@ def describe(sd: StateDict) -> Tuple[StateDict, Dict[str, Any]]:
     if fc is None or fc.dim() != 2:
         raise WeightsError(f"it has no classifier (fc.weight of 2 dimensions) for its {arch}: a backbone alone "
                            "can start a run (--pretrained) but not be tested or exported")
-    base = int(sd["conv1.weight"].shape[0])
-    want = _expected(arch, base, int(fc.shape[0]))
+    base, channels = int(sd["conv1.weight"].shape[0]), int(sd["conv1.weight"].shape[1])
+    want = _expected(arch, base, int(fc.shape[0]), channels)
     problem = _mismatch(_shapes(sd), want)
     if problem:
         raise WeightsError(f"it is no whole {arch}: {problem}")
-    return _fill_counts(sd, want), {"arch": arch, "width": base / 64, "num_classes": int(fc.shape[0])}
+    return _fill_counts(sd, want), {"arch": arch, "width": base / 64, "num_classes": int(fc.shape[0]),
+                                    "in_channels": channels}
+
+
+def input_options(channels: int) -> str:
+    """The trainer options that build a first conv of ``channels`` input channels, in words."""
+    if channels == 3:
+        return "--modality rgb"
+    if channels % 2 == 0:
+        return f"--modality flow --flow-stack {channels // 2}"
+    return f"no options of this trainer ({channels} input channels are neither RGB nor x/y flow pairs)"
 
 
 # -- an ImageNet start -----------------------------------------------------------------------
@@ -488,10 +498,12 @@ class PretrainedReport:
     layout: str
     copied: int
     source_classes: Optional[int]
+    cross_modality: bool = False  # the RGB stem averaged and repeated over a flow stream's channels
 
     def line(self) -> str:
         had = f" (its {self.source_classes}-class fc left out)" if self.source_classes else ""
-        return (f"pretrained: {self.copied} backbone tensors from {self.path} ({self.layout} layout){had}; "
+        stem = "; conv1 averaged over RGB and repeated over the flow channels" if self.cross_modality else ""
+        return (f"pretrained: {self.copied} backbone tensors from {self.path} ({self.layout} layout){had}{stem}; "
                 "the fc head is new")
 
 
@@ -508,6 +520,24 @@ def _arch_hint(sd: StateDict, model: torch.nn.Module) -> str:
             f"or give {want} weights")
 
 
+def cross_modality(weight: torch.Tensor, channels: int) -> torch.Tensor:
+    """A first conv's (out, c, k, k) filters for ``channels`` inputs: the mean over its c input channels,
+    repeated (TSN's cross-modality initialisation: an ImageNet or RGB stem starts a flow stream)."""
+    mean = weight.float().mean(dim=1, keepdim=True)
+    return mean.expand(weight.shape[0], channels, *weight.shape[2:]).to(weight.dtype).contiguous()
+
+
+def _adapt_stem(backbone: StateDict, target: StateDict) -> bool:
+    """The file's RGB stem made to fit a stem of other input channels (a flow stream); True when done."""
+    src, dst = backbone.get("conv1.weight"), target.get("conv1.weight")
+    if src is None or dst is None or src.dim() != 4 or tuple(src.shape) == tuple(dst.shape):
+        return False
+    if (src.shape[0], *src.shape[2:]) != (dst.shape[0], *dst.shape[2:]):
+        return False
+    backbone["conv1.weight"] = cross_modality(src, dst.shape[1])
+    return True
+
+
 def load_pretrained(model: torch.nn.Module, path: os.PathLike) -> PretrainedReport:
     """Copy a 2D ResNet's backbone (every key but ``fc.*``) into ``model``; its fc head stays new.
 
@@ -522,6 +552,7 @@ def load_pretrained(model: torch.nn.Module, path: os.PathLike) -> PretrainedRepo
     head = ours.get("fc.weight")
     backbone = {k: v for k, v in ours.items() if not k.startswith("fc.")}
     target = {k: v for k, v in model.state_dict().items() if not k.startswith("fc.")}
+    adapted = _adapt_stem(backbone, target)
     problem = _mismatch(_shapes(backbone), _shapes(target))
     if problem:
         raise WeightsError(f"does not fit the model: {problem}; {_arch_hint(backbone, model)}")
@@ -530,7 +561,8 @@ def load_pretrained(model: torch.nn.Module, path: os.PathLike) -> PretrainedRepo
             if key in backbone:
                 dst.copy_(backbone[key])
     copied = sum(1 for k in target if k in backbone)
-    return PretrainedReport(os.fspath(path), layout, copied, int(head.shape[0]) if head is not None else None)
+    return PretrainedReport(os.fspath(path), layout, copied, int(head.shape[0]) if head is not None else None,
+                            adapted)
 
 
 # -- any checkpoint, for --test-only ---------------------------------------------------------
@@ -590,13 +622,18 @@ def option_mismatch(info: Dict[str, Any], args: argparse.Namespace, num_classes:
     want = [f"--arch {info['arch']}"] if args.arch != info["arch"] else []
     if abs(args.width - info["width"]) > 1e-9:
         want.append(f"--width {info['width']:g}")
+    channels = info.get("in_channels", 3)
+    mine = 3 if getattr(args, "modality", "rgb") == "rgb" else 2 * args.flow_stack
+    if channels != mine:
+        want.append(input_options(channels))
     shift = _shift_options(info)
     if shift is None:
         return (f"its shifts ({len(info['shifted'])} blocks, placement {info['placement']}) follow no rule of "
                 "this trainer (--shift-placement, --shift-blocks)")
     if shift and not _same_shift(info, args.shift, args.shift_placement, args.shift_blocks):
         want.append(" ".join(shift))
-    problem = f"it is a {info['arch']} of width {info['width']:g} with {info['num_classes']} classes"
+    kind = "" if channels == 3 else f" on {channels} flow channels"
+    problem = f"it is a {info['arch']} of width {info['width']:g}{kind} with {info['num_classes']} classes"
     if info["num_classes"] != num_classes:
         return f"{problem}, the data has {num_classes} classes: test it on data of its classes"
     return f"{problem}, built otherwise than these options: pass {' '.join(want)}" if want else None

@@ -117,7 +117,7 @@ class TSMResNet(nn.Module):
 
     def __init__(self, arch: str = "resnet50", num_classes: int = 400, num_segments: int = 8,
                  shift: bool = True, fold_div: int = 8, placement: str = "blockres", width: float = 1.0,
-                 dropout: float = 0.0, shift_blocks: str = "official"):
+                 dropout: float = 0.0, shift_blocks: str = "official", in_channels: int = 3):
         super().__init__()
         if arch not in ARCHS:
             raise ValueError(f"unknown arch {arch!r}: choose one of {', '.join(ARCHS)}")
@@ -129,7 +129,8 @@ class TSMResNet(nn.Module):
         self.arch, self.num_segments, self.num_classes = arch, num_segments, num_classes
         base = max(8, int(round(64 * width)))
         self.inplanes = base
-        self.conv1 = nn.Conv2d(3, base, 7, 2, 3, bias=False)
+        self.in_channels = in_channels  # 3 colours, or 2 x the flow stack for the temporal stream
+        self.conv1 = nn.Conv2d(in_channels, base, 7, 2, 3, bias=False)
         self.bn1 = nn.BatchNorm2d(base)
         self.relu = nn.ReLU(inplace=True)
         self.maxpool = nn.MaxPool2d(3, 2, 1)
@@ -201,7 +202,7 @@ class TSMResNet(nn.Module):
         return torch.flatten(self.avgpool(x), 1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """``x``: (N, T, 3, H, W) or already folded (N*T, 3, H, W); returns (N, classes)."""
+        """``x``: (N, T, C, H, W) or already folded (N*T, C, H, W), C = ``in_channels``; returns (N, classes)."""
         if x.dim() == 5:
             n, t = x.shape[:2]
             x = x.reshape(n * t, *x.shape[2:])
@@ -216,9 +217,11 @@ class TSMResNet(nn.Module):
 
 def build_model(arch: str = "resnet50", num_classes: int = 400, num_segments: int = 8, shift: bool = True,
                 placement: str = "blockres", width: float = 1.0, fold_div: int = 8,
-                dropout: float = 0.0, shift_blocks: str = "official") -> TSMResNet:
-    """The trainer's model from its options (``--shift-blocks``: which blocks carry a shift)."""
-    return TSMResNet(arch, num_classes, num_segments, shift, fold_div, placement, width, dropout, shift_blocks)
+                dropout: float = 0.0, shift_blocks: str = "official", in_channels: int = 3) -> TSMResNet:
+    """The trainer's model from its options (``--shift-blocks``: which blocks carry a shift; ``in_channels``:
+    3, or 2 x --flow-stack for a flow stream)."""
+    return TSMResNet(arch, num_classes, num_segments, shift, fold_div, placement, width, dropout, shift_blocks,
+                     in_channels)
 
 
 #: The official TSM fine-tuning multipliers (``--fc-lr5``): classifier weight and bias.

@@ -18,7 +18,7 @@ from .clips import ClipSpec
 from .config import LR_PER_8_CLIPS
 from .data import EvalClips, TrainClips
 from .engines import Engine
-from . import interop
+from . import interop, transfer
 from .metrics import log
 from .model import build_model
 from .optim import build_optimizer
@@ -81,7 +81,14 @@ def backends(device: torch.device) -> None:
 def clip_spec(args: argparse.Namespace) -> ClipSpec:
     return ClipSpec(num_segments=args.num_segments, mode=args.sampling, stride=args.frame_stride,
                     size=args.input_size, scale_size=args.scale_size, flip=args.flip, test_crops=args.test_crops,
-                    test_size=args.test_size)
+                    test_size=args.test_size, modality=args.modality, flow_stack=args.flow_stack)
+
+
+def network(args: argparse.Namespace, num_classes: int) -> torch.nn.Module:
+    """The network the options describe (its first conv takes 3 colours or 2 x --flow-stack flow channels)."""
+    return build_model(args.arch, num_classes, args.num_segments, args.shift, args.shift_placement,
+                       args.width, args.fold_div, args.dropout, shift_blocks=args.shift_blocks,
+                       in_channels=clip_spec(args).channels)
 
 
 @dataclass
@@ -103,7 +110,7 @@ def load_data(args: argparse.Namespace, engine: Engine, spec: ClipSpec, device: 
     if labels and max(labels) >= num_classes:
         raise SystemExit(f"trainer: the data has label {max(labels)} but the model has {num_classes} "
                          "classes: pass --num-classes 0 to take the count from the manifest")
-    val_set = EvalClips(args.data, spec, 1, "val") if len(ShardDataset(args.data, "val")) else None
+    val_set = EvalClips(args.data, spec, args.val_clips, "val") if len(ShardDataset(args.data, "val")) else None
     test_set = EvalClips(args.data, spec, args.test_clips, "val", args.test_crops, args.test_size) \
         if val_set is not None and args.test else None
     k = args.accum_steps
@@ -157,8 +164,9 @@ def model_and_optimizer(args: argparse.Namespace, num_classes: int, schedule: Sc
                         ) -> Tuple[torch.nn.Module, torch.optim.Optimizer]:
     """The same initial model on every rank (seeded; rank 0's is broadcast anyway) and its optimiser."""
     torch.manual_seed(args.seed)
-    model = build_model(args.arch, num_classes, args.num_segments, args.shift, args.shift_placement,
-                        args.width, args.fold_div, args.dropout, shift_blocks=args.shift_blocks).to(device)
+    model = network(args, num_classes).to(device)
+    if args.init_from:
+        log(transfer.init_from(model, args.init_from).line(), is_main)
     if args.pretrained:
         try:
             report = interop.load_pretrained(model, args.pretrained)
@@ -202,6 +210,7 @@ def run_config(args: argparse.Namespace, engine: Engine, schedule: Schedule, glo
         "amp": str(amp).replace("torch.", "") if amp else "off", **_communication(a, engine),
         "shift_blocks": a.shift_blocks, "fc_lr5": a.fc_lr5,
         "test": f"{a.test_clips} clips x {a.test_crops} crops of {a.test_size}, {a.test_average} averaged",
+        "val_clips": a.val_clips, "preset": a.preset,
     }
     if a.optimizer == "lars":
         cfg["trust_coefficient"] = a.trust_coefficient

@@ -6,7 +6,8 @@ its own records: no checkpoint written, pruned or cleaned up (a training run
 may be writing into the same folder), no COMPLETE, no run_config.json. The
 test itself is the final test's: ``steps.evaluate`` over the validation videos
 with --test-clips x --test-crops views of --test-size, averaged by --test-average;
-the result is one ``test`` record in metrics.jsonl with ``test_only: true``.
+the result is one ``test`` record in metrics.jsonl with ``test_only: true``
+and the per-video scores in ``scores/test-only-<checkpoint stem>.npz``.
 The checkpoint may be this trainer's or another code's (``trainer.interop``).
 """
 from __future__ import annotations
@@ -20,11 +21,10 @@ from typing import Dict, Optional, Tuple
 import torch
 
 from . import checkpoint as ckpt
-from . import interop, rundir, setup, tboard
+from . import interop, rundir, scores, setup, tboard
 from .data import EvalClips
 from .engines import Engine, make_engine
 from .metrics import MetricsWriter, log
-from .model import build_model
 from .signals import STOP_SIGNALS
 from .steps import EvalLoader, StepContext, evaluate
 from .trainstate import plain_args
@@ -101,8 +101,7 @@ def _model(args: argparse.Namespace, num_classes: int, weights: Dict, info: Dict
                          "data's count)")
     why = interop.option_mismatch(info, args, num_classes)
     if not why:
-        model = build_model(args.arch, num_classes, args.num_segments, args.shift, args.shift_placement,
-                            args.width, args.fold_div, args.dropout, shift_blocks=args.shift_blocks).to(device)
+        model = setup.network(args, num_classes).to(device)
         why = weights_misfit(model, weights)
     if why:
         raise SystemExit(f"trainer: --test-only {path}: {why}")
@@ -140,12 +139,16 @@ def _run(args: argparse.Namespace, engine: Engine, metrics: MetricsWriter) -> in
     ctx = StepContext(engine, model, None, None, engine.device, amp, channels_last, 1, 0.0, True)
     how = EvalLoader(args.batch_per_gpu, args.workers, args.prefetch, args.test_average)
     log(f"test only: {path} on {engine.size} ranks, {len(test_set)} videos", engine.rank == 0)
-    r = evaluate(ctx, how, test_set, model)
+    r, table = evaluate(ctx, how, test_set, model, per_video=True)
     meta = info.get("meta") or {}
     step = meta.get("step") if isinstance(meta.get("step"), int) else 0
     epoch = meta.get("epoch") if isinstance(meta.get("epoch"), int) else 0
+    saved = scores.scores_name(path.name, test_only=True)
+    if engine.rank == 0:
+        saved = scores.save_test(args.run_dir, test_set, table, scores.test_meta(
+            args, test_set, path.name, step, max(epoch - 1, 0), num_classes, test_only=True))
     metrics.write("test", step=step, epoch=max(epoch - 1, 0), checkpoint=path.name, test_only=True, lr=0.0,
-                  clips=args.test_clips, crops=args.test_crops, layout=info.get("layout"), **r)
+                  clips=args.test_clips, crops=args.test_crops, layout=info.get("layout"), scores=saved, **r)
     log(f"test {path.name}: top1 {100 * r['top1']:.2f}% top5 {100 * r['top5']:.2f}% ({args.test_clips} clips x "
         f"{args.test_crops} crops of {args.test_size}, {args.test_average} averaged; test only)", engine.rank == 0)
     engine.barrier()

@@ -56,7 +56,8 @@ def plain_args(args: argparse.Namespace) -> Dict:
 
 
 #: Options that define the network or its optimiser's groups: a checkpoint resumes only under the same values.
-NETWORK_OPTIONS = ("arch", "width", "shift", "shift_placement", "shift_blocks", "fold_div", "fc_lr5")
+NETWORK_OPTIONS = ("arch", "width", "shift", "shift_placement", "shift_blocks", "fold_div", "fc_lr5", "modality",
+                   "flow_stack")
 
 
 def _effective(args: Dict) -> Dict:
@@ -65,6 +66,9 @@ def _effective(args: Dict) -> Dict:
     out = {k: args.get(k) for k in NETWORK_OPTIONS}
     out["shift_blocks"] = out["shift_blocks"] or "all"
     out["fc_lr5"] = bool(out["fc_lr5"])
+    out["modality"] = out["modality"] or "rgb"  # written before --modality existed: RGB
+    if out["modality"] == "rgb":
+        out["flow_stack"] = None  # no stack in an RGB network
     if out["arch"] not in ("resnet101", "resnet152") or out["shift_placement"] != "blockres" or not out["shift"]:
         out["shift_blocks"] = "all"  # the official rule shifts every block there
     return out

@@ -34,9 +34,11 @@ def _open(data: bytes) -> Image.Image:
     return img
 
 
-def _decode_boxes(data: bytes, rels: Sequence[Box], out_w: int, out_h: int, flip: bool = False) -> List[np.ndarray]:
+def _decode_boxes(data: bytes, rels: Sequence[Box], out_w: int, out_h: int, flip: bool = False,
+                  mode: str = "RGB") -> List[np.ndarray]:
     """Decode ``data`` once and resample each box of ``rels`` (fractions of width and height, so that
-    frames of another size get the same crop) to out_w x out_h.
+    frames of another size get the same crop) to out_w x out_h: (out_h, out_w, 3) arrays, or
+    (out_h, out_w) with ``mode="L"`` (a flow field's grayscale JPEG).
 
     The boxes share one size (a clip's crop, or the test's crops along the
     longer side), so one draft decode serves them all: three test crops cost
@@ -46,10 +48,10 @@ def _decode_boxes(data: bytes, rels: Sequence[Box], out_w: int, out_h: int, flip
     full_w, full_h = img.size
     bw, bh = (rels[0][2] - rels[0][0]) * full_w, (rels[0][3] - rels[0][1]) * full_h
     # Smallest decode that keeps the crop at least out_w x out_h: libjpeg scales by 1/2, 1/4, 1/8.
-    img.draft("RGB", (max(1, math.ceil(full_w * out_w / bw)), max(1, math.ceil(full_h * out_h / bh))))
+    img.draft(mode, (max(1, math.ceil(full_w * out_w / bw)), max(1, math.ceil(full_h * out_h / bh))))
     w, h = img.size
-    if img.mode != "RGB":
-        img = img.convert("RGB")
+    if img.mode != mode:
+        img = img.convert(mode)
     out = []
     for rel in rels:
         crop = img.resize((out_w, out_h), Image.BILINEAR, box=(rel[0] * w, rel[1] * h, rel[2] * w, rel[3] * h))
@@ -183,3 +185,61 @@ def sample_indices(num_frames: int, num_segments: int, rng: Optional[np.random.G
         hi = max(lo + 1, int(seg * (i + 1)))
         out.append(min(num_frames - 1, int(rng.integers(lo, hi))))
     return out
+
+
+# -- optical flow stacks (the temporal stream) ------------------------------------------------
+#: A flow field is a pair of grayscale JPEGs (flow_x, flow_y), 128 meaning no motion.
+FlowPair = Tuple[bytes, bytes]
+
+
+def _flow_into(out: np.ndarray, pairs: Sequence[FlowPair], rels: Sequence[Box], size: int, flip: bool) -> None:
+    """Decode each field's x and y once and write every box's crop into ``out`` (boxes, fields, S, S, 2).
+
+    Why the x component is inverted on a flip: mirroring the frames reverses
+    horizontal motion. A stored u stands for ``u * 2b / 255 - b`` pixels, so
+    ``255 - u`` is exactly the opposite motion (the TSN convention).
+    """
+    for t, (x, y) in enumerate(pairs):
+        xs = _decode_boxes(x, rels, size, size, flip, mode="L")
+        ys = _decode_boxes(y, rels, size, size, flip, mode="L")
+        for c, (cx, cy) in enumerate(zip(xs, ys)):
+            out[c, t, :, :, 0] = 255 - cx if flip else cx
+            out[c, t, :, :, 1] = cy
+
+
+def _stacked(fields: np.ndarray, stack: int) -> np.ndarray:
+    """(..., T*L, S, S, 2) fields -> (..., T, S, S, 2L) stacks, channels x0, y0, x1, y1, ... per segment."""
+    *lead, n, s1, s2, _ = fields.shape
+    t = n // stack
+    per = fields.reshape(*lead, t, stack, s1, s2, 2)
+    return np.ascontiguousarray(np.moveaxis(per, -4, -2).reshape(*lead, t, s1, s2, 2 * stack))
+
+
+def flow_train_clip(pairs: Sequence[FlowPair], stack: int, rng: np.random.Generator, size: int = 224,
+                    scales: Sequence[float] = SCALES, max_distort: int = 1, flip: bool = True,
+                    fix_crop: bool = True) -> np.ndarray:
+    """Training augmentation of a flow clip: ``pairs`` holds T stacks of ``stack`` consecutive fields,
+    one after another; one multi-scale crop and one flip for all of them (as for RGB clips).
+
+    Returns uint8 (T, size, size, 2 * stack).
+    """
+    if not pairs or len(pairs) % stack:
+        raise ValueError(f"a flow clip needs a whole number of stacks of {stack} fields, got {len(pairs)}")
+    w, h = frame_size(pairs[0][0])
+    box = multiscale_box(w, h, rng, size, scales, max_distort, fix_crop)
+    do_flip = bool(flip and rng.random() < 0.5)
+    out = np.empty((1, len(pairs), size, size, 2), dtype=np.uint8)
+    _flow_into(out, pairs, [_relative(box, w, h)], size, do_flip)
+    return _stacked(out, stack)[0]
+
+
+def flow_test_crops(pairs: Sequence[FlowPair], stack: int, size: int = 224, short_side: int = 256,
+                    num_crops: int = 1) -> np.ndarray:
+    """Evaluation crops of a flow clip, as ``test_crops`` places them: uint8 (num_crops, T, size, size, 2 * stack)."""
+    if not pairs or len(pairs) % stack:
+        raise ValueError(f"a flow clip needs a whole number of stacks of {stack} fields, got {len(pairs)}")
+    w, h = frame_size(pairs[0][0])
+    boxes = [_relative(b, w, h) for b in test_boxes(w, h, size, short_side, num_crops)]
+    out = np.empty((len(boxes), len(pairs), size, size, 2), dtype=np.uint8)
+    _flow_into(out, pairs, boxes, size, False)
+    return _stacked(out, stack)
