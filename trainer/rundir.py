@@ -17,6 +17,9 @@ The files of ``<run-dir>``:
 - ``run_config.json``: the trainer's resolved configuration;
 - ``checkpoints/ckpt-<step:09d>.pt``;
 - ``tensorboard/``: TensorBoard event files of the same records (``--tensorboard``);
+- ``scores/<checkpoint stem>.npz``: every test video's scores from the final
+  test of that checkpoint (``scores/test-only-<stem>.npz`` from ``--test-only``;
+  format in trainer.scores), read by ``summit-jobs fuse``;
 - ``.rendezvous.<job>.json``: where the ranks of a job meet (trainer.rendezvous).
 
 Events (``event`` is the kind; every record has ``time`` and ``job``, the LSF
@@ -57,6 +60,7 @@ COMPLETE = "COMPLETE"
 RUN_CONFIG = "run_config.json"
 CHECKPOINTS = "checkpoints"
 TENSORBOARD = "tensorboard"
+SCORES = "scores"
 EVENT_KINDS = ("launch", "resumed", "stopped", "complete", "already_complete")
 #: How long ``code_revision`` waits for git (a hung network file system must not hold the start).
 GIT_TIMEOUT_S = 2.0

@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Dict, Iterator, Optional, Tuple
+from typing import TYPE_CHECKING, Dict, Iterator, List, Literal, Optional, Tuple, overload
 
 import torch
 import torch.nn.functional as F
@@ -124,8 +124,45 @@ def video_scores(out: torch.Tensor, views: int, average: str) -> torch.Tensor:
     return out.mean(1)
 
 
-def _eval_sums(ctx: StepContext, model: torch.nn.Module, batches, views: int, average: str) -> torch.Tensor:
-    """[loss, top1, top5, videos, data wait] over this rank's share; each video's views averaged."""
+class VideoTable:
+    """Per-video score sums of this rank's share: row ``i`` of ``table`` holds the summed score vectors of
+    dataset video ``i`` and, in its last column, how many times this rank scored it.
+
+    Why sums and counts rather than rows: summing every rank's table in one allreduce then gives each rank
+    the whole test, and dividing by the counts undoes any video a rank split scores more than once.
+    """
+
+    def __init__(self, videos: int, classes: int, order: List[int], device: torch.device):
+        self.table = torch.zeros(videos, classes + 1, dtype=torch.float64, device=device)
+        self.order, self.pos = order, 0
+
+    def add(self, scores: torch.Tensor) -> None:
+        """The next videos of ``order`` (batches come in the order of the index list, whole videos each)."""
+        rows = torch.tensor(self.order[self.pos:self.pos + scores.shape[0]], dtype=torch.long,
+                            device=self.table.device)
+        self.pos += scores.shape[0]
+        counted = torch.cat([scores.double(), scores.new_ones(scores.shape[0], 1, dtype=torch.float64)], 1)
+        self.table.index_add_(0, rows, counted)
+
+    def gathered(self, engine: Engine) -> torch.Tensor:
+        """Every rank's rows in one allreduce; each video's mean score vector (videos, classes), float64 on
+        the CPU. A video no rank scored keeps zeros."""
+        total = engine.allreduce_sum(self.table).cpu()
+        return total[:, :-1] / total[:, -1:].clamp_min(1)
+
+
+def num_classes_of(model: torch.nn.Module) -> int:
+    """The width of the model's scores: the length of every rank's table rows, known before any batch (a
+    rank with no videos must still join the allreduce with the same shape)."""
+    core = unwrap(model)
+    n = getattr(core, "num_classes", None)
+    return int(n) if isinstance(n, int) else int(core.fc.out_features)
+
+
+def _eval_sums(ctx: StepContext, model: torch.nn.Module, batches, views: int, average: str,
+               table: Optional[VideoTable] = None) -> torch.Tensor:
+    """[loss, top1, top5, videos, data wait] over this rank's share; each video's views averaged (and its
+    score vector added to ``table`` when one is given)."""
     sums = torch.zeros(5, dtype=torch.float64, device=ctx.device)
     it = iter(batches)
     while True:
@@ -144,13 +181,32 @@ def _eval_sums(ctx: StepContext, model: torch.nn.Module, batches, views: int, av
         sums[0] += F.cross_entropy(scores, y, reduction="sum").double()
         sums[1:3] += topk_hits(scores, y)
         sums[3] += y.shape[0]
+        if table is not None:
+            table.add(scores)
     return sums
 
 
-@torch.no_grad()
+@overload
 def evaluate(ctx: StepContext, how: EvalLoader, dataset: EvalClips, model: torch.nn.Module) -> Dict[str, float]:
+    ...
+
+
+@overload
+def evaluate(ctx: StepContext, how: EvalLoader, dataset: EvalClips, model: torch.nn.Module, *,
+             per_video: Literal[True]) -> Tuple[Dict[str, float], torch.Tensor]:
+    ...
+
+
+@torch.no_grad()
+def evaluate(ctx: StepContext, how: EvalLoader, dataset: EvalClips, model: torch.nn.Module, *,
+             per_video: bool = False):
     """Every video of ``dataset`` scored from its clips x crops views; counts summed over ranks. The caller
-    sets the model's evaluation shape; the model is back in training mode afterwards."""
+    sets the model's evaluation shape; the model is back in training mode afterwards.
+
+    With ``per_video`` (the final test and --test-only; not the validations during training, which need no
+    more than counts) also every video's averaged score vector, on every rank: (videos, classes) float64 on
+    the CPU, row = dataset index, as ``video_scores`` gives it. Two-stream late fusion reads these.
+    """
     e = ctx.engine
     model.eval()
     idx = eval_indices(len(dataset), e.rank, e.size)
@@ -160,15 +216,18 @@ def evaluate(ctx: StepContext, how: EvalLoader, dataset: EvalClips, model: torch
         batches = how.pipeline.eval_batches(dataset, idx, batch)
     else:
         batches = eval_loader(dataset, idx, batch, how.workers, ctx.device.type == "cuda", how.prefetch)
+    table = VideoTable(len(dataset), num_classes_of(model), idx, ctx.device) if per_video else None
     t0 = time.perf_counter()
-    sums = _eval_sums(ctx, model, batches, views, how.average)
+    sums = _eval_sums(ctx, model, batches, views, how.average, table)
     elapsed = time.perf_counter() - t0
     times = torch.tensor([elapsed], dtype=torch.float64, device=ctx.device)
     sums = e.allreduce_sum(sums)
     times = e.allreduce_sum(times)
+    scores = table.gathered(e) if table is not None else None
     model.train()
     loss, c1, c5, n, wait = sums.tolist()
     n = max(n, 1)
-    return {"loss": loss / n, "top1": c1 / n, "top5": c5 / n, "videos": int(n),
-            "clips_per_s": n * views / max(times.item() / e.size, 1e-9),
-            "data_wait_frac": wait / max(times.item(), 1e-9), "step_time": elapsed, "views": views}
+    result = {"loss": loss / n, "top1": c1 / n, "top5": c5 / n, "videos": int(n),
+              "clips_per_s": n * views / max(times.item() / e.size, 1e-9),
+              "data_wait_frac": wait / max(times.item(), 1e-9), "step_time": elapsed, "views": views}
+    return (result, scores) if per_video else result

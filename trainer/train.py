@@ -33,6 +33,7 @@ from . import checkpoint as ckpt
 from . import compat
 from . import interop
 from . import rundir
+from . import scores
 from . import setup
 from . import tboard
 from .aavg import average_learners
@@ -339,12 +340,15 @@ class Trainer:
         average_learners(self.core, self.opt, lambda t: e.allreduce_sum(t).div_(e.size))
         self.avg_rounds += 1
 
-    def evaluate(self, dataset: EvalClips, model: Optional[torch.nn.Module] = None) -> Dict[str, float]:
-        """``steps.evaluate`` at the full shape, on the training model unless another is given."""
+    def evaluate(self, dataset: EvalClips, model: Optional[torch.nn.Module] = None, per_video: bool = False):
+        """``steps.evaluate`` at the full shape, on the training model unless another is given (``per_video``:
+        also every video's scores, see ``steps.evaluate``)."""
         model = model if model is not None else self.model
         self.schedule.before_eval(unwrap(model))
         a = self.args
         how = EvalLoader(a.batch_per_gpu, a.workers, a.prefetch, a.test_average, self.pipeline)
+        if per_video:
+            return evaluate(self.step_ctx, how, dataset, model, per_video=True)
         return evaluate(self.step_ctx, how, dataset, model)
 
     def _batch_rule(self, lr: float) -> None:
@@ -538,16 +542,26 @@ class Trainer:
                 raise SystemExit(f"trainer: the ranks read different contents from {p} (rank {e.rank} sees "
                                  f"step {state['step']}): is the run directory on a shared file system?")
             unwrap(self.model).load_state_dict(state["model"])
-            r = self.evaluate(test_set)
+            r, table = self.evaluate(test_set, per_video=True)
             results.append(r)
+            saved = self._save_scores(p, state, table)
             self.metrics.write("test", step=state["step"], epoch=state["epoch"] - 1, checkpoint=p.name, lr=0.0,
-                               clips=a.test_clips, crops=a.test_crops, **r)
+                               clips=a.test_clips, crops=a.test_crops, scores=saved, **r)
             log(f"test {p.name}: top1 {100 * r['top1']:.2f}% top5 {100 * r['top5']:.2f}% "
                 f"({a.test_clips} clips x {a.test_crops} crops of {a.test_size}, {a.test_average} averaged)",
                 self.is_main)
         if results:
             self._test_summary(results, paths, test_set.views)
         return True
+
+    def _save_scores(self, path: Path, state: Dict, table: torch.Tensor) -> str:
+        """Rank 0 writes the test's per-video scores of checkpoint ``path`` (``trainer.scores``); every rank
+        returns the file's name relative to the run directory, for the ``test`` record."""
+        if not self.is_main:
+            return scores.scores_name(path.name)
+        meta = scores.test_meta(self.args, self.test_set, path.name, state["step"], state["epoch"] - 1,
+                                table.shape[1], test_only=False)
+        return scores.save_test(self.run_dir, self.test_set, table, meta)
 
     def _test_summary(self, results: List[Dict], paths: List[Path], views: int) -> None:
         """Mean and standard deviation over the tested checkpoints (the paper's report)."""
