@@ -26,9 +26,9 @@ def _print_table(result: Dict) -> None:
     click.echo(f"{'stream':<{width}}  {'top1':>8}  {'top5':>8}  {'videos':>7}  weight")
     for name, t1, t5, n, w in rows:
         click.echo(f"{name:<{width}}  {t1:>8}  {t5:>8}  {n:>7}  {w}".rstrip())
-    dropped = [f"{s['left_out']} videos of {s['name']}" for s in result["streams"] if s["left_out"]]
+    dropped = [f"{s['name']} {s['left_out']}" for s in result["streams"] if s["left_out"]]
     if dropped:
-        click.echo("--common: left out " + ", ".join(dropped) + " (not in every stream)")
+        click.echo("--common: videos left out (not in every stream): " + ", ".join(dropped))
 
 
 @cli.command("fuse")

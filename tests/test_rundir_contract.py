@@ -145,3 +145,13 @@ def test_a_resumed_run_after_a_cut_metrics_line_keeps_its_first_record(tmp_path)
     run_ranks(1, args, tmp_path / "logs2")
     steps = [r["step"] for r in read_metrics(run) if r["kind"] == "train"]
     assert steps == list(range(1, 9)), steps           # step 4, the resumed launch's first record, is read
+
+
+def test_the_scores_folder_is_named_once():
+    """The trainer writes and `fuse` reads the per-video test scores under the contract's folder name."""
+    from summit_jobs import fuse
+    from trainer import scores
+    assert "``scores/<checkpoint stem>.npz``" in rundir.__doc__
+    assert fuse.SCORES is rundir.SCORES == scores.SCORES == "scores"
+    assert scores.scores_name("epoch-0003.pt") == "scores/epoch-0003.npz"
+    assert scores.scores_name("/x/best.pt", test_only=True) == "scores/test-only-best.npz"
