@@ -95,7 +95,7 @@ BAD_OPTIONS = [
     (["--input-size", "0"], "--input-size 0"), (["--input-size", "32", "--scale-size", "16"], "--scale-size 16"),
     (["--scale-size", "-1"], "--scale-size -1"), (["--eval-every", "-1"], "--eval-every -1"),
     (["--ckpt-every-steps", "-1"], "--ckpt-every-steps -1"), (["--bn-clips", "0"], "--bn-clips 0"),
-    (["--aavg-eval-every", "-1"], "--aavg-eval-every -1"), (["--aavg-max-batch", "0"], "--aavg-max-batch 0"),
+    (["--aavg-eval-every", "-2"], "--aavg-eval-every -2"), (["--aavg-max-batch", "0"], "--aavg-max-batch 0"),
     (["--arch", "resnet19"], "resnet19"), (["--epochs", "two"], "two"),
     (["--optimizer-sync", "aavg", "--avg-interval", "0"], "--avg-interval 0"),
     (["--optimizer-sync", "aavg", "--batch-per-gpu", "8", "--aavg-max-batch", "4"], "--aavg-max-batch 4"),

@@ -4,8 +4,9 @@ P learners each run K local optimiser steps, then average their parameters
 (K = -1: once per epoch). After averaging, Adam's moments are averaged too and
 BatchNorm running statistics are merged as the statistics of the union of the
 learners' batches: mean = average of means; var = average of (var + mean^2) -
-mean_new^2. Every m steps the validation accuracy a is checked: if a < best * b1
-the batch grows by b2 (up to a maximum); best tracks the best accuracy.
+mean_new^2. Every m steps (m = -1: at each epoch's end, as the paper checks) the
+validation accuracy a is checked: if a < best * b1 the batch grows by b2 (up to
+a maximum); best tracks the best accuracy.
 
 Engine-agnostic: everything takes an ``allreduce_mean(tensor) -> tensor``.
 """
@@ -17,6 +18,7 @@ from typing import Callable, List, Optional
 import torch
 
 from .bnstats import merge_running_stats
+from .config import AAVG_CHECK_EPOCH
 
 AllreduceMean = Callable[[torch.Tensor], torch.Tensor]
 
@@ -50,7 +52,8 @@ def average_learners(model: torch.nn.Module, optimizer: Optional[torch.optim.Opt
 
 @dataclass
 class BatchSizeController:
-    """The adaptive batch rule: every m steps, grow the batch by b2 when accuracy < best * b1."""
+    """The adaptive batch rule: every m steps (m = -1: once per epoch, at its end), grow the batch by b2 when
+    accuracy < best * b1."""
     batch: int
     every: int
     b1: float = 1.0
@@ -60,7 +63,13 @@ class BatchSizeController:
     history: List[tuple] = field(default_factory=list)
 
     def due(self, step: int) -> bool:
+        """A check after optimiser step ``step`` inside an epoch (m >= 1)."""
         return self.every > 0 and step > 0 and step % self.every == 0
+
+    @property
+    def per_epoch(self) -> bool:
+        """m = -1: one check at each epoch's end instead of every m steps."""
+        return self.every == AAVG_CHECK_EPOCH
 
     def observe(self, step: int, accuracy: float) -> int:
         grew = accuracy < self.best * self.b1

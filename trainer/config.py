@@ -34,6 +34,27 @@ WEIGHT_LAYOUTS = ("summit", "tsm", "mmaction2")
 MODALITIES = ("rgb", "flow")
 #: AAVG's default averaging interval: once per epoch.
 AVG_INTERVAL_EPOCH = -1
+#: --aavg-eval-every for a batch-rule check once per epoch, at its end (after the epoch's averaging round).
+AAVG_CHECK_EPOCH = -1
+#: Named recipes: trainer option name -> value. A preset's values become the parser's defaults, so options given
+#: explicitly win; ``summit-jobs submit --preset`` renders every value into the job script (summit_jobs.plan).
+#: Plain values only: the login side reads this table without torch.
+PRESETS: Dict[str, Dict[str, object]] = {
+    # AAVG paper (seeds/aavg-action-recognition-cluster.txt): adaptive-batchsize K-step model averaging.
+    "aavg-paper": {
+        "optimizer": "adam",         # Sec. I, IV: "we use the Adam optimizer", customised for AAVG (Alg. 2)
+        "optimizer_sync": "aavg",    # Alg. 1: learners step locally, then average parameters
+        "avg_interval": -1,          # Sec. III-C: "We use K = -1 for all our AAVG implementations" (once an epoch)
+        "aavg_eval_every": -1,       # Fig. 4: checked once an epoch ("adaption first occurs after 5 epochs")
+        "aavg_b1": 1.0,              # Sec. III-D: "we use b1 = 1 and b2 = 2" (Alg. 1 line 15: grow when a < a* b1)
+        "aavg_b2": 2.0,              # Sec. III-D: the batch grows by b2
+        "aavg_max_batch": 576,       # Sec. III-D: "We keep the maximum batchsize to 576"
+        "val_clips": 5,              # Sec. II: validation "by averaging the prediction of 5 data samples"
+        "test_clips": 25,            # Sec. II: "For the final validation, 25 samples are used"
+        "test_crops": 1,             # Sec. II: "a center crop of 224x224 without scaling" in validation
+        "test_size": 224,            # ... cut from the 256-side frame as it is (--test-size 0 would take all 256)
+    },
+}
 #: Method options by trainer option name: (choices, default). The planner renders only non-defaults.
 METHODS: Dict[str, Tuple[str, ...]] = {
     "schedule": SCHEDULES, "optimizer": OPTIMIZERS, "optimizer_sync": OPTIMIZER_SYNCS, "compression": COMPRESSIONS,
@@ -52,6 +73,10 @@ def _run_options(g: "argparse._ArgumentGroup") -> None:
                    help="stop (checkpoint, exit 0, no COMPLETE) once this many optimiser steps are done in total")
     g.add_argument("--log-every", type=int, default=10, help="optimiser steps between metrics records")
     g.add_argument("--threads", type=int, default=0, help="torch CPU threads per rank (0 = torch's default)")
+    g.add_argument("--preset", choices=tuple(PRESETS), default=None,
+                   help="a named recipe whose values become the defaults (options given explicitly win): "
+                        "aavg-paper = Adam, AAVG once an epoch, the batch rule on a 5-clip validation each epoch "
+                        "(b1 1, b2 2, at most 576 clips), the final test on 25 clips x 1 centre crop of 224")
     g.add_argument("--tensorboard", action="store_true",
                    help="also write TensorBoard event files to <run-dir>/tensorboard (needs the tensorboard package)")
 
@@ -126,7 +151,8 @@ def _aavg_options(g: "argparse._ArgumentGroup") -> None:
     g.add_argument("--avg-interval", type=int, default=AVG_INTERVAL_EPOCH,
                    help="aavg: local steps between averaging rounds (-1 = once per epoch)")
     g.add_argument("--aavg-eval-every", type=int, default=0,
-                   help="aavg: steps between validations that drive the batch rule (0 = off)")
+                   help="aavg: steps between validations that drive the batch rule (0 = off; -1 = once per "
+                        "epoch, at its end, after the epoch's averaging round: the paper's)")
     g.add_argument("--aavg-b1", type=float, default=1.0, help="aavg: grow the batch when accuracy < best x b1")
     g.add_argument("--aavg-b2", type=float, default=2.0, help="aavg: batch growth factor")
     g.add_argument("--aavg-max-batch", type=int, default=576, help="aavg: largest per-learner batch")
@@ -155,7 +181,10 @@ def _data_options(g: "argparse._ArgumentGroup") -> None:
 
 def _evaluation_options(g: "argparse._ArgumentGroup") -> None:
     """The evaluation and checkpoints options."""
-    g.add_argument("--eval-every", type=int, default=1, help="epochs between 1-clip validations (0 = never)")
+    g.add_argument("--eval-every", type=int, default=1, help="epochs between validations (0 = never)")
+    g.add_argument("--val-clips", type=int, default=1,
+                   help="clips per video in the validations during training and AAVG's batch-rule checks, one "
+                        "centre crop each, predictions averaged (the AAVG paper: 5)")
     g.add_argument("--test-clips", type=int, default=10, help="clips per video in the final test")
     g.add_argument("--test-crops", type=int, choices=(1, 3), default=3,
                    help="spatial crops per clip in the test (the paper: 3 along the longer side)")
@@ -233,7 +262,8 @@ INTS: Dict[str, Tuple[int, str]] = {
     "fold_div": (2, "1/N of the channels is shifted each way, so N is at least 2"),
     "batch_per_gpu": (1, "clips per rank"), "accum_steps": (1, "micro-batches per optimiser step"),
     "epochs": (1, "at least one epoch"), "bn_clips": (1, "clips per BatchNorm group"),
-    "aavg_eval_every": (0, "0 turns the batch rule off"), "aavg_max_batch": (1, "clips per learner"),
+    "aavg_eval_every": (AAVG_CHECK_EPOCH, "-1 checks once per epoch, 0 turns the batch rule off"),
+    "aavg_max_batch": (1, "clips per learner"), "val_clips": (1, "clips per video"),
     "frame_stride": (1, "frames between sampled frames"), "input_size": (1, "pixels"),
     "scale_size": (0, "0 means input-size x 256/224"), "test_size": (0, "0 means the --scale-size"),
     "workers": (0, "0 decodes in the rank itself"), "flow_stack": (1, "flow fields per segment"),
@@ -270,7 +300,16 @@ def _check_numbers(p: argparse.ArgumentParser, args: argparse.Namespace) -> None
     scale = args.scale_size or int(round(args.input_size * 256 / 224))
     if args.test_size > scale:
         p.error(f"--test-size {args.test_size}: the test crops from a shorter side of {scale} (--scale-size); "
-                f"use at most {scale}, or 0 for the full-resolution frame")
+                f"use at most {scale}, or 0 for the full-resolution frame" + _from_preset(args, "test_size"))
+
+
+def _from_preset(args: argparse.Namespace, name: str) -> str:
+    """Words for an error about a value the user may not have typed: the --preset that set it, or ''."""
+    preset = PRESETS.get(args.preset or "", {})
+    if name not in preset or preset[name] != getattr(args, name):
+        return ""
+    return (f" (--preset {args.preset} sets {_flag(name)} {_shown(preset[name])} for --input-size 224; with another "
+            f"--input-size give {_flag(name)} too)")
 
 
 def method_conflict(values: Mapping[str, object]) -> Optional[str]:
@@ -313,6 +352,18 @@ def _check_methods(p: argparse.ArgumentParser, args: argparse.Namespace) -> None
         p.error(problem)
 
 
+def preset_named(argv: Optional[List[str]] = None) -> Optional[str]:
+    """The --preset that ``argv`` names, or None; an unknown name exits 2 with argparse's choices error.
+
+    Why a first pass of its own: the preset decides the defaults of the real
+    parse, so it must be known before that parse runs (parse_known_args skips
+    every other option).
+    """
+    first = argparse.ArgumentParser(prog="python -m trainer", add_help=False)
+    first.add_argument("--preset", choices=tuple(PRESETS), default=None)
+    return first.parse_known_args(argv)[0].preset
+
+
 def parse(argv: Optional[List[str]] = None) -> argparse.Namespace:
     """The trainer's options, checked; a bad value exits 2 with usage and one line naming it (argparse's way).
 
@@ -320,6 +371,9 @@ def parse(argv: Optional[List[str]] = None) -> argparse.Namespace:
     arguments a rank will get, so a typo fails there and not after the queue wait.
     """
     p = parser()
+    name = preset_named(argv)
+    if name is not None:
+        p.set_defaults(**PRESETS[name])  # the preset's values as defaults: options given explicitly win
     args = p.parse_args(argv)
     if not args.run_dir.strip():
         p.error("--run-dir '': give the folder for checkpoints and metrics")

@@ -189,7 +189,7 @@ class AAVGSchedule(Schedule):
         self.epoch_batch = a.batch_per_gpu
         self.avg_rounds = 0
         self.controller: Optional[BatchSizeController] = None
-        if a.aavg_eval_every > 0:
+        if a.aavg_eval_every != 0:  # m steps, or -1: once per epoch
             # the rule never grows the batch past one global batch of the training clips (the sampler refuses it)
             top = a.aavg_max_batch
             while top > a.batch_per_gpu and inner.data.steps_for_batch(top) == 0:
@@ -240,7 +240,12 @@ class AAVGSchedule(Schedule):
                                                               self.args.avg_interval)
 
     def check_due(self, step: int) -> bool:
+        """A batch-rule check after optimiser step ``step`` inside the epoch (--aavg-eval-every m >= 1)."""
         return self.controller is not None and self.controller.due(step)
+
+    def check_at_epoch_end(self) -> bool:
+        """A batch-rule check at every epoch's end, after its averaging round (--aavg-eval-every -1)."""
+        return self.controller is not None and self.controller.per_epoch
 
     def metrics_extra(self, step: int) -> Dict:
         if isinstance(self.inner, MultigridSchedule):

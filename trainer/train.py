@@ -353,16 +353,21 @@ class Trainer:
 
     def _batch_rule(self, lr: float) -> None:
         """AAVG every m steps: validate the averaged model (the learners keep theirs), then the batch rule."""
-        e, st, ctl = self.engine, self.state, self.schedule.controller
+        e, st = self.engine, self.state
         avg = copy.deepcopy(self.core)
         average_learners(avg, None, lambda t: e.allreduce_sum(t).div_(e.size))
         r = self.evaluate(self.val_set, avg)
+        self.metrics.write("eval", step=st.step, epoch=st.epoch, lr=lr, **self._observe(r), **r)
+
+    def _observe(self, r: Dict) -> Dict:
+        """AAVG's batch rule on the validation ``r`` of the averaged model; the eval record's fields of it."""
+        st, ctl = self.state, self.schedule.controller
         before = ctl.batch
         after = ctl.observe(st.step, r["top1"])
-        self.metrics.write("eval", step=st.step, epoch=st.epoch, lr=lr, aavg_batch=after, aavg_best=ctl.best, **r)
         log(f"aavg check at step {st.step}: top1 {100 * r['top1']:.2f}% (best "
             f"{100 * ctl.best:.2f}%), batch {before}" + (f" -> {after} from the next epoch"
                                                          if after != before else ""), self.is_main)
+        return dict(aavg_batch=after, aavg_best=ctl.best)
 
     # -- the loop -------------------------------------------------------------------------
     def run(self) -> int:
@@ -471,18 +476,26 @@ class Trainer:
         log(progress_line(rec, a.epochs, epoch_steps, s.run_total_steps, progress.eta(st.step, s.run_total_steps)))
 
     def _end_epoch(self, lr: float) -> None:
-        """Evaluate when due, move to the next epoch, save the epoch's checkpoint (and best.pt)."""
+        """Evaluate when due, move to the next epoch, save the epoch's checkpoint (and best.pt).
+
+        AAVG's batch rule when it checks once per epoch (--aavg-eval-every -1) takes the same validation: the
+        epoch's last step ended with an averaging round, so every learner holds the averaged model, and the
+        check lands in the epoch's checkpoint (a resumed run neither repeats nor skips it).
+        """
         a, st = self.args, self.state
         best = False
         due = a.eval_every > 0 and ((st.epoch + 1) % a.eval_every == 0 or st.epoch + 1 == a.epochs)
+        check = self.aavg and self.schedule.check_at_epoch_end()
         # the epoch's last step was a metrics record: the ranks' BatchNorm statistics are merged already
-        if due and self.val_set is not None:
+        if (due or check) and self.val_set is not None:
             r = self.evaluate(self.val_set)
-            best = r["top1"] > st.best_top1
-            st.best_top1 = max(st.best_top1, r["top1"])
-            self.metrics.write("eval", step=st.step, epoch=st.epoch, lr=lr, **r)
+            if due:
+                best = r["top1"] > st.best_top1
+                st.best_top1 = max(st.best_top1, r["top1"])
+            self.metrics.write("eval", step=st.step, epoch=st.epoch, lr=lr, **(self._observe(r) if check else {}),
+                               **r)
             log(f"eval epoch {st.epoch + 1}: top1 {100 * r['top1']:.2f}% top5 {100 * r['top5']:.2f}% "
-                f"({r['videos']} videos, 1 clip)", self.is_main)
+                f"({r['videos']} videos, {a.val_clips} clip{'s' if a.val_clips != 1 else ''})", self.is_main)
         finished = st.epoch
         st.next_epoch()
         self.save(epoch_end=finished, best=best)
