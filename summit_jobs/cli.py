@@ -218,6 +218,10 @@ def _trainer_options() -> list:
                      show_default=True, help="Gradient compression for the allreduce (bf16: DDP only)."),
         click.option("--fusion-threshold", type=whole(0), metavar="BYTES",
                      help="Horovod tensor-fusion buffer (HOROVOD_FUSION_THRESHOLD). Default: the profile's."),
+        click.option("--preset", type=click.Choice(tuple(tc.PRESETS)),
+                     help="A named recipe of trainer options, each written into the script; options you give "
+                          "win. aavg-paper: the AAVG paper's (Adam, averaging once an epoch, the batch rule "
+                          "on a 5-clip validation each epoch up to 576 clips, a 25-clip centre-crop test)."),
     ]
 
 
@@ -304,7 +308,7 @@ _AS_GIVEN = ("walltime", "queue", "job_name", "epochs", "stage_policy", "layout"
              "app", "container", "clips_per_gpu", "lr",
              "warmup_epochs", "engine", "arch", "num_classes", "chain", "warning_minutes", "short_cycle",
              "fusion_threshold", "train_clips", "schedule", "optimizer", "optimizer_sync", "avg_interval",
-             "compression", "max_links")
+             "compression", "max_links", "preset")
 
 
 def job_options(state: State, kw: dict, profile, *, accum_steps: int = 1, virtual_nodes: Optional[int] = None,
@@ -319,8 +323,16 @@ def job_options(state: State, kw: dict, profile, *, accum_steps: int = 1, virtua
         python=sys.executable if profile.environment.python == "auto" else None,
         trainer_args=tuple(kw.get("trainer_args") or ()), check_trainer_args=not _replaces_launch(template_dir),
         until_complete=bool(kw.get("until_complete")), bsub_options=tuple(kw.get("bsub_options") or ()),
-        command=_user_command(kw.get("user_command")),
+        command=_user_command(kw.get("user_command")), explicit=_given_on_command_line(plan_mod.PRESET_FIELDS),
     )
+
+
+def _given_on_command_line(names: Tuple[str, ...]) -> Tuple[str, ...]:
+    """Which of ``names`` the command line set (not their defaults): those win over a --preset."""
+    ctx = click.get_current_context(silent=True)
+    if ctx is None:
+        return ()
+    return tuple(n for n in names if ctx.get_parameter_source(n) not in (None, click.core.ParameterSource.DEFAULT))
 
 
 def _user_command(text: Optional[str]) -> Tuple[str, ...]:

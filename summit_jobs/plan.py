@@ -6,6 +6,7 @@ only formats a Plan; the simulate planner builds on the same function.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 import shlex
@@ -33,6 +34,9 @@ CHAIN_FILE = rundir.CHAIN
 LAYOUTS = ("gpu", "node")
 #: How staged shards are placed on the nodes' NVMe; the first is the default.
 STAGE_POLICIES = ("partition", "replicate")
+#: The trainer's method options that are also JobOptions fields (submit options); a preset sets them where the
+#: user did not. The rest of a preset (trainer.config.PRESETS) goes to the trainer as written.
+PRESET_FIELDS = ("schedule", "optimizer", "optimizer_sync", "avg_interval", "compression")
 
 
 @dataclass(frozen=True)
@@ -89,6 +93,11 @@ class JobOptions:
     bsub_options: Tuple[str, ...] = ()
     #: The user's own training command (words), run on every rank instead of ``python -m trainer``.
     command: Tuple[str, ...] = ()
+    #: A named trainer recipe (trainer.config.PRESETS): its values are rendered into the script as options.
+    #: A method option wins over it when named in ``explicit`` (given on the command line) or when it is not
+    #: at the trainer's default.
+    preset: Optional[str] = None
+    explicit: Tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -180,6 +189,8 @@ class Plan:
     memory: str = ""
     #: True when ``trainer_argv`` is the user's own command (--command), not python -m trainer.
     user_command: bool = False
+    #: The trainer preset whose values the script's trainer options carry (None: none).
+    preset: Optional[str] = None
 
     @property
     def torchrun_program(self) -> Tuple[str, ...]:
@@ -221,6 +232,8 @@ class Plan:
             out["memory"] = self.memory
         if self.user_command:
             out["command"] = list(self.trainer_argv)
+        if self.preset:
+            out["preset"] = self.preset
         return out
 
     def to_dict(self) -> Dict[str, object]:
@@ -552,7 +565,29 @@ def _epochs_and_warmup(opts: JobOptions, recipe) -> Tuple[int, float]:
     return epochs, recipe.warmup_epochs
 
 
-def _check_methods(opts: JobOptions, accum: int, engine: str) -> None:
+def preset_values(name: Optional[str]) -> Dict[str, object]:
+    """The trainer options preset ``name`` sets (trainer.config.PRESETS, its one owner); {} for none."""
+    if name is None:
+        return {}
+    if name not in trainer_config.PRESETS:
+        raise UserError(f"--preset {name!r} is not known: use one of {', '.join(trainer_config.PRESETS)}.")
+    return dict(trainer_config.PRESETS[name])
+
+
+def with_preset(opts: JobOptions) -> JobOptions:
+    """``opts`` with the preset's method options where the user set none: options > preset > trainer defaults.
+
+    A method option counts as set when it is named in ``opts.explicit`` (the CLI lists what the command line
+    gave) or differs from the trainer's default (a JobOptions built in code).
+    """
+    values = preset_values(opts.preset)
+    defaults = {f.name: f.default for f in dataclasses.fields(JobOptions)}
+    unset = [name for name in PRESET_FIELDS
+             if name in values and name not in opts.explicit and getattr(opts, name) == defaults[name]]
+    return replace(opts, **{name: values[name] for name in unset})
+
+
+def _check_methods(opts: JobOptions, accum: int, engine: str, clips: int) -> None:
     """Checked here so that a bad combination never reaches a compute node (the rules: trainer.config)."""
     if engine not in trainer_config.ENGINES:
         raise UserError(f"engine {engine!r} is not known: use 'horovod' (the paper's) or 'ddp' (torch.distributed).")
@@ -561,10 +596,12 @@ def _check_methods(opts: JobOptions, accum: int, engine: str) -> None:
             raise UserError(f"--{name.replace('_', '-')} {getattr(opts, name)!r} is not known: use one of "
                             f"{', '.join(allowed)}.")
     problem = trainer_config.method_conflict({
+        **preset_values(opts.preset),
         "optimizer_sync": opts.optimizer_sync, "avg_interval": opts.avg_interval, "accum_steps": accum,
-        "compression": opts.compression, "engine": engine})
+        "compression": opts.compression, "engine": engine, "batch_per_gpu": clips})
     if problem:
-        raise UserError(problem)
+        raise UserError(f"--preset {opts.preset} and your options cannot run together: {problem}" if opts.preset
+                        else problem)
 
 
 def _multigrid(opts: JobOptions, recipe, epochs: int, global_batch: int) -> Tuple[Dict[str, object], ...]:
@@ -600,7 +637,7 @@ def optimisation(profile: Profile, opts: JobOptions, nodes: int) -> Optimisation
     epochs, warmup = _epochs_and_warmup(opts, recipe)
     _check_schedule(lr, epochs, warmup, recipe.lr_per_8_clips)
     engine = opts.engine or recipe.engine
-    _check_methods(opts, accum, engine)
+    _check_methods(opts, accum, engine, clips)
     return Optimisation(clips=clips, accum=accum, virtual_nodes=virtual_nodes, virtual_ranks=virtual_ranks,
                         global_batch=global_batch, lr=lr, epochs=epochs, warmup=warmup, engine=engine,
                         multigrid=_multigrid(opts, recipe, epochs, global_batch))
@@ -628,14 +665,30 @@ def _trainer_argv(profile: Profile, opts: JobOptions, run: Launch, opt: Optimisa
     ]
     if run.staging:
         argv += ["--data", run.staging.nvme_data_dir]
-    if opts.schedule != trainer_config.SCHEDULES[0]:
+    return argv + _methods_argv(opts)
+
+
+def _methods_argv(opts: JobOptions) -> List[str]:
+    """The method options that differ from the trainer's defaults; with a preset, ``--preset NAME`` and every
+    value it sets, as resolved (an option the user gave wins), so that the script shows each of them."""
+    preset = preset_values(opts.preset)
+    tc = trainer_config
+
+    def shown(name: str, default: object) -> bool:
+        return getattr(opts, name) != default or name in preset
+
+    argv = ["--preset", str(opts.preset)] if preset else []
+    if shown("schedule", tc.SCHEDULES[0]):
         argv += ["--schedule", opts.schedule] + (["--short-cycle"] if opts.short_cycle else [])
-    if opts.optimizer != trainer_config.OPTIMIZERS[0]:
+    if shown("optimizer", tc.OPTIMIZERS[0]):
         argv += ["--optimizer", opts.optimizer]
-    if opts.optimizer_sync != trainer_config.OPTIMIZER_SYNCS[0]:
+    if shown("optimizer_sync", tc.OPTIMIZER_SYNCS[0]) or "avg_interval" in preset:
         argv += ["--optimizer-sync", opts.optimizer_sync, "--avg-interval", str(opts.avg_interval)]
-    if opts.compression != trainer_config.COMPRESSIONS[0]:
+    if shown("compression", tc.COMPRESSIONS[0]):
         argv += ["--compression", opts.compression]
+    for name, value in preset.items():
+        if name not in PRESET_FIELDS:
+            argv += ["--" + name.replace("_", "-"), str(value)]
     return argv
 
 
@@ -652,6 +705,9 @@ def _checked_argv(profile: Profile, opts: JobOptions, run: Launch, opt: Optimisa
     """The trainer's full argv, parsed as a rank will parse it; the optimisation it really runs.
     With --command, the user's own program and its arguments, which this tool cannot parse."""
     if opts.command:
+        if opts.preset:
+            raise UserError(f"--preset {opts.preset} sets options of the trainer, and --command runs your own "
+                            "program instead of it: drop one of them (give your program its options yourself).")
         if any(any(ch in w for ch in "\n\r\0") for w in opts.command):
             raise UserError("--command holds a line break or NUL byte; give the command on one line.")
         return list(opts.command) + list(opts.trainer_args), opt
@@ -674,6 +730,7 @@ def request_step(profile: Profile, opts: JobOptions, nodes: int) -> request_mod.
 
 def make_plan(profile: Profile, opts: JobOptions) -> Plan:
     """Check ``opts`` against ``profile``'s policy and derive the job's shape: the three steps, composed."""
+    opts = with_preset(opts)
     alloc = allocation(profile, opts)
     run = launch(profile, opts, alloc.nodes)
     opt = optimisation(profile, opts, alloc.nodes)
@@ -698,7 +755,7 @@ def make_plan(profile: Profile, opts: JobOptions) -> Plan:
         trainer_argv=tuple(argv), schedule=opts.schedule, optimizer=opts.optimizer,
         optimizer_sync=opts.optimizer_sync, avg_interval=opts.avg_interval, compression=opts.compression,
         multigrid=opt.multigrid, until_complete=opts.until_complete,
-        max_links=opts.max_links if opts.until_complete else opts.chain,
+        max_links=opts.max_links if opts.until_complete else opts.chain, preset=opts.preset,
     )
 
 
@@ -724,7 +781,7 @@ def describe(plan: Plan) -> str:
         lines.append(f"runs your command on every rank: {shlex.join(plan.trainer_argv)}")
     if plan.staging:
         lines.append(f"stages {plan.staging.manifest} to node-local NVMe ({plan.staging.policy})")
-    methods = [f"optimizer {plan.optimizer}"]
+    methods = ([f"preset {plan.preset}"] if plan.preset else []) + [f"optimizer {plan.optimizer}"]
     if plan.optimizer_sync == "aavg":
         methods.append(f"AAVG model averaging every {plan.avg_interval if plan.avg_interval > 0 else 'epoch'}"
                        + (" steps" if plan.avg_interval > 0 else ""))

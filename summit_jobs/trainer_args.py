@@ -22,6 +22,7 @@ PLANNER_OWNED: Dict[str, str] = {
     "accum_steps": "simulate --virtual-nodes (accumulation must match the plan's virtual node count)",
     "batch_per_gpu": "--clips-per-gpu of submit (the global batch and the LR follow from it)",
     "epochs": "--epochs of submit (a short run's warm-up is scaled from it)",
+    "preset": "--preset of submit (which writes each of its values into the script)",
 }
 #: Trainer options that a submit option of the same name also sets: given both ways with different values is a
 #: conflict. The method options are trainer.config.METHODS (their choice lists live there).

@@ -45,6 +45,9 @@ CASES = {
     "local-1-user-command": ("local", dict(nodes=1, python="/usr/bin/python3", walltime="0:10", request="slots",
                                            launcher="blaunch",
                                            command=("python3", "train.py", "--note", "it's $HOME; `x`"))),
+    # The AAVG paper's recipe as a preset: every value it sets written out as a trainer option.
+    "local-2-preset-aavg": ("local", dict(nodes=2, python="/usr/bin/python3", epochs=2, walltime="0:10",
+                                          preset="aavg-paper")),
 }
 
 
