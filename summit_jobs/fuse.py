@@ -195,8 +195,8 @@ def match(streams: Sequence[Stream], common: bool = False) -> Tuple[List[str], n
             bad = int(np.flatnonzero(lab != labels)[0])
             n = int((lab != labels).sum())
             raise UserError(f"video {keys[bad]} has label {int(labels[bad])} in {streams[0].path} and "
-                            f"{int(lab[bad])} in {s.path} ({n} of {len(keys)} videos disagree): the streams must be tested on "
-                            "the same labelled videos (the same manifest)")
+                            f"{int(lab[bad])} in {s.path} ({n} of {len(keys)} videos disagree): the streams must be "
+                            "tested on the same labelled videos (the same manifest)")
         labels = lab
         tables.append(s.scores[order])
     return keys, labels, tables
