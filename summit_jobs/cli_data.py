@@ -25,7 +25,7 @@ from summit_jobs.errors import UserError
 @click.option("--layout", "layouts", type=click.Choice(["rawframes", "videos", "both"]), default="both",
               show_default=True, help="Write JPEG frame folders (rawframes), MP4 files (videos), or both.")
 @click.option("--force", is_flag=True, help="Write into OUT even if it is not empty.")
-@click.option("--quiet", is_flag=True, help="No progress line.")
+@click.option("--quiet", is_flag=True, help="No progress output (a bar on a terminal, plain lines in logs).")
 def synth_cmd(out: str, videos_per_class: int, val_fraction: float, frames: int, size: int, seed: int,
               layouts: str, force: bool, quiet: bool) -> None:
     """Write a small synthetic Kinetics-format dataset into OUT.
@@ -40,7 +40,8 @@ def synth_cmd(out: str, videos_per_class: int, val_fraction: float, frames: int,
     Writes OUT/rawframes/{train,val}_list.txt + frame folders (TSM/mmaction2 layout)
     and OUT/videos/{train,val}/<class>/<id>.mp4. Pack either with `summit-jobs pack`.
     """
-    from summit_jobs import synth
+    from summit_jobs import progress, synth
+    progress.check_environment(not quiet)
     lay = ("rawframes", "videos") if layouts == "both" else (layouts,)
     summary = synth.synth(synth.SynthOptions(out=out, videos_per_class=videos_per_class,
                                              val_fraction=val_fraction, frames=frames, size=size, seed=seed,
@@ -111,7 +112,7 @@ def synth_cmd(out: str, videos_per_class: int, val_fraction: float, frames: int,
                    "(staging is then limited by the disks, not the CPU) but needs the blake3 package "
                    "wherever the data is staged; sha256 needs nothing.")
 @click.option("--force", is_flag=True, help="Pack again into an OUT that holds a finished or different pack.")
-@click.option("--quiet", is_flag=True, help="No progress line.")
+@click.option("--quiet", is_flag=True, help="No progress output (a bar on a terminal, plain lines in logs).")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 def pack_cmd(paths: Tuple[str, ...], layout: str, annotations: Tuple[str, ...], videos: Optional[str],
              list_opts: Tuple[str, ...], root: Optional[str], ucf101_splits: Optional[str],
@@ -145,7 +146,8 @@ def pack_cmd(paths: Tuple[str, ...], layout: str, annotations: Tuple[str, ...], 
       summit-jobs pack hmdb-shards --hmdb51-splits testTrainMulti_7030_splits --videos hmdb51_org
       summit-jobs pack ucf-flow --ucf101-splits ucfTrainTestlist --videos UCF-101 --modality flow
     """
-    from summit_jobs import pack as pack_mod
+    from summit_jobs import pack as pack_mod, progress
+    progress.check_environment(not quiet)
     inputs, src, out = _pack_inputs(paths, annotations, videos, list_opts, root, ucf101_splits, hmdb51_splits,
                                     split_number)
     flow_opts = _flow_options(modality, filename_tmpl, flow_algorithm, flow_bound)
@@ -240,7 +242,7 @@ def _print_pack_summary(summary: dict) -> None:
 @click.option("--dry-run", is_flag=True, help="Print the plan (per node shards, bytes, estimated time); copy nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print the plan or summary as JSON.")
 @click.option("--force", is_flag=True, help="Replace a manifest in --dest that describes another dataset.")
-@click.option("--quiet", is_flag=True, help="No progress line.")
+@click.option("--quiet", is_flag=True, help="No progress output (a bar on a terminal, plain lines in logs).")
 @click.pass_obj
 def stage_data_cmd(state: State, manifest: str, nodes: int, policy: str, transport: str, source: Optional[str],
                    htar: Optional[str], dest: Optional[str], jobs: int, retries: int, retry_delay: float,
@@ -261,8 +263,9 @@ def stage_data_cmd(state: State, manifest: str, nodes: int, policy: str, transpo
           --htar /home/me/k400.tar --dest $MEMBERWORK/abc123/k400 --nodes 256
       summit-jobs stage-data -M shards/manifest.json --nodes 2 --to-nvme     (local demo)
     """
-    from summit_jobs import staging
+    from summit_jobs import progress, staging
 
+    progress.check_environment(not (quiet or as_json or dry_run))
     manifest_path, data = staging.load_manifest(manifest)
     profile = state.profile
     staging.check_transfer_options(jobs, retries, retry_delay)

@@ -44,9 +44,10 @@ def _open_run(state: State, target: str, hosts_):
 @click.option("--force", is_flag=True,
               help="Replace files in --out that no earlier report wrote. A previous report's files are always "
                    "replaced.")
+@click.option("--quiet", is_flag=True, help="No progress output.")
 @click.pass_obj
 def report_cmd(state: State, target: str, out: Optional[str], other: Optional[str], smooth: Optional[int],
-               as_json: bool, force: bool) -> None:
+               as_json: bool, force: bool, quiet: bool) -> None:
     """Plots and a summary table of a run: accuracy, loss, LR, throughput, chain.
 
     RUN is a run directory, a run name (as submit printed it) or a job id.
@@ -69,8 +70,9 @@ def report_cmd(state: State, target: str, out: Optional[str], other: Optional[st
     Example (TSM against the same network without the shift):
       summit-jobs report runs/tsm-demo --compare runs/tsm-demo-noshift
     """
-    from summit_jobs import report
+    from summit_jobs import progress, report
     from summit_jobs.lifecycle import Hosts as _Hosts
+    progress.check_environment(not quiet)
     if smooth is not None and smooth < 0:
         raise UserError(f"--smooth {smooth}: the moving average spans a number of steps, 0 or more (0 draws the "
                         "raw train curves only; leave it out for 1/50 of the run).")
@@ -89,7 +91,7 @@ def report_cmd(state: State, target: str, out: Optional[str], other: Optional[st
         folder = Path.cwd() / f"{data[0].name}-report"
     else:
         folder = Path(run_dir) / "report"
-    doc = report.write(data, folder, force=force, progress=lambda msg: click.echo(msg, err=True), smooth=smooth)
+    doc = report.write(data, folder, force=force, progress=not quiet, smooth=smooth)
     if as_json:
         click.echo(json.dumps({k: doc[k] for k in ("summary", "compare", "difference", "verdict", "files")}
                               | {"out": str(folder)}, indent=2))

@@ -46,7 +46,6 @@ import multiprocessing
 import os
 import random
 import re
-import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -55,6 +54,7 @@ from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 from summit_jobs import datalists, flow
 from summit_jobs.datalists import SPLIT_ORDER, VIDEO_EXTS, Inputs, Listing, Sample, read_text, sample_key
 from summit_jobs.errors import UserError
+from summit_jobs.progress import Progress
 from trainer import shards
 from trainer import files, units
 
@@ -76,43 +76,6 @@ def parse_size(text: str) -> int:
     if value < 1:
         raise UserError(f"size {text!r} must be at least one byte.")
     return value
-
-
-class Progress:
-    """One self-overwriting line on stderr: done/total, rate, and a free-form tail.
-
-    Kept dependency-free on purpose; redraws at most 10 times a second.
-    """
-
-    def __init__(self, what: str, total: int, unit: str = "", enabled: bool = True, stream=None):
-        self.what, self.total, self.unit, self.enabled = what, total, unit, enabled
-        self.stream = stream or sys.stderr
-        self.start = time.monotonic()
-        self._last = 0.0
-
-    def update(self, done: float, tail: str = "", force: bool = False) -> None:
-        if not self.enabled:
-            return
-        now = time.monotonic()
-        if not force and now - self._last < 0.1:
-            return
-        self._last = now
-        rate = done / max(now - self.start, 1e-9)
-        if self.unit == "B":
-            line = f"{self.what}: {human_bytes(done)}/{human_bytes(self.total)} ({human_bytes(rate)}/s)"
-        else:
-            line = f"{self.what}: {int(done)}/{self.total}{self.unit} ({rate:.1f}{self.unit}/s)"
-        if self.total:
-            line += f" {100.0 * done / self.total:5.1f}%"
-        if tail:
-            line += f" {tail}"
-        self.stream.write("\r" + line[:150].ljust(80))
-        self.stream.flush()
-
-    def close(self) -> None:
-        if self.enabled:
-            self.stream.write("\n")
-            self.stream.flush()
 
 
 @dataclass(frozen=True)
@@ -559,7 +522,7 @@ class _Packer:
         self.counters: Dict[str, int] = {}
         for e in self.entries:
             self.counters[e["split"]] = self.counters.get(e["split"], 0) + 1
-        self.bar = Progress("pack", len(samples), " videos", progress)
+        self.bar = Progress("pack", len(samples), "videos", enabled=progress, initial=self.start)
         self.skipped_pending: List[Dict[str, str]] = []
         self.writer: Optional[shards.ShardWriter] = None
 
@@ -610,7 +573,6 @@ class _Packer:
                 pool.join()
             if self.writer is not None:
                 self.writer.abort()
-            self.bar.update(len(self.samples), force=True)
             self.bar.close()
 
     def skipped(self) -> List[Dict[str, str]]:

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 from summit_jobs.errors import UserError
+from summit_jobs.progress import Progress
 from trainer import rundir
 from trainer import files, units
 
@@ -817,26 +818,36 @@ def _write_text(path: Path, text: str) -> None:
     files.write_atomic(path, text)
 
 
-def write(runs: List[RunData], out: Path, force: bool = False, progress=None,
-          smooth: Optional[int] = None) -> Dict[str, object]:
-    """Write the plots, report.md and report.json into ``out``; return report.json's content."""
+def _draw(runs: List[RunData], figs: Dict[str, Dict], out: Path, progress: bool) -> List[str]:
+    """Draw every plot into ``out`` (the slow part of a report), counted by the progress output."""
     from summit_jobs import plots
-    say = progress or (lambda msg: None)
+    n = len(figs) + (1 if runs[0].scaling else 0)
+    files: List[str] = []
+    with Progress("report", n, "plots", enabled=progress) as bar:
+        for name, fig in list(figs.items()):
+            plots.panels_plot(fig["panels"], str(out / name), fig["title"])
+            files.append(name)
+            bar.update(len(files), name)
+        if runs[0].scaling:
+            plots.scaling_plot(runs[0].scaling, str(out / "scaling.png"))
+            files.append("scaling.png")
+            figs["scaling.png"] = {"title": "Projected scaling", "rows": runs[0].scaling}
+            bar.update(len(files), "scaling.png")
+    return files
+
+
+def write(runs: List[RunData], out: Path, force: bool = False, progress: bool = False,
+          smooth: Optional[int] = None) -> Dict[str, object]:
+    """Write the plots, report.md and report.json into ``out``; return report.json's content.
+
+    ``progress``: report the plots drawn on stderr (summit_jobs.progress).
+    """
     check_out_dir(out, force)
     out.mkdir(parents=True, exist_ok=True)
     summaries = [summarize(r) for r in runs]
     diff = compare(summaries[0], summaries[1]) if len(runs) > 1 else None
     figs = figures(runs, smooth)
-    files = []
-    for i, (name, fig) in enumerate(figs.items(), 1):
-        say(f"plot {i}/{len(figs)}: {out / name}")
-        plots.panels_plot(fig["panels"], str(out / name), fig["title"])
-        files.append(name)
-    if runs[0].scaling:
-        say(f"plot: {out / 'scaling.png'}")
-        plots.scaling_plot(runs[0].scaling, str(out / "scaling.png"))
-        files.append("scaling.png")
-        figs["scaling.png"] = {"title": "Projected scaling", "rows": runs[0].scaling}
+    files = _draw(runs, figs, out, progress)
     stale = out / "scaling.png"
     if "scaling.png" not in files and stale.exists():
         stale.unlink()   # a previous report's projection would otherwise pass for this run's

@@ -39,8 +39,9 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from summit_jobs.errors import UserError
-from summit_jobs.pack import Progress, human_bytes
+from summit_jobs.pack import human_bytes
 from summit_jobs.plan import nvme_data_dir  # noqa: F401  (one rule for the NVMe data path)
+from summit_jobs.progress import Progress
 from trainer import shards, units
 from trainer import stage as node_stage
 
@@ -238,6 +239,14 @@ class Hop1:
             if self._bar:
                 self._bar.update(self._done_bytes)
 
+    def _say(self, message: str) -> None:
+        """A line of its own, between the progress bar's redraws when there is one."""
+        if self._bar is not None:
+            self._bar.write(message)
+        else:
+            sys.stderr.write(message + "\n")
+            sys.stderr.flush()
+
     def _verify_into_place(self, tmp: Path, entry: Dict[str, object]) -> None:
         size, digest = int(entry["bytes"]), str(entry[self.algo])
         got_size = tmp.stat().st_size
@@ -268,10 +277,16 @@ class Hop1:
             src = Path(self.source) / name
             if not src.is_file():
                 raise TransferError(f"shard {name} is missing from the source folder {self.source}", permanent=True)
+            moved = [0]
+
+            def advance(n: int) -> None:
+                moved[0] += n
+                self._advance(n)
             try:
                 node_stage.copy_verified(src, self.dest / name, self.algo, str(entry[self.algo]),
-                                         int(entry["bytes"]), self._advance)
+                                         int(entry["bytes"]), advance)
             except node_stage.StageError as exc:
+                self._advance(-moved[0])          # a retry copies them again: count each byte once
                 raise TransferError(str(exc)) from None
             return
         tmp = self.dest / f".{name}{PARTIAL}{os.getpid()}"
@@ -285,8 +300,8 @@ class Hop1:
                    else " (it does not exist there)" if missing else "")
             raise TransferError(f"shard {name} could not be fetched from HPSS {self.remote(name)}{why}; "
                                 f"hsi said: {said}", missing or local)
-        self._advance(int(entry["bytes"]))
         self._verify_into_place(tmp, entry)
+        self._advance(int(entry["bytes"]))          # verified bytes only: a corrupt copy is fetched again
 
     def _with_retries(self, what: str, fn, *args) -> None:
         for attempt in range(self.retries + 1):
@@ -296,8 +311,8 @@ class Hop1:
                 if exc.permanent or attempt == self.retries:
                     raise
                 delay = self.retry_delay * (2 ** attempt)
-                sys.stderr.write(f"\nstage-data: {exc}; retrying {what} in {delay:g} s "
-                                 f"(attempt {attempt + 2} of {self.retries + 1})\n")
+                self._say(f"stage-data: {exc}; retrying {what} in {delay:g} s "
+                          f"(attempt {attempt + 2} of {self.retries + 1})")
                 time.sleep(delay)
 
     # -- htar: one call for all missing members
@@ -320,8 +335,8 @@ class Hop1:
                     f"archive member{'s' if len(gone) > 1 else ''} {', '.join(gone)} could not be extracted from "
                     f"{self.htar}{why}; htar said: {said}", absent or local)
             for e in entries:
-                self._advance(int(e["bytes"]))
                 self._verify_into_place(work / str(e["name"]), e)
+                self._advance(int(e["bytes"]))
         finally:
             shutil.rmtree(work, ignore_errors=True)
 
@@ -380,7 +395,7 @@ class Hop1:
 
     def _transfer(self, todo: List[Dict[str, object]]) -> None:
         total = sum(int(e["bytes"]) for e in todo)
-        self._bar = Progress("stage-data", total, "B", self.progress_enabled)
+        self._bar = Progress("stage-data: hop 1", total, "B", enabled=self.progress_enabled)
         try:
             if self.transport == "hpss" and self.htar and todo:
                 self._transfer_htar(todo)
@@ -389,8 +404,6 @@ class Hop1:
         except TransferError as exc:
             raise UserError(f"stage-data: {exc}. Shards already verified in {self.dest} are kept; rerun the same "
                             "command to fetch the rest.") from None
-        else:
-            self._bar.update(total, force=True)
         finally:
             self._bar.close()
 

@@ -25,7 +25,6 @@ import errno
 import io
 import math
 import os
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Sequence, Tuple
@@ -34,6 +33,7 @@ import numpy as np
 from PIL import Image, ImageDraw
 
 from summit_jobs.errors import UserError
+from summit_jobs.progress import Progress
 from trainer import files
 
 CLASSES: Tuple[str, ...] = (
@@ -207,6 +207,25 @@ def plan_videos(o: SynthOptions) -> List[Tuple[str, int, str]]:
     return out
 
 
+def _write_video(o: SynthOptions, root: Path, split: str, label: int, vid: str,
+                 lists: Dict[str, List[str]]) -> None:
+    """One video in every layout asked for; its rawframes list line goes into ``lists``."""
+    # One generator per video: the same video whatever the other options or the order of work.
+    rng = np.random.default_rng([o.seed, label, int(vid.rsplit("_", 1)[1])])
+    frames = _render_clip(label, o.frames, o.size, rng)
+    cls = CLASSES[label]
+    if "rawframes" in o.layouts:
+        folder = root / "rawframes" / split / cls / vid
+        folder.mkdir(parents=True, exist_ok=True)
+        for t, f in enumerate(frames):
+            _atomic_write(folder / f"img_{t + 1:05d}.jpg", _jpeg(f, o.quality))
+        lists[split].append(f"{split}/{cls}/{vid} {len(frames)} {label}")
+    if "videos" in o.layouts:
+        folder = root / "videos" / split / cls
+        folder.mkdir(parents=True, exist_ok=True)
+        _write_mp4(folder / f"{vid}.mp4", frames)
+
+
 def synth(o: SynthOptions, force: bool = False, progress: bool = True) -> Dict[str, object]:
     """Write the dataset under ``o.out``; returns a summary (counts and paths)."""
     check_options(o)
@@ -215,26 +234,10 @@ def synth(o: SynthOptions, force: bool = False, progress: bool = True) -> Dict[s
     _atomic_write(root / "classes.txt", ("\n".join(CLASSES) + "\n").encode())
     videos = plan_videos(o)
     lists: Dict[str, List[str]] = {"train": [], "val": []}
-    for n, (split, label, vid) in enumerate(videos):
-        # One generator per video: the same video whatever the other options or the order of work.
-        rng = np.random.default_rng([o.seed, label, int(vid.rsplit("_", 1)[1])])
-        frames = _render_clip(label, o.frames, o.size, rng)
-        cls = CLASSES[label]
-        if "rawframes" in o.layouts:
-            folder = root / "rawframes" / split / cls / vid
-            folder.mkdir(parents=True, exist_ok=True)
-            for t, f in enumerate(frames):
-                _atomic_write(folder / f"img_{t + 1:05d}.jpg", _jpeg(f, o.quality))
-            lists[split].append(f"{split}/{cls}/{vid} {len(frames)} {label}")
-        if "videos" in o.layouts:
-            folder = root / "videos" / split / cls
-            folder.mkdir(parents=True, exist_ok=True)
-            _write_mp4(folder / f"{vid}.mp4", frames)
-        if progress:
-            sys.stderr.write(f"\rsynth: {n + 1}/{len(videos)} videos")
-            sys.stderr.flush()
-    if progress:
-        sys.stderr.write("\n")
+    with Progress("synth", len(videos), "videos", enabled=progress) as bar:
+        for n, (split, label, vid) in enumerate(videos):
+            _write_video(o, root, split, label, vid, lists)
+            bar.update(n + 1)
     if "rawframes" in o.layouts:
         for split, lines in lists.items():
             _atomic_write(root / "rawframes" / f"{split}_list.txt", ("\n".join(lines) + "\n").encode())
