@@ -5,7 +5,7 @@ in one scratch folder per file (HOME, the embedded LSF's state and the working
 directory all point into it, so nothing of the user's is read or written):
 
 - ```` ```console ```` blocks: every line starting with ``$ `` is a command
-  (``summit-jobs ...`` runs this checkout's CLI); the lines after it, up to the
+  (``summit-jobs ...`` runs this checkout's CLI, ``python ...`` this interpreter); the lines after it, up to the
   next command, are its expected output: each must appear, in order, within
   the lines the command printed (stdout and stderr together), and the command
   must exit 0 unless the block's info string says ``console exit=N``.
@@ -71,6 +71,8 @@ def run_doc(path: Path, tmp: Path) -> int:
             argv = shlex.split(cmd)
             if argv[0] == "summit-jobs":
                 argv = [sys.executable, "-m", "summit_jobs", *argv[1:]]
+            elif argv[0] == "python":  # the environment's interpreter: the one running these tests
+                argv = [sys.executable, *argv[1:]]
             proc = subprocess.run(argv, cwd=str(tmp), env=env, text=True, stdout=subprocess.PIPE,
                                   stderr=subprocess.STDOUT, timeout=300)
             where = f"{path.name}:{line}: `{cmd}`"
