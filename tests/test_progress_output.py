@@ -41,8 +41,8 @@ def on_terminal(args: List[str], env: dict, size: Tuple[int, int] = (24, 100), t
     nobody sized."""
     master, slave = os.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", size[0], size[1], 0, 0))
-    proc = subprocess.Popen([sys.executable, *python, "-m", "summit_jobs", *args], stdin=slave, stdout=slave, stderr=slave, env=env, close_fds=True,
-                            start_new_session=True)
+    proc = subprocess.Popen([sys.executable, *python, "-m", "summit_jobs", *args], stdin=slave, stdout=slave,
+                            stderr=slave, env=env, close_fds=True, start_new_session=True)
     os.close(slave)
     chunks, deadline = [], time.monotonic() + timeout
     try:
@@ -199,7 +199,8 @@ def _run_dir(root: Path) -> Path:
     run = root / "run"
     run.mkdir()
     recs = [{"kind": "train", "step": s, "epoch": s // 5, "time": 1000.0 + s, "loss": 3.0 - 0.1 * s, "top1": 0.1,
-             "top5": 0.5, "lr": 0.1, "clips_per_s": 10.0, "data_wait_frac": 0.1, "step_time": 1.0} for s in range(1, 11)]
+             "top5": 0.5, "lr": 0.1, "clips_per_s": 10.0, "data_wait_frac": 0.1, "step_time": 1.0}
+            for s in range(1, 11)]
     recs += [{"kind": "eval", "step": s, "epoch": s // 5 - 1, "time": 1000.5 + s, "loss": 2.0, "top1": 0.2,
               "top5": 0.6, "lr": 0.1} for s in (5, 10)]
     (run / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in recs))
