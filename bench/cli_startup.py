@@ -1,45 +1,97 @@
-"""CLI start-up cost: a full dry-run render against a bare interpreter start, in the same run.
+"""CLI start-up cost: `--help` and a full dry-run render against a bare interpreter start, in the same run.
 
-    python bench/cli_startup.py [--repeat 20]
+    python bench/cli_startup.py [--repeat 20] [--no-pyc] [--torch]
 
-Prints the median wall time of each and their ratio. The CLI never imports
-torch, so a dry run should cost a small multiple of `python -c pass`.
+Prints the median wall time of each case and its ratio to `python -c pass`.
+The dry run is measured twice: warm (the user cache folder, XDG_CACHE_HOME,
+already holds the profile and template caches of an earlier run) and cold (a
+fresh, empty cache folder for every run, so every cache is written anew).
+
+Python's own bytecode is cached as for an installed program (pip compiles it
+at install time): the cases run with PYTHONPYCACHEPREFIX in a temporary folder,
+filled by one untimed round first, whatever PYTHONDONTWRITEBYTECODE says in
+the calling environment. --no-pyc measures without any bytecode cache instead
+(every module compiled from source on every start). The CLI never imports
+torch, so these should cost a small multiple of `python -c pass`.
 """
 from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from typing import Dict, List, Optional
+
+DRY_RUN = ["--machine", "summit", "submit", "--nodes", "256", "--project", "ABC123", "--dry-run"]
 
 
-def timed(cmd, env, cwd) -> float:
+def timed(cmd: List[str], env: Dict[str, str], cwd: str) -> float:
+    """Wall time of one run; a failing case stops the benchmark (a fast error is no figure)."""
     t0 = time.perf_counter()
     subprocess.run(cmd, env=env, cwd=cwd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return time.perf_counter() - t0
 
 
+def base_env(work: str, no_pyc: bool) -> Dict[str, str]:
+    """The environment of every case: a private config and a bytecode policy the same for all cases."""
+    env = dict(os.environ, XDG_CONFIG_HOME=os.path.join(work, "config"),
+               XDG_CACHE_HOME=os.path.join(work, "warm-cache"))
+    env.pop("SUMMIT_JOBS_MACHINE", None)
+    env.pop("SUMMIT_JOBS_CONFIG", None)
+    if no_pyc:
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
+        env.pop("PYTHONPYCACHEPREFIX", None)
+    else:
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        env["PYTHONPYCACHEPREFIX"] = os.path.join(work, "pycache")
+    return env
+
+
+def run_case(name: str, cmd: List[str], env: Dict[str, str], work: str, cold: bool) -> float:
+    """One timed run; a cold case gets a cache folder of its own, removed afterwards."""
+    cold_dir: Optional[str] = None
+    if cold:
+        cold_dir = tempfile.mkdtemp(prefix="cold-cache-", dir=work)
+        env = dict(env, XDG_CACHE_HOME=cold_dir)
+    try:
+        return timed(cmd, env, work)
+    finally:
+        if cold_dir:
+            shutil.rmtree(cold_dir, ignore_errors=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeat", type=int, default=20)
+    ap.add_argument("--no-pyc", action="store_true", help="No Python bytecode cache at all (compile every start).")
+    ap.add_argument("--torch", action="store_true", help="Also time `python -c 'import torch'`, for scale.")
     args = ap.parse_args()
-    cwd = tempfile.mkdtemp()
-    env = dict(os.environ, XDG_CONFIG_HOME=cwd)
-    cases = {
-        "python -c pass": [sys.executable, "-c", "pass"],
-        "summit-jobs --help": [sys.executable, "-m", "summit_jobs", "--help"],
-        "dry-run render (summit, 256 nodes)": [sys.executable, "-m", "summit_jobs", "--machine", "summit", "submit",
-                                               "--nodes", "256", "--project", "ABC123", "--dry-run"],
-        "python -c 'import torch'": [sys.executable, "-c", "import torch"],
+    work = tempfile.mkdtemp(prefix="cli-startup-")
+    env = base_env(work, args.no_pyc)
+    cli = [sys.executable, "-m", "summit_jobs"]
+    cases = {  # name -> (command, cold cache)
+        "python -c pass": ([sys.executable, "-c", "pass"], False),
+        "summit-jobs --help": (cli + ["--help"], False),
+        "dry-run render, warm cache": (cli + DRY_RUN, False),
+        "dry-run render, cold cache": (cli + DRY_RUN, True),
     }
-    times = {name: [] for name in cases}
-    for _ in range(args.repeat):  # interleaved, so machine noise hits every case alike
-        for name, cmd in cases.items():
-            times[name].append(timed(cmd, env, cwd))
+    if args.torch:
+        cases["python -c 'import torch'"] = ([sys.executable, "-c", "import torch"], False)
+    try:
+        for name, (cmd, cold) in cases.items():  # untimed: fills the bytecode and warm caches
+            run_case(name, cmd, env, work, cold)
+        times: Dict[str, List[float]] = {name: [] for name in cases}
+        for _ in range(args.repeat):  # interleaved, so machine noise hits every case alike
+            for name, (cmd, cold) in cases.items():
+                times[name].append(run_case(name, cmd, env, work, cold))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
     base = statistics.median(times["python -c pass"])
+    print(f"bytecode cache: {'none (--no-pyc)' if args.no_pyc else 'on'}; {args.repeat} interleaved rounds")
     print(f"{'case':40s} {'median s':>9s} {'ratio':>7s}")
     for name, ts in times.items():
         m = statistics.median(ts)
