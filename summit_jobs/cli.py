@@ -13,6 +13,7 @@ import click
 from summit_jobs import __version__, settings
 from summit_jobs.cli_types import FiniteFloat, whole
 from summit_jobs.errors import UserError, describe_os_error
+from summit_jobs.lazygroup import LazyGroup
 from summit_jobs.machines import LAUNCHERS, REQUESTS
 from summit_jobs.plan import LAYOUTS, STAGE_POLICIES
 from trainer import config as trainer_config
@@ -20,7 +21,7 @@ from trainer import config as trainer_config
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 
-class _Group(click.Group):
+class _Group(LazyGroup):
     """Turns UserError into one paragraph on stderr and exit 2: no tracebacks for user mistakes."""
 
     def invoke(self, ctx: click.Context):

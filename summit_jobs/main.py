@@ -1,14 +1,41 @@
-"""The ``summit-jobs`` entry point: the command group with every command module registered.
+"""The ``summit-jobs`` entry point: the command group, with every command registered by name.
 
-Why a module of its own: the command modules (cli_compare, cli_data,
-cli_fuse, cli_lifecycle, cli_report, cli_simulate) add their commands to the group
-defined in cli.py, so cli.py must not import them back; this module imports
-all of them, in one direction, and runs the group.
+Why by name: importing a command's module costs its imports (Jinja2, PyYAML,
+paramiko, the plotting stack), and `summit-jobs --help` or any one command
+should not pay for all of them. Each line below names a command, the
+``module:attribute`` of its click command and the one-line help that
+`summit-jobs --help` lists; the module is imported only when the command runs
+(summit_jobs.lazygroup). tests/test_cli_startup_imports.py checks every line
+against the command itself.
+
+To add a command: define it in its own module with ``@cli.command("NAME")``
+(``from summit_jobs.cli import cli``) and add one line here:
+``register("NAME", "summit_jobs.MODULE:FUNCTION", "The first sentence of its docstring.")``.
+``submit`` and ``machines`` live in summit_jobs/cli.py itself.
 """
 from __future__ import annotations
 
-from summit_jobs import (cli, cli_compare, cli_data, cli_fuse, cli_lifecycle, cli_report,  # noqa: F401 - registers
-                         cli_simulate)
+from summit_jobs import cli
+
+register = cli.cli.register_lazy
+register("cancel", "summit_jobs.cli_lifecycle:cancel_cmd", "Kill a run's jobs (all links of a chain) or one job.")
+register("compare", "summit_jobs.cli_compare:compare_cmd",
+         "Whether two runs trained the same: e.g. a real run and its `simulate` twin.")
+register("fuse", "summit_jobs.cli_fuse:fuse_cmd",
+         "Late fusion of two or more streams: e.g. an RGB run and an optical-flow run.")
+register("logs", "summit_jobs.cli_lifecycle:logs_cmd",
+         "Print a run's job output (the -o and -e files), locally or over SSH.")
+register("pack", "summit_jobs.cli_data:pack_cmd", "Pack a video dataset into tar shards + manifest.json in OUT.")
+register("report", "summit_jobs.cli_report:report_cmd",
+         "Plots and a summary table of a run: accuracy, loss, LR, throughput, chain.")
+register("scaling", "summit_jobs.cli_simulate:scaling_cmd",
+         "Project time-to-train and scaling efficiency over node counts.")
+register("simulate", "summit_jobs.cli_simulate:simulate_cmd",
+         "Run a V-node optimisation on fewer nodes by exact gradient accumulation.")
+register("stage-data", "summit_jobs.cli_data:stage_data_cmd",
+         "Stage a packed dataset: archive -> parallel file system -> node-local NVMe.")
+register("status", "summit_jobs.cli_lifecycle:status_cmd", "Show the state of a run's jobs (or of the recent runs).")
+register("synth", "summit_jobs.cli_data:synth_cmd", "Write a small synthetic Kinetics-format dataset into OUT.")
 
 
 def main() -> None:

@@ -134,7 +134,7 @@ def test_prepare_returns_new_options_and_leaves_its_input_alone():
 
 def _click_params(command: str) -> dict:
     from summit_jobs import main  # every command registered
-    return {p.name: p for p in main.cli.cli.commands[command].params}
+    return {p.name: p for p in main.cli.cli.get_command(None, command).params}
 
 
 @pytest.mark.parametrize("name", ["engine", "schedule", "optimizer", "optimizer_sync", "compression"])
