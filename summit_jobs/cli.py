@@ -14,8 +14,7 @@ from summit_jobs import __version__, settings
 from summit_jobs.cli_types import FiniteFloat, whole
 from summit_jobs.errors import UserError, describe_os_error
 from summit_jobs.lazygroup import LazyGroup
-from summit_jobs.machines import LAUNCHERS, REQUESTS
-from summit_jobs.plan import LAYOUTS, STAGE_POLICIES
+from summit_jobs.choices import LAUNCHERS, LAYOUTS, REQUESTS, STAGE_POLICIES
 from trainer import config as trainer_config
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}

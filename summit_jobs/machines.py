@@ -18,6 +18,7 @@ from typing import Dict, List, Literal, Optional, Tuple
 import yaml
 
 from summit_jobs import resources
+from summit_jobs.choices import LAUNCHERS, REQUESTS  # noqa: F401 - part of this module's interface
 from summit_jobs.errors import UserError
 from summit_jobs.schema import build, deep_merge
 
@@ -147,11 +148,6 @@ class Queue:
     max_queued_per_user: Optional[int] = None
 
 
-#: How a job asks for its nodes: Summit's CSM ``-nnodes N``, or IBM's slot form ``-n S -R "span[ptile=P]"``.
-REQUESTS = ("nnodes", "slots")
-#: What starts the ranks: jsrun (CSM), blaunch (one rank per slot), Open MPI's mpirun through blaunch, or one
-#: torchrun per node through ``blaunch -z``.
-LAUNCHERS = ("jsrun", "blaunch", "mpirun", "torchrun")
 #: Memory units LSF takes (LSF_UNIT_FOR_LIMITS) and what a memory request counts.
 MEMORY_UNITS = ("KB", "MB", "GB", "TB")
 MEMORY_PER = ("slot", "host", "job")

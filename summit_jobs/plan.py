@@ -15,6 +15,7 @@ from typing import Dict, List, Optional, Tuple
 
 from summit_jobs import request as request_mod
 from summit_jobs import settings, trainer_args
+from summit_jobs.choices import LAYOUTS, STAGE_POLICIES  # noqa: F401 - part of this module's interface
 from summit_jobs.errors import UserError
 from summit_jobs.machines import Profile, Queue, WalltimeBin, format_hhmm, parse_hhmm
 from trainer import config as trainer_config
@@ -30,10 +31,6 @@ COMPLETE_MARKER = rundir.COMPLETE
 SCRIPT_NAME = rundir.SCRIPT
 #: Ids of the links a chain until complete submitted itself (the first link's id is in run.json).
 CHAIN_FILE = rundir.CHAIN
-#: Resource-set layouts: one set per GPU, or one per node with all its GPUs (the profile's launcher.layout).
-LAYOUTS = ("gpu", "node")
-#: How staged shards are placed on the nodes' NVMe; the first is the default.
-STAGE_POLICIES = ("partition", "replicate")
 #: The trainer's method options that are also JobOptions fields (submit options); a preset sets them where the
 #: user did not. The rest of a preset (trainer.config.PRESETS) goes to the trainer as written.
 PRESET_FIELDS = ("schedule", "optimizer", "optimizer_sync", "avg_interval", "compression")
