@@ -710,7 +710,10 @@ def _checked_argv(profile: Profile, opts: JobOptions, run: Launch, opt: Optimisa
         return list(opts.command) + list(opts.trainer_args), opt
     argv = _trainer_argv(profile, opts, run, opt)
     if opts.check_trainer_args:
-        final = trainer_args.check(argv[3:], opts.trainer_args, _given_to_trainer(opts), run.staging is not None)
+        preset = preset_values(opts.preset)
+        from_preset = [n for n in PRESET_FIELDS if n in preset and n not in opts.explicit]
+        final = trainer_args.check(argv[3:], opts.trainer_args, _given_to_trainer(opts), run.staging is not None,
+                                   opts.preset, from_preset)
         # What the ranks will really use (arguments after `--` may set them): the summary must not differ.
         lr = final.lr if final.lr is not None else opt.lr
         _check_schedule(lr, opt.epochs, final.warmup_epochs, profile.recipe.lr_per_8_clips)

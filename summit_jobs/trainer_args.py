@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
-from typing import Dict, Sequence
+from typing import Dict, Optional, Sequence
 
 from summit_jobs.errors import UserError
 from trainer import config as trainer_config  # torch-free by contract (tests/test_cli_jobs.py checks sys.modules)
@@ -48,11 +48,12 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
 
 
 def check(planner_argv: Sequence[str], user_argv: Sequence[str], given: Dict[str, object],
-          staging: bool) -> argparse.Namespace:
+          staging: bool, preset: Optional[str] = None, from_preset: Sequence[str] = ()) -> argparse.Namespace:
     """Parse planner + user arguments; refuse what the user may not override or contradicts submit.
 
     ``given`` maps trainer option names (``epochs``) to the value the user gave
-    the submit option, for the options that were given.
+    the submit option, for the options that were given; ``from_preset`` names
+    those whose value came from ``--preset`` instead (the refusal says so).
     """
     base = parse(planner_argv)
     final = parse([*planner_argv, *user_argv]) if user_argv else base
@@ -61,6 +62,10 @@ def check(planner_argv: Sequence[str], user_argv: Sequence[str], given: Dict[str
         if before == after:
             continue
         flag = "--" + name.replace("_", "-")
+        if name in given and name in from_preset:
+            raise UserError(f"--preset {preset} sets {SUBMIT_OPTION[name]} {given[name]!r}, and {flag} {after!r} "
+                            f"after `--` would change it behind the plan; give {SUBMIT_OPTION[name]} {after} to "
+                            "submit instead (an option you give wins over the preset).")
         if name in given:
             raise UserError(f"{SUBMIT_OPTION[name]} {given[name]!r} and {flag} {after!r} after `--` disagree; "
                             f"give the value once, with {SUBMIT_OPTION[name]}.")

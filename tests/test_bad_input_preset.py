@@ -46,6 +46,8 @@ CLI = [
     ("submit-preset-after-dashes", [*SUBMIT, "--", "--preset", "aavg-paper"], ["--preset 'aavg-paper'"]),
     ("submit-preset-value-after-dashes", [*SUBMIT, "--preset", "aavg-paper", "--", "--aavg-eval-every", "-2"],
      ["--aavg-eval-every -2: must be at least -1"]),
+    ("submit-preset-method-changed-after-dashes", [*SUBMIT, "--preset", "aavg-paper", "--", "--optimizer", "sgd"],
+     ["--preset aavg-paper sets --optimizer 'adam'", "give --optimizer sgd to submit"]),
     ("submit-val-clips-zero-after-dashes", [*SUBMIT, "--", "--val-clips", "0"], ["--val-clips 0: must be"]),
     ("simulate-preset-accumulates", ["--machine", "local", "simulate", "--virtual-nodes", "4", "--nodes", "2",
                                      "--preset", "aavg-paper", "--dry-run"],
