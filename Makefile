@@ -25,7 +25,7 @@ horovod: venv
 	scripts/build-horovod.sh $(VENV)
 
 test: venv
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=30
 
 demo: venv
 	$(PY) -m summit_jobs.demo
