@@ -316,6 +316,10 @@ class Profile:
     compute_read_only_prefixes: Tuple[str, ...] = ()
     #: The place to point users at instead (named in that refusal).
     writable_hint: str = ""
+    #: Folders every node has its own copy of (/tmp, the NVMe mount): a run or data folder there, as seen
+    #: from the login node, is not the folder the compute nodes see (``summit-jobs doctor`` flags one). The
+    #: fixed part of ``node.nvme_path`` counts too without being listed.
+    node_local_prefixes: Tuple[str, ...] = ()
     #: The file it was loaded from (for messages and the run record).
     source: str = ""
     #: When the machine was retired (kept as the paper's reference), e.g. "2024-11".

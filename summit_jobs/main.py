@@ -21,6 +21,8 @@ register = cli.cli.register_lazy
 register("cancel", "summit_jobs.cli_lifecycle:cancel_cmd", "Kill a run's jobs (all links of a chain) or one job.")
 register("compare", "summit_jobs.cli_compare:compare_cmd",
          "Whether two runs trained the same: e.g. a real run and its `simulate` twin.")
+register("doctor", "summit_jobs.cli_doctor:doctor_cmd",
+         "Check a site before submitting: LSF, queues, account, folders, the trainer's environment, SSH.")
 register("fuse", "summit_jobs.cli_fuse:fuse_cmd",
          "Late fusion of two or more streams: e.g. an RGB run and an optical-flow run.")
 register("logs", "summit_jobs.cli_lifecycle:logs_cmd",

@@ -23,8 +23,10 @@ from typing import Callable, List, Optional
 
 import torch
 
-#: The oldest torch release the trainer runs on (Summit's Open-CE 1.10: PyTorch 2.0.1).
-OLDEST = (2, 0)
+from trainer.config import TORCH_RANGE
+
+#: The oldest torch release the trainer runs on (Summit's Open-CE 1.10: PyTorch 2.0.1): trainer.config.TORCH_RANGE.
+OLDEST = TORCH_RANGE[0]
 
 
 def version() -> tuple:

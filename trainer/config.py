@@ -14,6 +14,10 @@ import re
 from typing import Callable, Dict, List, Mapping, Optional, Tuple
 
 LR_PER_8_CLIPS = 0.00125
+#: The torch releases the trainer supports, as (major, minor): the oldest (OLCF Summit's Open-CE 1.10 had
+#: PyTorch 2.0.1) and the newest it is tested on. Written here, torch-free, so that trainer.compat and
+#: ``summit-jobs doctor`` (which checks a site's torch without importing it) read one range.
+TORCH_RANGE = ((2, 0), (2, 13))
 #: The depths trainer.model builds (listed here too: this module must not import torch).
 ARCHS = ("resnet18", "resnet34", "resnet50", "resnet101", "resnet152")
 #: Choice lists of the options ``summit-jobs submit`` also offers; the first entry is the trainer's default.
