@@ -3,18 +3,23 @@
 Looked up as ``--config FILE``, else ``$SUMMIT_JOBS_CONFIG``, else
 ``~/.config/summit-jobs/config.yaml`` when it exists. Command-line options win
 over the environment (SUMMIT_JOBS_MACHINE, SUMMIT_JOBS_PROJECT), which wins over
-this file, which wins over the machine profile.
+this file, which wins over the machine profile (summit_jobs.settings owns the
+rule). The line of every key is kept, so that ``summit-jobs config`` and error
+messages can point at it.
 """
 from __future__ import annotations
 
-import os
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Tuple
 
-from summit_jobs import machines
+from summit_jobs import machines, settings
 from summit_jobs.errors import UserError
 from summit_jobs.schema import build
+
+#: Fields of UserConfig that the loader fills in; a file may not set them.
+_INTERNAL = ("source", "lines")
 
 
 @dataclass(frozen=True)
@@ -29,6 +34,8 @@ class UserConfig:
     #: Overrides merged into machine profiles, by machine name (same keys as envs/*.yaml).
     machines: Dict[str, Any] = field(default_factory=dict)
     source: Optional[str] = None
+    #: The line of each key in the file, by dotted path (``machine``, ``machines.summit.quota_nodes``).
+    lines: Dict[str, int] = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
         if self.quota_nodes is not None and self.quota_nodes < 1:
@@ -36,28 +43,114 @@ class UserConfig:
         if self.project is not None and any(ch in self.project for ch in "\n\r\0"):
             raise ValueError(f"project = {self.project!r} holds a line break; give it on one line")
 
+    def line_of(self, key: str) -> Optional[int]:
+        """The line where ``key`` (a dotted path) is set in the file, or None."""
+        return self.lines.get(key)
+
 
 def default_path() -> Path:
     return machines.config_dir() / "config.yaml"
 
 
 def load(path: Optional[str]) -> UserConfig:
-    explicit = path or os.environ.get("SUMMIT_JOBS_CONFIG")
-    if explicit:
-        p = Path(explicit).expanduser()
-        if not p.is_file():
-            raise UserError(f"config file {p} does not exist. Create it, or drop --config / SUMMIT_JOBS_CONFIG.")
-    else:
-        p = default_path()
-        if not p.is_file():
-            return UserConfig()
-    data = machines.load_yaml(p, "config file")
+    """The config file named by --config (``path``), $SUMMIT_JOBS_CONFIG or the default path; empty if none."""
+    where = settings.config_file(path, settings.environ(), default_path())
+    if where.value is None:
+        return UserConfig()
+    p = Path(where.value).expanduser()
+    if where.kind != "default" and not p.is_file():
+        raise UserError(f"config file {p} does not exist. Create it, or drop --config / SUMMIT_JOBS_CONFIG.")
+    data, lines = read_yaml(p, "config file")
+    for key in data:        # one key at a time, so that a bad value is reported with its line
+        if key in _INTERNAL:
+            valid = ", ".join(f.name for f in dataclasses.fields(UserConfig) if f.name not in _INTERNAL)
+            raise UserError(f"config file {_at(p, lines, str(key))}: unknown key {key!r}. Valid keys: {valid}.")
+        build(UserConfig, {key: data[key]}, f"config file {_at(p, lines, str(key))}")
     for name, overrides in (data.get("machines") or {}).items():
         if not isinstance(overrides, dict):
-            raise UserError(f"config file {p}: 'machines.{name}' must be a mapping of profile keys to override.")
+            raise UserError(f"config file {_at(p, lines, f'machines.{name}')}: 'machines.{name}' must be a "
+                            "mapping of profile keys to override.")
     cfg = build(UserConfig, data, f"config file {p}")
-    return UserConfig(**{**cfg.__dict__, "source": str(p)})
+    return dataclasses.replace(cfg, source=str(p), lines=lines)
+
+
+def _at(path: Path, lines: Dict[str, int], key: str) -> str:
+    """``PATH:LINE`` of ``key`` (just PATH when its line is unknown)."""
+    line = lines.get(key)
+    return f"{path}:{line}" if line else str(path)
+
+
+def read_yaml(path: Path, what: str) -> Tuple[Dict[str, Any], Dict[str, int]]:
+    """A YAML mapping and the line of each of its keys (dotted paths), or one clean line naming file and line.
+
+    Why compose then construct: the node tree keeps every key's position, the
+    constructed data is what yaml.safe_load would give (libyaml when present).
+    """
+    import yaml
+    loader_cls = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    try:
+        loader = loader_cls(path.read_text(encoding="utf-8"))
+        try:
+            node = loader.get_single_node()
+            data = loader.construct_document(node) if node is not None else None
+        finally:
+            loader.dispose()
+    except OSError as exc:
+        raise UserError(f"cannot read {what} {path}: {exc.strerror}.") from None
+    except UnicodeDecodeError as exc:
+        raise UserError(f"{what} {path} is not UTF-8 text ({exc.reason} at byte {exc.start}); save it as UTF-8.") \
+            from None
+    except yaml.YAMLError as exc:
+        raise UserError(_yaml_error(path, what, exc)) from None
+    if data is None:
+        return {}, {}
+    if not isinstance(data, dict):
+        raise UserError(f"{what} {path} must hold a mapping at the top level.")
+    lines: Dict[str, int] = {}
+    _key_lines(node, "", lines)
+    return data, lines
+
+
+def _yaml_error(path: Path, what: str, exc: Exception) -> str:
+    """A YAML syntax error on one line: file:line, the problem, and what was being parsed."""
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
+    col = f" (column {mark.column + 1})" if mark is not None else ""
+    context, cmark = getattr(exc, "context", None), getattr(exc, "context_mark", None)
+    started = f", {context} started at line {cmark.line + 1}" if context and cmark is not None else ""
+    return f"{what} {where} is not valid YAML{col}: {problem}{started}. Fix that line."
+
+
+def _key_lines(node, prefix: str, out: Dict[str, int]) -> None:
+    """Record the (1-based) line of every mapping key under ``node``; a later duplicate wins, as in the data."""
+    import yaml
+    if not isinstance(node, yaml.MappingNode):
+        return
+    for key, value in node.value:
+        if not isinstance(key, yaml.ScalarNode):
+            continue
+        path = f"{prefix}.{key.value}" if prefix else str(key.value)
+        out[path] = key.start_mark.line + 1
+        _key_lines(value, path, out)
+
+
+def key_lines(path: str) -> Dict[str, int]:
+    """The line of each key of a YAML file (a machine profile), or nothing when it cannot be read."""
+    try:
+        return read_yaml(Path(path), "file")[1]
+    except UserError:
+        return {}
 
 
 def profile(cfg: UserConfig, name: str) -> machines.Profile:
-    return machines.load(name, cfg.machines.get(name))
+    """Profile ``name`` with the config's overrides; an error they cause names their line in the config."""
+    overrides = cfg.machines.get(name)
+    try:
+        return machines.load(name, overrides)
+    except UserError as exc:
+        line = cfg.line_of(f"machines.{name}") if overrides else None
+        if line is None:
+            raise
+        raise UserError(f"{exc} (with the overrides of machines.{name} in config file {cfg.source}:{line})") \
+            from None

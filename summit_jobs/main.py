@@ -21,6 +21,7 @@ register = cli.cli.register_lazy
 register("cancel", "summit_jobs.cli_lifecycle:cancel_cmd", "Kill a run's jobs (all links of a chain) or one job.")
 register("compare", "summit_jobs.cli_compare:compare_cmd",
          "Whether two runs trained the same: e.g. a real run and its `simulate` twin.")
+register("config", "summit_jobs.cli_config:config_cmd", "Show every setting with its value and where it comes from.")
 register("doctor", "summit_jobs.cli_doctor:doctor_cmd",
          "Check a site before submitting: LSF, queues, account, folders, the trainer's environment, SSH.")
 register("fuse", "summit_jobs.cli_fuse:fuse_cmd",

@@ -1,0 +1,70 @@
+"""Bad input to the config file and to `summit-jobs config`: one line naming the file, the line and the value.
+
+The config file is read once for every command, so each case is tried through
+`config` (which only reports) and through a dry run of `submit` (which plans):
+both must refuse the same way, without a traceback.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from badinput import assert_refused, run_module
+
+FILE_CASES = [
+    # (case, file text, needles: each must be in the one error line; "{cfg}" is the file's path)
+    ("machines-a-list", b"machines: [summit]\n", ["{cfg}:1", "'machines' must be a mapping", "['summit']"]),
+    ("yaml-unclosed-list", b"machine: summit\nproject: [ABC\nquota_nodes: 3\n",
+     ["{cfg}:3", "not valid YAML", "flow sequence started at line 2"]),
+    ("yaml-bad-indent", b"machine: summit\n\n  project: X\n", ["{cfg}:3", "not valid YAML"]),
+    ("yaml-tab", b"machine: summit\n\tproject: X\n", ["{cfg}:2", "not valid YAML"]),
+    ("internal-key-source", b"source: /etc/passwd\n", ["{cfg}:1", "unknown key 'source'"]),
+    ("internal-key-lines", b"machine: local\nlines: {}\n", ["{cfg}:2", "unknown key 'lines'"]),
+    ("quota-text-with-line", b"# quota\n\nquota_nodes: many\n", ["{cfg}:3", "'many'"]),
+    ("quota-zero-with-line", b"project: A\nquota_nodes: 0\n", ["{cfg}:2", "quota_nodes = 0"]),
+    ("unknown-key-with-line", b"machine: local\nprojetc: A\n", ["{cfg}:2", "'projetc'"]),
+    ("project-a-list", b"project: [A, B]\n", ["{cfg}:1", "['A', 'B']"]),
+    ("override-breaks-profile", b"machines:\n  local:\n    alloc_flags: ['a b']\n",
+     ["'a b'", "machines.local in config file {cfg}:2"]),
+    ("override-not-mapping", b"machines:\n  local: 3\n", ["{cfg}:2", "'machines.local'"]),
+]
+
+
+def _env(cli_env: dict) -> dict:
+    return dict(cli_env)
+
+
+@pytest.mark.parametrize("command", [["config"], ["submit", "--nodes", "1", "--project", "A", "--dry-run"]],
+                         ids=["config", "submit"])
+@pytest.mark.parametrize("case,text,needles", FILE_CASES, ids=[c[0] for c in FILE_CASES])
+def test_bad_config_file(cli_env, tmp_path, case, text, needles, command):
+    cfg = tmp_path / "config.yaml"
+    cfg.write_bytes(text)
+    proc = run_module("summit_jobs", ["--config", str(cfg), "--machine", "local", *command], _env(cli_env),
+                      cwd=tmp_path)
+    assert_refused(proc, [n.replace("{cfg}", str(cfg)) for n in needles], prefix="summit-jobs: error: ")
+    assert len(proc.stderr.splitlines()) == 1, proc.stderr
+
+
+COMMAND_CASES = [
+    ("quota-zero", ["config", "--quota-nodes", "0"], ["--quota-nodes", "0 is not in the range"]),
+    ("quota-text", ["config", "--quota-nodes", "lots"], ["'lots'"]),
+    ("unknown-machine", ["--machine", "nosuch", "config"], ["'nosuch'"]),
+    ("missing-config-file", ["--config", "/nonexistent/cfg.yaml", "config"], ["/nonexistent/cfg.yaml"]),
+    ("config-is-a-folder", ["--config", "{tmp}", "config"], ["{tmp}"]),
+]
+
+
+@pytest.mark.parametrize("case,args,needles", COMMAND_CASES, ids=[c[0] for c in COMMAND_CASES])
+def test_bad_config_command_line(cli_env, tmp_path, case, args, needles):
+    fill = [a.replace("{tmp}", str(tmp_path)) for a in args]
+    proc = run_module("summit_jobs", fill, _env(cli_env), cwd=tmp_path)
+    assert_refused(proc, [n.replace("{tmp}", str(tmp_path)) for n in needles])
+
+
+def test_environment_names_a_missing_config_file(cli_env, tmp_path):
+    env = dict(cli_env, SUMMIT_JOBS_CONFIG=str(tmp_path / "gone.yaml"))
+    proc = run_module("summit_jobs", ["config"], env, cwd=tmp_path)
+    assert_refused(proc, [str(tmp_path / "gone.yaml"), "SUMMIT_JOBS_CONFIG"])
+    assert not Path(tmp_path / "gone.yaml").exists()
