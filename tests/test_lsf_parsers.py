@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -308,3 +309,121 @@ def test_cancel_kills_the_checked_jobs_when_bjobs_errs_on_others(tmp_path, cli_e
     assert "job 8: NOT killed: bjobs: Job <8>: Permission denied" in proc.stderr
     assert "job 9: NOT killed: bjobs printed no record" in proc.stderr and "Internal library error" in proc.stderr
     assert (tmp_path / "bkilled").read_text().split() == ["7"]
+
+
+# -- lsid and bqueues (summit-jobs doctor) ----------------------------------------------------------------------
+from summit_jobs import doctor  # noqa: E402 - kept with the tests that use it
+
+
+@pytest.mark.parametrize("name, product, version, cluster, master", [
+    ("lsid_ibmcloud_standard_10_1_0_13.txt", "IBM Spectrum LSF Standard", (10, 1, 0, 13), "HPCCluster",
+     "icgen2host-10-240-0-37"),
+    ("lsid_datadog_community_10_1_0_15.txt", "IBM Spectrum LSF Community Edition", (10, 1, 0, 15), "test-cluster",
+     "ip-11-21-111-198.ec2.internal"),
+    ("lsid_lsf_git_ops_10_1_0_6.txt", "IBM Spectrum LSF Standard", (10, 1, 0, 6), "cluster1", "test.ibm.com"),
+    ("lsid_k8s_connector_10_1_0_0.txt", "IBM Spectrum LSF Connetor for Kubernetes", (10, 1, 0, 0), "myCluster",
+     "lsfmaster"),
+    ("lsid_ibm_doc_10_1_0.txt", "LSF", (10, 1, 0), "lsf10", "hosta.company.com"),
+    ("lsid_lsf3_user_guide.txt", "LSF", (3, 0), "test_cluster", "hostA"),
+])
+def test_lsid_product_version_cluster_and_master(name, product, version, cluster, master):
+    info = doctor.parse_lsid(read(name))
+    assert (info.product, info.version, info.cluster, info.master) == (product, version, cluster, master)
+
+
+def test_lsid_of_an_lsf_suite_reads_lsf_s_version_not_the_suite_s():
+    info = doctor.parse_lsid(read("lsid_ibmcloud_suite_10_1_0_14.txt"))
+    assert info.version == (10, 1, 0, 14) and info.version_text == "10.1.0.14"
+    assert info.suite == "IBM Spectrum LSF Suite for Enterprise 10.2.0.14"
+    assert info.build == "Jan 14 2025" and info.master == "tue-test14-and-mgmt-1-3271-001.comp.com"
+
+
+def test_lsid_after_busy_banner_lines_and_garbage_kept_in_the_error():
+    banner = read("bsub_banner_busy.txt").split("Job <")[0]
+    assert doctor.parse_lsid(banner + read("lsid_lsf_git_ops_10_1_0_6.txt")).version == (10, 1, 0, 6)
+    with pytest.raises(lsf.LsfOutputError, match="lsid printed no line") as err:
+        doctor.parse_lsid("ls_getclustername(): Cannot locate master LIM now, try later\n")
+    assert "Cannot locate master LIM" in str(err.value)
+
+
+def test_lsf_version_against_what_a_profile_needs():
+    """bjobs -json came with LSF 10.1 Fix Pack 2: 10.1.0 (no fix pack) and LSF 3.0 fail, 10.1.0.6 passes."""
+    from summit_jobs import machines
+    summit = machines.load("summit")
+    ok = doctor.check_lsf_version(doctor.parse_lsid(read("lsid_lsf_git_ops_10_1_0_6.txt")), None, summit)
+    assert ok.status == doctor.OK and "10.1.0.6" in ok.found
+    for name in ("lsid_ibm_doc_10_1_0.txt", "lsid_lsf3_user_guide.txt"):
+        bad = doctor.check_lsf_version(doctor.parse_lsid(read(name)), None, summit)
+        assert bad.status == doctor.FAIL and "older than 10.1.0.2" in bad.found and "Fix Pack 2" in bad.fix
+    gpu = machines.load("lsf-gpu")
+    assert [w for _, w in doctor.lsf_requirements(gpu)][-1].startswith("bsub -gpu")
+    assert "bsub -gpu" not in " ".join(w for _, w in doctor.lsf_requirements(summit))
+
+
+def test_bqueues_default_tables():
+    rows = doctor.parse_bqueues(read("bqueues_lsf_kubernetes_inact.txt"))
+    assert list(rows) == ["priority", "normal", "idle", "night"]
+    assert rows["normal"].open and rows["normal"].active and rows["normal"].columns["PRIO"] == "30"
+    assert rows["night"].status == "Open:Inact" and rows["night"].open and not rows["night"].active
+    busy = doctor.parse_bqueues(read("bqueues_lsf_kubernetes_running.txt"))
+    assert (busy["normal"].columns["PEND"], busy["normal"].columns["RUN"]) == ("153", "570")
+    one = doctor.parse_bqueues(read("bqueues_lsf_git_ops_one_queue.txt"))       # PRIO off its column
+    assert list(one) == ["common"] and one["common"].columns["PRIO"] == "30" and one["common"].active
+
+
+def test_bqueues_of_ibm_s_documented_example():
+    rows = doctor.parse_bqueues(read("bqueues_ibm_doc_example.txt"))      # a tab, and Open:Inactive spelt out
+    assert rows["priority"].columns["SUSP"] == "1" and rows["priority"].active
+    assert rows["night"].status == "Open:Inactive" and not rows["night"].active
+    assert rows["interactive"].columns["PRIO"] == "400"
+
+
+def test_bqueues_wide_extra_columns_banner_and_bad_rows():
+    text = read("bsub_banner_busy.txt").split("Job <")[0] + read("bqueues_lsf_kubernetes_inact.txt")
+    assert "night" in doctor.parse_bqueues(text)
+    with pytest.raises(lsf.LsfOutputError, match="fields for 11 columns") as err:
+        doctor.parse_bqueues(read("bqueues_lsf_kubernetes_inact.txt") + "broken 30 Open:Active\n")
+    assert "broken 30 Open:Active" in str(err.value)
+    with pytest.raises(lsf.LsfOutputError, match="no QUEUE_NAME header"):
+        doctor.parse_bqueues("")
+
+
+def test_queue_checks_name_what_is_missing_closed_or_held():
+    from summit_jobs import machines
+    rows = doctor.parse_bqueues(read("bqueues_lsf_kubernetes_inact.txt"))
+    checks = doctor.check_queues(machines.load("summit"), rows, None)
+    assert checks[0].name == "queue batch (default)" and checks[0].status == doctor.FAIL
+    assert "priority, normal, idle, night" in checks[0].found and "--queue" in checks[0].fix
+    closed = dict(rows, batch=doctor.QueueRow("batch", "Closed:Active", {}))
+    assert doctor.check_queues(machines.load("summit"), closed, None)[0].status == doctor.FAIL
+    held = dict(rows, batch=doctor.QueueRow("batch", "Open:Inact", {}))
+    assert doctor.check_queues(machines.load("summit"), held, None)[0].status == doctor.WARN
+
+
+def test_embedded_lsid_and_bqueues_round_trip(tmp_path, cli_env):
+    """What the embedded lsid and bqueues print (real processes) is read by the same parsers, and a job's
+    slots show in its queue's PEND column."""
+    from summit_jobs import hosts, resources
+    env = hosts.embedded_environment(dict(cli_env, SUMMIT_JOBS_LSF_HOME=str(tmp_path / "lsf")), 4, 2)
+    lsid = subprocess.run(["lsid"], env=env, capture_output=True, text=True, timeout=60)
+    info = doctor.parse_lsid(lsid.stdout)
+    assert info.version == (10, 1, 0, 2) and info.cluster == "embedded" and "embedded" in info.product
+    blocker = tmp_path / "hold.sh"
+    blocker.write_text("#!/bin/sh\nsleep 30\n")
+    for _ in range(3):                      # 2 nodes x 2 cores: the third job waits
+        subprocess.run(["bsub", "-nnodes", "2", "-q", "debug", "-o", "/dev/null", str(blocker)], env=env,
+                       capture_output=True, text=True, timeout=60, cwd=tmp_path, check=True)
+    try:
+        out = subprocess.run(["bqueues", "-w"], env=env, capture_output=True, text=True, timeout=60)
+        rows = doctor.parse_bqueues(out.stdout)
+        assert list(rows) == ["batch", "debug"] and all(r.status == "Open:Active" for r in rows.values())
+        debug = {k: int(v) for k, v in rows["debug"].columns.items() if k in ("NJOBS", "PEND", "RUN")}
+        assert debug["NJOBS"] == debug["PEND"] + debug["RUN"] == 12 and debug["PEND"] >= 4     # 3 jobs x 4 slots
+        assert rows["batch"].columns["NJOBS"] == "0"
+        missing = subprocess.run(["bqueues", "nosuch"], env=env, capture_output=True, text=True, timeout=60)
+        assert missing.returncode == 255 and "nosuch: No such queue" in missing.stderr
+    finally:
+        ids = subprocess.run(["bjobs", "-o", "jobid", "-noheader"], env=env, capture_output=True, text=True,
+                             timeout=60).stdout.split()
+        subprocess.run(["bkill", *ids], env=env, capture_output=True, timeout=60)
+    assert resources.embedded_bin_dir().joinpath("bqueues").exists()
