@@ -11,7 +11,7 @@ from typing import Optional, Tuple
 import click
 
 from summit_jobs import __version__, settings
-from summit_jobs.cli_types import FiniteFloat, whole
+from summit_jobs.cli_types import FiniteFloat, complete_machines, whole
 from summit_jobs.errors import UserError, describe_os_error
 from summit_jobs.lazygroup import LazyGroup
 from summit_jobs.choices import LAUNCHERS, LAYOUTS, REQUESTS, STAGE_POLICIES
@@ -61,7 +61,7 @@ class State:
 
 
 @click.group(cls=_Group, context_settings=CONTEXT)
-@click.option("--machine", "-m", metavar="NAME",
+@click.option("--machine", "-m", metavar="NAME", shell_complete=complete_machines,
               help="Machine profile (summit, lassen, local, or one of yours). "
                    "Default: $SUMMIT_JOBS_MACHINE, the config file's 'machine', else local.")
 @click.option("--config", "config_path", metavar="FILE", type=click.Path(dir_okay=False),

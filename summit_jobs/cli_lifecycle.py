@@ -28,6 +28,7 @@ import click
 
 from summit_jobs import lifecycle
 from summit_jobs.cli import State, cli  # noqa: F401
+from summit_jobs.cli_types import complete_runs
 from summit_jobs.errors import UserError
 
 def _seconds(ctx: click.Context, param: click.Parameter, value: float) -> float:
@@ -50,7 +51,7 @@ def _table(rows: List[Dict[str, object]]) -> str:
 
 
 @cli.command("status")
-@click.argument("target", required=False, metavar="[RUN|JOBID]")
+@click.argument("target", required=False, metavar="[RUN|JOBID]", shell_complete=complete_runs)
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per job instead of the table.")
 @click.option("--watch", is_flag=True,
               help="Repeat until every job has ended; print the table when it changes. Exit status 0 when "
@@ -109,7 +110,7 @@ def _ended(row: Dict[str, object]) -> bool:
 
 
 @cli.command("cancel")
-@click.argument("target", metavar="RUN|JOBID")
+@click.argument("target", metavar="RUN|JOBID", shell_complete=complete_runs)
 @click.pass_obj
 def cancel_cmd(state: State, target: str) -> None:
     """Kill a run's jobs (all links of a chain) or one job.
@@ -215,7 +216,7 @@ def _same_folder(host, cwd: str, run_dir: str) -> bool:
 
 
 @cli.command("logs")
-@click.argument("target", metavar="RUN|JOBID")
+@click.argument("target", metavar="RUN|JOBID", shell_complete=complete_runs)
 @click.option("--follow", "-f", is_flag=True,
               help="Keep printing new output until the job (every link of a chain) has ended.")
 @click.option("--interval", type=float, default=2.0, show_default=True, metavar="SECONDS", callback=_seconds,

@@ -9,6 +9,7 @@ from typing import Optional
 import click
 
 from summit_jobs.cli import State, cli
+from summit_jobs.cli_types import complete_runs
 from summit_jobs.errors import UserError
 
 
@@ -30,11 +31,11 @@ def _open_run(state: State, target: str, hosts_):
 
 
 @cli.command("report")
-@click.argument("target", metavar="RUN")
+@click.argument("target", metavar="RUN", shell_complete=complete_runs)
 @click.option("--out", metavar="DIR", type=click.Path(file_okay=False),
               help="Folder for the plots and report.md. Default: RUN/report (for a run on another host: "
                    "./NAME-report here).")
-@click.option("--compare", "other", metavar="OTHER_RUN",
+@click.option("--compare", "other", metavar="OTHER_RUN", shell_complete=complete_runs,
               help="A second run (e.g. the same network without the temporal shift) to draw in the same plots "
                    "and to compare accuracy with.")
 @click.option("--smooth", metavar="N", type=int, default=None,

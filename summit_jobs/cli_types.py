@@ -7,7 +7,8 @@ a time of nan then travels into plans and projections as if it were a number.
 from __future__ import annotations
 
 import math
-from typing import Optional
+import os
+from typing import List, Optional
 
 import click
 
@@ -47,3 +48,74 @@ class FiniteFloat(click.ParamType):
 def whole(low: int = 1, high: Optional[int] = None) -> click.IntRange:
     """A whole number in [low, high]; click names the value and the range when it is outside."""
     return click.IntRange(min=low, max=high)
+
+
+# ---- shell completion (click's shell_complete= callbacks) -----------------------------------------------
+#
+# Why here and light: completion runs the whole CLI once per TAB press, so these read a few folder listings
+# and at most the config file and one profile; nothing is imported until a completion is asked for.
+
+#: Files that make a folder a run directory: the submit record, the trainer's configuration, its metrics.
+RUN_MARKERS = ("run.json", "run_config.json", "metrics.jsonl")
+#: The most entries of one folder looked at (a huge folder must not stall a TAB press).
+_MAX_ENTRIES = 5000
+
+
+def complete_machines(ctx: click.Context, param: click.Parameter, incomplete: str) -> list:
+    """--machine: the names of every profile (user folders and SUMMIT_JOBS_MACHINES_PATH included)."""
+    from click.shell_completion import CompletionItem
+
+    from summit_jobs import machines
+    return [CompletionItem(name) for name in machines.available() if name.startswith(incomplete)]
+
+
+def _is_run(path: str) -> bool:
+    return any(os.path.isfile(os.path.join(path, marker)) for marker in RUN_MARKERS)
+
+
+def _runs_in(folder: str, shown_as: str) -> List[str]:
+    """Run directories directly under ``folder``, each written as ``shown_as`` + its name."""
+    out = []
+    try:
+        with os.scandir(os.path.expanduser(folder or ".")) as entries:
+            for i, entry in enumerate(entries):
+                if i >= _MAX_ENTRIES:
+                    break
+                if entry.is_dir() and _is_run(entry.path):
+                    out.append(shown_as + entry.name)
+    except OSError:
+        return []
+    return out
+
+
+def _configured_runs_dir(ctx: click.Context) -> Optional[str]:
+    """The runs folder this command line would use (--machine and --config as typed so far), or None."""
+    from summit_jobs import config, settings
+    from summit_jobs.errors import UserError
+    params = ctx.find_root().params
+    try:
+        cfg = config.load(params.get("config_path"))
+        name = settings.machine(params.get("machine"), settings.environ(), cfg)
+        return settings.runs_dir(None, cfg, config.profile(cfg, name))
+    except (UserError, OSError, ValueError):
+        return None
+
+
+def complete_runs(ctx: click.Context, param: click.Parameter, incomplete: str) -> list:
+    """RUN: run directories in the folder typed so far, else in the current folder and the configured runs folder.
+
+    When none matches, the shell completes folder names itself (a run may sit deeper).
+    """
+    from click.shell_completion import CompletionItem
+    head, _ = os.path.split(incomplete)
+    if head:
+        found = _runs_in(head, os.path.join(head, ""))
+    else:
+        found = _runs_in(".", "")
+        runs = _configured_runs_dir(ctx)
+        if runs and os.path.isdir(os.path.expanduser(runs)):
+            found += _runs_in(runs, os.path.join(runs, ""))
+    names = sorted({f for f in found if f.startswith(incomplete) or os.path.basename(f).startswith(incomplete)})
+    if not names:
+        return [CompletionItem(incomplete, type="dir")]
+    return [CompletionItem(name) for name in names]
