@@ -10,7 +10,7 @@ from typing import Optional, Tuple
 
 import click
 
-from summit_jobs import __version__, settings
+from summit_jobs import settings, version
 from summit_jobs.cli_types import FiniteFloat, complete_machines, whole
 from summit_jobs.errors import UserError, describe_os_error
 from summit_jobs.lazygroup import LazyGroup
@@ -79,7 +79,8 @@ class State:
 @click.option("--remote-dir", metavar="DIR",
               help="Over SSH: absolute folder on the login node that holds run directories. "
                    "Default: the profile's ssh.remote_dir or the config's runs_dir.")
-@click.version_option(__version__, prog_name="summit-jobs")
+@click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=version.show,
+              help="Show the version and the code revision (git commit), then exit.")
 @click.pass_context
 def cli(ctx: click.Context, machine: Optional[str], config_path: Optional[str], host: Optional[str],
         port: Optional[int], user: Optional[str], key_file: Optional[str], known_hosts: Optional[str],
