@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Callable, List, Mapping, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, List, Mapping, Optional, Sequence, Tuple
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 #: The machine when nothing names one: the embedded LSF of this computer.
 DEFAULT_MACHINE = "local"

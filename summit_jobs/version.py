@@ -9,7 +9,6 @@ failure); an installed package carries the commit recorded when it was built
 from __future__ import annotations
 
 import os
-import subprocess
 from typing import List, Optional
 
 from summit_jobs import __version__
@@ -23,6 +22,7 @@ _PKG = os.path.dirname(os.path.abspath(__file__))
 
 def _git(args: List[str], folder: str) -> Optional[str]:
     """git's output for ``args`` run in ``folder``, or None when git is missing, slow or fails."""
+    import subprocess  # here, not at the top: only --version runs git, and every command imports this module
     try:
         proc = subprocess.run(["git", "-C", folder, *args], capture_output=True, text=True,
                               timeout=GIT_TIMEOUT_S, stdin=subprocess.DEVNULL)
