@@ -127,7 +127,7 @@ def table(rows: List[Dict[str, Any]]) -> str:
 
 @cli.command("config")
 @click.option("--project", "-P", metavar="NAME", help="As submit takes it: show what it would charge.")
-@click.option("--quota-nodes", type=whole(1), metavar="N", help="As submit takes it: " + settings.QUOTA_RULE)
+@click.option("--quota-nodes", type=whole(1), metavar="N", help="As submit takes it: the quota a job is held to.")
 @click.option("--runs-dir", metavar="DIR", help="As submit takes it: the parent of run directories.")
 @click.option("--template-dir", metavar="DIR", help="As submit takes it: your own templates.")
 @click.option("--all", "show_all", is_flag=True, help="Also show the values each winning one overrode.")
