@@ -298,8 +298,7 @@ def placement(path: str, profile) -> Optional[str]:
     """Why compute nodes could not use ``path`` (a read-only or a node-local file system), or None."""
     for root in profile.compute_read_only_prefixes:
         if _under(path, root):
-            hint = f" ({profile.writable_hint})" if profile.writable_hint else ""
-            return f"under {root.rstrip('/')}, which {profile.name}'s compute nodes cannot write{hint}"
+            return f"under {root.rstrip('/')}, which {profile.name}'s compute nodes cannot write"
     local = list(profile.node_local_prefixes)
     if profile.node.nvme_path and _fixed_prefix(profile.node.nvme_path):
         local.append(_fixed_prefix(profile.node.nvme_path))
@@ -326,8 +325,8 @@ def check_folder(kind: str, probe: FolderProbe, profile, must_exist: bool, optio
     """Step 3: a run or data folder exists (or can be created), is writable and is one compute nodes share."""
     why = placement(probe.path, profile)
     if why:
-        hint = profile.writable_hint or "a folder on the parallel file system"
-        return Check(FAIL, kind, f"{probe.path} is {why}", f"give {option} {hint}")
+        hint = f" ({profile.writable_hint})" if profile.writable_hint else ""
+        return Check(FAIL, kind, f"{probe.path} is {why}", f"give {option} a folder on the parallel file system{hint}")
     if not probe.is_dir:
         return Check(FAIL, kind, f"{probe.ancestor} is a file, not a folder",
                      f"move that file away, or give {option} another folder")
