@@ -28,8 +28,6 @@ import os
 import posixpath
 import shlex
 import shutil
-import socket
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, replace
@@ -164,6 +162,7 @@ class LocalHost(Host):
         self.env = embedded_environment(dict(os.environ), virtual_nodes, cores) if embedded else dict(os.environ)
 
     def run(self, argv, *, cwd=None, stdin=None, timeout=DEFAULT_TIMEOUT) -> Result:
+        import subprocess  # here, not at the top: a dry run reads this module but runs nothing
         try:
             proc = subprocess.run(argv, cwd=cwd, input=stdin, capture_output=True, text=True, env=self.env,
                                   timeout=timeout)
@@ -376,6 +375,8 @@ class SshHost(Host):
     @contextlib.contextmanager
     def _guard(self, what: str) -> Iterator[None]:
         """Turn a connection that drops in the middle of ``what`` into ConnectionLost (one clean line)."""
+        import socket
+
         import paramiko
         try:
             yield
@@ -523,6 +524,8 @@ def _fingerprint(key) -> str:
 
 def _connect_error(label: str, exc: Exception, hop=None) -> UserError:
     """The clean message for a failed SSH connection to ``label`` (the login node or a jump host, ``hop``)."""
+    import socket
+
     import paramiko
     if isinstance(exc, UserError):
         return exc

@@ -15,14 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Literal, Optional, Tuple
 
-import yaml
-
-from summit_jobs import resources
+from summit_jobs import resources, usercache
 from summit_jobs.choices import LAUNCHERS, REQUESTS  # noqa: F401 - part of this module's interface
 from summit_jobs.errors import UserError
 from summit_jobs.schema import build, deep_merge
-
-_YamlLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present: 10x faster
 
 
 #: Shapes of the profile and config values that reach a job script: checked when a profile is loaded,
@@ -385,16 +381,25 @@ def available() -> List[str]:
     return sorted(_profile_files())
 
 
-def load_yaml(path: Path, what: str) -> dict:
+def _parse_yaml(text: str, path: Path, what: str):
+    """The data of a YAML text (libyaml when present: 10x faster), or one line naming the file."""
+    import yaml  # here, not at the top: a profile read before is served by usercache without it
     try:
-        data = yaml.load(path.read_text(encoding="utf-8"), Loader=_YamlLoader)
+        return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    except yaml.YAMLError as exc:
+        raise UserError(f"{what} {path} is not valid YAML: {exc}") from None
+
+
+def load_yaml(path: Path, what: str) -> dict:
+    """A YAML file's top-level mapping; parsed once per text and parser (summit_jobs.usercache says how)."""
+    try:
+        text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise UserError(f"cannot read {what} {path}: {exc.strerror}.") from None
     except UnicodeDecodeError as exc:
         raise UserError(f"{what} {path} is not UTF-8 text ({exc.reason} at byte {exc.start}); save it as UTF-8.") \
             from None
-    except yaml.YAMLError as exc:
-        raise UserError(f"{what} {path} is not valid YAML: {exc}") from None
+    data = usercache.parsed("yaml", str(path), text, usercache.yaml_identity(), lambda t: _parse_yaml(t, path, what))
     if data is None:
         return {}
     if not isinstance(data, dict):

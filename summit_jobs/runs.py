@@ -21,8 +21,6 @@ import time
 from pathlib import Path
 from typing import Dict, List, Optional
 
-import yaml
-
 from summit_jobs.errors import UserError
 from summit_jobs.hosts import Host
 from trainer import rundir
@@ -101,6 +99,7 @@ def create(host: Host, plan, profile, script: str, *, force: bool, ssh: Optional
     }
     host.write_file(join(run_dir, SCRIPT), script, force=force)
     host.write_file(join(run_dir, "plan.json"), json.dumps(plan.to_dict(), indent=2, default=str), force=force)
+    import yaml  # here, not at the top: only writing a run's record needs it
     host.write_file(join(run_dir, "profile.yaml"),
                     yaml.safe_dump(_plain(dataclasses.asdict(profile)), sort_keys=False), force=force)
     save(host, record)

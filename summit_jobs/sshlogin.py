@@ -34,7 +34,6 @@ import getpass
 import os
 import re
 import select
-import socket
 import termios
 import time
 from dataclasses import dataclass
@@ -337,6 +336,7 @@ class TerminalPrompter:
     def server_gone(self) -> bool:
         """Whether the server hung up while a prompt waits (the transport's thread is in this prompt, so
         nobody else reads the connection): end of stream on the socket, or a jump host's channel closed."""
+        import socket
         sock = getattr(self.transport, "sock", None)
         if isinstance(sock, socket.socket):
             try:

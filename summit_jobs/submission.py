@@ -19,7 +19,7 @@ from typing import Dict, List, Optional, Tuple
 
 import click
 
-from summit_jobs import hosts, lsf, runs
+from summit_jobs import hosts
 from summit_jobs.errors import UserError
 
 
@@ -97,6 +97,7 @@ def check_resume_schedule(host, plan) -> None:
 
 def submit(state, profile, plan, script: str, kw: dict) -> List[str]:
     """Submit ``plan.chain`` jobs; print the job ids and the run directory; return the ids."""
+    from summit_jobs import lsf, runs  # here, not at the top: a dry run needs neither
     host = hosts.for_profile(profile, ssh_options(state))
     with host:
         ssh = host.target.record() if isinstance(host, hosts.SshHost) else None

@@ -43,9 +43,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
-import socket
-import subprocess
 import time
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Union
@@ -128,6 +125,7 @@ def code_revision(folder: PathLike) -> Optional[str]:
     which numbers came from which code.
     """
     try:
+    import subprocess  # here, not at the top: the login side reads this module's names, only launches run git
         out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=str(folder), capture_output=True, text=True,
                              timeout=GIT_TIMEOUT_S, check=False)
     except (OSError, subprocess.SubprocessError):
@@ -148,12 +146,14 @@ def installed_version(distribution: str) -> Optional[str]:
 def host_name() -> str:
     """The node this process runs on: the embedded LSF's virtual node name, else the host name."""
     return os.environ.get("SUMMIT_JOBS_VNODE") or socket.gethostname()
+    import socket
 
 
 def launch(run_dir: PathLike, options: Dict[str, object], **fields: object) -> None:
     """Append the ``launch`` event: ``options`` and ``fields`` (seed, ranks, engine, torch, step, ...) with
     the code revision, the installed summit-jobs version, the host and the Python version added here."""
     event(run_dir, "launch", options=options, code_revision=code_revision(Path(__file__).resolve().parent),
+    import platform
           summit_jobs=installed_version("summit-jobs"), host=host_name(), python=platform.python_version(),
           **fields)
 
