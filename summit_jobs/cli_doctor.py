@@ -25,10 +25,13 @@ from summit_jobs.errors import UserError
 COMMANDS_PROBE = ('for c do p=$(command -v "$c" 2>/dev/null) && printf "%s\\t%s\\n" "$c" "$p" '
                   '|| printf "%s\\t\\n" "$c"; done')
 #: For each folder: writable|readonly|file, whether it exists (yes|no), and its nearest existing ancestor, after
-#: creating and removing a test file there.
+#: creating and removing a test file there (``.summit-jobs-doctor.<pid>``; one left by a probe that was killed,
+#: whose process is gone, is removed first).
 FOLDER_PROBE = ('for d do p=$d; while [ ! -e "$p" ]; do p=$(dirname -- "$p"); done; '
                 'e=no; [ "$p" = "$d" ] && e=yes; '
                 'if [ ! -d "$p" ]; then printf "file\\t%s\\t%s\\n" "$e" "$p"; continue; fi; '
+                'for o in "$p"/.summit-jobs-doctor.*; do [ -f "$o" ] && ! kill -0 "${o##*.}" 2>/dev/null && '
+                'rm -f -- "$o"; done; '
                 't="$p/.summit-jobs-doctor.$$"; '
                 'if (umask 077; : > "$t") 2>/dev/null; then rm -f -- "$t"; w=writable; else w=readonly; fi; '
                 'printf "%s\\t%s\\t%s\\n" "$w" "$e" "$p"; done')

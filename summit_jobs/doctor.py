@@ -33,13 +33,19 @@ class Check:
     fix: str = ""
 
     def lines(self) -> List[str]:
-        out = [f"{self.status}  {self.name}: {self.found}"]
+        """The report's line and fix line; a multi-line finding (a command's raw output) is joined with ' | '
+        so that each check stays one line."""
+        out = [f"{self.status}  {self.name}: {_one_line(self.found)}"]
         if self.status != OK and self.fix:
-            out.append(f"  fix: {self.fix}")
+            out.append(f"  fix: {_one_line(self.fix)}")
         return out
 
     def to_dict(self) -> Dict[str, Optional[str]]:
         return {"status": self.status, "check": self.name, "found": self.found, "fix": self.fix or None}
+
+
+def _one_line(text: str) -> str:
+    return " | ".join(part.strip() for part in text.splitlines() if part.strip())
 
 
 def failed(checks: Sequence[Check]) -> bool:
@@ -123,6 +129,8 @@ def parse_bqueues(text: str) -> Dict[str, QueueRow]:
     Every column of the default and wide tables is filled (LSF prints ``-``
     for no limit), so a row splits on white space; a row with another number
     of fields than the header is an error carrying the line and the output.
+    Lines before the header (a busy master's notices) are skipped; no header
+    at all is an error carrying the output.
     """
     columns: Optional[List[str]] = None
     rows: Dict[str, QueueRow] = {}
@@ -133,11 +141,11 @@ def parse_bqueues(text: str) -> Dict[str, QueueRow]:
         if words[0] == "QUEUE_NAME":
             columns = words
             continue
-        if columns is None or len(words) != len(columns) or "STATUS" not in columns:
-            why = "before its QUEUE_NAME header" if columns is None else f"with {len(words)} fields for " \
-                                                                         f"{len(columns)} columns"
-            raise LsfOutputError(f"cannot read this bqueues line ({why}): {line!r}; full output:\n"
-                                 f"{(text or '').strip()[:3000]}")
+        if columns is None:
+            continue                    # a site's notice before the table, like the busy banners
+        if len(words) != len(columns) or "STATUS" not in columns:
+            raise LsfOutputError(f"cannot read this bqueues line (with {len(words)} fields for {len(columns)} "
+                                 f"columns): {line!r}; full output:\n{(text or '').strip()[:3000]}")
         values = dict(zip(columns, words))
         rows[words[0]] = QueueRow(name=words[0], status=values["STATUS"], columns=values)
     if columns is None:

@@ -55,6 +55,7 @@ def line(proc, start: str) -> str:
 
 
 def test_a_correct_set_up_on_the_embedded_lsf_passes(env, tmp_path):
+    (tmp_path / ".summit-jobs-doctor.2147483646").write_text("")      # left by a probe that was killed
     proc = doctor(env, cwd=tmp_path)
     assert proc.returncode == 0, (proc.stdout, proc.stderr)
     for start in ("ok  lsf commands: bsub, bjobs, bkill, jsrun found", "ok  lsf version: summit-jobs embedded LSF "
@@ -194,3 +195,45 @@ def test_a_correct_set_up_over_ssh_passes(env, tmp_path, sshd):
                   "ok  queue batch (default): Open:Active", f"ok  run folder: {tmp_path / 'remote runs'} exists "
                   "and is writable", "ok  torch: torch 2."):
         line(proc, start)
+
+
+def site_bin(tmp_path: Path, answers: dict) -> str:
+    """A site's LSF commands on PATH: each prints a captured answer (tests/data/lsf) or the given text and
+    exits with the given status; the commands doctor only looks for are there and never run."""
+    folder = tmp_path / "site-bin"
+    folder.mkdir()
+    for name in ("bsub", "bjobs", "bkill", "jsrun", "blaunch", "lsid", "bqueues"):
+        text, rc = answers.get(name, ("", 0))
+        data = Path(__file__).parent / "data" / "lsf" / text
+        (folder / name).write_text(f"#!/bin/sh\ncat {data}\nexit {rc}\n" if text.endswith(".txt") else
+                                   f"#!/bin/sh\nprintf '%s\\n' {json.dumps(text)}\nexit {rc}\n")
+        (folder / name).chmod(0o755)
+    return f"{folder}:/usr/bin:/bin"
+
+
+def test_an_lsf_without_fix_pack_2_and_an_inactive_queue(env, tmp_path):
+    """Captured answers of real sites: IBM's documented lsid of LSF 10.1.0 (no bjobs -json yet) and the
+    bqueues of IBM's LSF on Kubernetes, whose night queue is Open:Inact."""
+    text = LOCAL.replace("embedded: true", "embedded: false").replace("  batch:\n", "  normal:\n")
+    profile(tmp_path, "sitey", text.replace("  debug:\n", "  night:\n"))
+    path = site_bin(tmp_path, {"lsid": ("lsid_ibm_doc_10_1_0.txt", 0),
+                               "bqueues": ("bqueues_lsf_kubernetes_inact.txt", 0)})
+    proc = doctor(dict(env, PATH=path), "--machine", "sitey", cwd=tmp_path)
+    assert proc.returncode == 1, (proc.stdout, proc.stderr)
+    old = line(proc, "FAIL  lsf version:")
+    assert "LSF 10.1.0 (cluster lsf10, master hosta.company.com) is older than 10.1.0.2" in old
+    assert "Fix Pack 2" in old
+    assert line(proc, "ok  queue normal (default): Open:Active")
+    assert "Open:Inact: jobs are accepted but held" in line(proc, "warn  queue night:")
+
+
+def test_lsf_commands_that_fail_or_print_garbage(env, tmp_path):
+    """A master that does not answer: lsid exits non-zero, bqueues prints no table. Reported, no traceback."""
+    profile(tmp_path, "sitez", LOCAL.replace("embedded: true", "embedded: false"))
+    path = site_bin(tmp_path, {"lsid": ("ls_getclustername(): Cannot locate master LIM now, try later", 255),
+                               "bqueues": ("LSF is down. Please wait ...", 0)})
+    proc = doctor(dict(env, PATH=path), "--machine", "sitez", cwd=tmp_path)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr + proc.stdout, (proc.stdout, proc.stderr)
+    assert "`lsid` failed" in line(proc, "FAIL  lsf version:") and "Cannot locate master LIM" in proc.stdout
+    assert "bqueues printed no QUEUE_NAME header; it printed: | LSF is down" in line(proc, "FAIL  queues:")
+    assert all(text.startswith(("ok  ", "warn  ", "FAIL  ", "  fix: ")) for text in proc.stdout.splitlines())
