@@ -128,8 +128,9 @@ def _bytecode_cache() -> Optional[jinja2.BytecodeCache]:
     an unwritable cache folder just means no cache.
     """
     import os
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    folder = os.path.join(base, "summit-jobs", "jinja")
+
+    from summit_jobs import usercache
+    folder = os.path.join(usercache.user_cache_dir(), "jinja")
     try:
         os.makedirs(folder, exist_ok=True)
     except OSError:

@@ -333,3 +333,25 @@ def test_a_corrupt_cache_entry_does_not_change_a_dry_run(env):
     assert again.returncode == 0, again.stderr
     assert again.stdout == first.stdout
     assert all(json.loads(e.read_text())["data"]["name"] == "summit" for e in entries)
+
+
+def test_an_edited_template_is_never_served_from_the_compiled_template_cache(tmp_path, env):
+    """Jinja's bytecode cache is keyed on the template's text too: a same-size, same-time edit is seen."""
+    part = tmp_path / "templates" / "lsf" / "partials" / "epilogue.j2"
+    part.parent.mkdir(parents=True)
+    part.write_text((REPO / "templates" / "lsf" / "partials" / "epilogue.j2").read_text() + "# mark AAAA\n")
+    args = DRY_RUN + ["--run-dir", "/tmp/r", "--template-dir", str(tmp_path / "templates")]
+
+    def script():
+        proc = subprocess.run([sys.executable, "-m", "summit_jobs", *args], env=env, capture_output=True,
+                              text=True, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout
+
+    assert "# mark AAAA" in script()
+    assert "# mark AAAA" in script()    # compiled once, read back from the cache
+    st = part.stat()
+    part.write_text(part.read_text().replace("# mark AAAA", "# mark BBBB"))
+    os.utime(part, ns=(st.st_atime_ns, st.st_mtime_ns))
+    out = script()
+    assert "# mark BBBB" in out and "# mark AAAA" not in out
