@@ -20,6 +20,9 @@ Settings (environment variables, read by each command):
 ``SUMMIT_JOBS_LSF_APPS``
     Comma-separated names of the application profiles ``bsub -app`` accepts
     (default none).
+``SUMMIT_JOBS_LSF_QUEUES``
+    Comma-separated names of the queues ``bqueues`` lists (default: the
+    ``local`` profile's queues, with the user's config overrides).
 ``SUMMIT_JOBS_LSF_MINUTE``
     Seconds in one LSF minute (default 60). Tests set e.g. 3 so that ``-W 2``
     kills after 6 seconds and ``-wt 1`` warns 3 seconds before that.
