@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import sys
 import time
 from typing import Dict, List, Optional, Tuple
@@ -40,22 +41,13 @@ def _seconds(ctx: click.Context, param: click.Parameter, value: float) -> float:
     return value
 
 
-def _table(rows: List[Dict[str, object]]) -> str:
-    head = ["RUN", "JOBID", "STATE", "EXIT", "INFO"]
-    body = [[str(r["run"]), str(r["job_id"]), str(r["state"]),
-             "" if r.get("exit_code") is None else str(r["exit_code"]), str(r.get("reason") or "")] for r in rows]
-    widths = [max(len(h), *(len(b[i]) for b in body)) if body else len(h) for i, h in enumerate(head)]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(head, widths)).rstrip()]
-    lines += ["  ".join(c.ljust(w) for c, w in zip(b, widths)).rstrip() for b in body]
-    return "\n".join(lines)
-
-
 @cli.command("status")
 @click.argument("target", required=False, metavar="[RUN|JOBID]", shell_complete=complete_runs)
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per job instead of the table.")
 @click.option("--watch", is_flag=True,
-              help="Repeat until every job has ended; print the table when it changes. Exit status 0 when "
-                   "all jobs are DONE, 1 otherwise.")
+              help="Repeat until every job has ended: on a terminal the table is redrawn in place, elsewhere "
+                   "a new set of lines is printed when a job's state or last event changes. Exit status 0 "
+                   "when all jobs are DONE, 1 otherwise, 130 on Ctrl-C.")
 @click.option("--interval", type=float, default=10.0, show_default=True, metavar="SECONDS", callback=_seconds,
               help="Seconds between checks with --watch (keep it polite on a shared login node).")
 @click.pass_obj
@@ -63,15 +55,20 @@ def status_cmd(state: State, target: Optional[str], as_json: bool, watch: bool, 
     """Show the state of a run's jobs (or of the recent runs).
 
     \b
+    One row per job: run, job id, link of the chain, state, epoch and step
+    out of the total, clips/s and ETA from the run's own metrics, and the
+    last event (warning signal, checkpoint, resume, end) with its age.
     States are LSF's (PEND, RUN, DONE, EXIT, ...). A finished job's exit code
     comes from the exit-code file the job script writes in the run directory;
     a job that LSF no longer lists and that left no such file is UNKNOWN.
     """
     pairs = lifecycle.targets(state, target)
     hosts_ = lifecycle.Hosts(state)
+    view = _StatusView(as_json, watch, interval)
     try:
-        rows = _watch(state, pairs, hosts_, as_json, watch, interval)
+        rows = _watch(state, pairs, hosts_, view, watch, interval)
     except KeyboardInterrupt:
+        view.interrupted()
         sys.exit(130)
     finally:
         hosts_.close()
@@ -82,31 +79,120 @@ def status_cmd(state: State, target: Optional[str], as_json: bool, watch: bool, 
         sys.exit(1)
 
 
-def _watch(state: State, pairs, hosts_: lifecycle.Hosts, as_json: bool, watch: bool, interval: float):
-    """Print the rows (again when they change, with --watch) until every job has ended; the last rows.
+def _watch(state: State, pairs, hosts_: lifecycle.Hosts, view: "_StatusView", watch: bool, interval: float):
+    """Show the rows (again at each look, with --watch) until every job has ended; the last rows.
 
     With --watch a dropped SSH connection is opened again (lifecycle.Reconnect:
     a new login, one line each time, up to lifecycle.RECONNECTS times in a row).
     """
     reconnect = lifecycle.Reconnect(hosts_, max(0.2, interval), limit=lifecycle.RECONNECTS if watch else 0)
-    last = None
+    reader = lifecycle.RunReader()
     while True:
-        rows = reconnect.run(lambda: lifecycle.collect(state, pairs, hosts_))
-        text = json.dumps(rows, indent=2) if as_json else _table(rows)
-        if text != last:
-            if watch and not as_json:
-                click.echo(time.strftime("%H:%M:%S"))
-            click.echo(text)
-            last = text
+        rows = reconnect.run(lambda: _rows(state, pairs, hosts_, reader))
+        view.show(rows)
         if not watch or all(_ended(r) for r in rows):
             return rows
         time.sleep(max(0.2, interval))
+
+
+def _rows(state: State, pairs, hosts_: lifecycle.Hosts, reader: lifecycle.RunReader) -> List[Dict[str, object]]:
+    """lifecycle.collect's rows with the facts of each run's files added (statusview.add_facts)."""
+    from summit_jobs import statusview
+    rows = lifecycle.collect(state, pairs, hosts_)
+    for row in rows:
+        statusview.blank_facts(row)
+    done = set()
+    for record, _ids in pairs:
+        if record is None or str(record["run_dir"]) in done:
+            continue
+        done.add(str(record["run_dir"]))
+        host = hosts_.get(record)
+        mine = [r for r in rows if r.get("run_dir") == record["run_dir"] and r.get("host") == host.label]
+        if mine:
+            statusview.add_facts(mine, reader.files(host, record))
+    return rows
 
 
 def _ended(row: Dict[str, object]) -> bool:
     """Whether --watch may stop for this job: a final state, but not a state word LSF printed and this
     tool does not know (shown as UNKNOWN while LSF still lists the job, which may yet run and end)."""
     return row["state"] in lifecycle.FINAL and not (row["state"] == "UNKNOWN" and row.get("lsf_state"))
+
+
+class _StatusView:
+    """How status shows its rows: JSON; a table fitted to the terminal (redrawn in place with --watch);
+    or plain lines for logs and pipes (no escape code, no carriage return), a new set only on a change."""
+
+    def __init__(self, as_json: bool, watch: bool, interval: float):
+        self.as_json, self.watch, self.interval = as_json, watch, interval
+        term = os.environ.get("TERM", "")
+        self.tty = not as_json and _isatty(sys.stdout) and term != "dumb"
+        self.colour = self.tty and "NO_COLOR" not in os.environ
+        encoding = getattr(sys.stdout, "encoding", None) or "ascii"
+        self.ellipsis = "\u2026" if _encodes("\u2026", encoding) else "..."
+        self.last: object = None
+        self.drawn = False
+
+    def show(self, rows: List[Dict[str, object]]) -> None:
+        from summit_jobs import statusview
+        now = time.time()
+        if self.tty and self.watch:
+            self._draw(rows, now)
+            return
+        if self.tty:
+            width = shutil.get_terminal_size().columns - 1
+            click.echo("\n".join(statusview.table(rows, now, width, self.colour, self.ellipsis)))
+            return
+        mark = statusview.signature(rows)
+        if mark == self.last:
+            return
+        self.last = mark
+        if self.as_json:
+            click.echo(json.dumps(rows, indent=2))
+            return
+        if self.watch:
+            click.echo(time.strftime("%H:%M:%S"))
+        click.echo("\n".join(statusview.table(rows, now)))
+
+    def _draw(self, rows: List[Dict[str, object]], now: float) -> None:
+        """The whole screen again from its top-left corner: each line cleared to its end, the rest of the
+        screen below the table cleared, never more lines than the terminal has (no scrolling, so no copies
+        of the table pile up in the scrollback)."""
+        from summit_jobs import statusview
+        size = shutil.get_terminal_size()
+        clock = time.strftime("%H:%M:%S")
+        head = (f"summit-jobs status: all jobs ended, {clock}" if all(_ended(r) for r in rows)
+                else f"summit-jobs status: every {self.interval:g} s, {clock}; Ctrl-C to stop")
+        lines = [statusview.shorten(head, size.columns - 1, self.ellipsis), ""]
+        lines += statusview.table(rows, now, size.columns - 1, self.colour, self.ellipsis)
+        room = max(size.lines - 1, 3)
+        if len(lines) > room:
+            lines = lines[:room - 1] + [f"({len(lines) - room + 1} more lines: a taller terminal shows them)"]
+        start = "\x1b[H" if self.drawn else "\x1b[H\x1b[2J"
+        sys.stdout.write(start + "".join(line + "\x1b[K\n" for line in lines) + "\x1b[J")
+        sys.stdout.flush()
+        self.drawn = True
+
+    def interrupted(self) -> None:
+        """Ctrl-C: leave the terminal as the table left it, the cursor on a line of its own."""
+        if self.tty and self.watch and self.drawn:
+            sys.stdout.write("\x1b[K")
+            sys.stdout.flush()
+
+
+def _isatty(stream) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):
+        return False
+
+
+def _encodes(text: str, encoding: str) -> bool:
+    try:
+        text.encode(encoding)
+    except (UnicodeEncodeError, LookupError):
+        return False
+    return True
 
 
 @cli.command("cancel")

@@ -175,11 +175,12 @@ def collect(state, pairs, hosts_: Hosts) -> List[Dict[str, object]]:
                     code = int(text.strip())
             row = {"run": (record or {}).get("name", "-"), "job_id": jid, "host": host.label,
                    "run_dir": (record or {}).get("run_dir"), "exit_code": code, "source": "exit-code file",
-                   "cancelled": False, "lsf_state": None}
+                   "cancelled": False, "lsf_state": None, "finish_time": None}
             if st is not None:
                 row["state"] = st.state
                 row["lsf_state"] = st.lsf_state or None
                 row["reason"] = st.reason
+                row["finish_time"] = st.finish_time or None
                 if st.finished:
                     if code is None:
                         row["exit_code"] = st.exit_code
@@ -250,3 +251,59 @@ def each_link(host, record: Dict, ids: List[str], call: Callable[[Callable[[], T
         for jid in todo:
             done.append(jid)
             yield jid
+
+
+class RunReader:
+    """Reads what status shows of a run (metrics, events, checkpoint names, plan, chain) from its host.
+
+    Why it keeps state: ``status --watch`` looks again every few seconds, and
+    a long run's metrics.jsonl grows to megabytes; each look reads only what
+    the files gained since the last (over SSH too), and a torn last line is
+    kept until its end arrives.
+    """
+
+    def __init__(self) -> None:
+        self.tails: Dict[str, Tuple[int, bytes, list]] = {}
+        self.plans: Dict[str, Dict] = {}
+
+    def records(self, host, path: str, keep: Callable[[Dict], bool]) -> list:
+        """The JSON-lines records of ``path`` that ``keep`` accepts, reading only what is new."""
+        key = f"{host_key_of(host)}:{path}"
+        offset, partial, found = self.tails.get(key, (0, b"", []))
+        data = host.read_from(path, offset)
+        if data:
+            text, _, rest = (partial + data).rpartition(b"\n")
+            found = found + rundir.json_records(text.decode("utf-8", "replace"), keep)
+            offset, partial = offset + len(data), rest
+        self.tails[key] = (offset, partial, found)
+        return found
+
+    def files(self, host, record: Dict):
+        """statusview.RunFiles of the run ``record`` names."""
+        from summit_jobs import runs, statusview
+        run_dir = str(record["run_dir"])
+        if run_dir not in self.plans:
+            plan = _json_object(host.read_text(host.join(run_dir, rundir.PLAN)))
+            self.plans[run_dir] = plan
+        return statusview.RunFiles(
+            records=self.records(host, host.join(run_dir, rundir.METRICS), statusview.keep_record),
+            events=self.records(host, host.join(run_dir, rundir.EVENTS),
+                                lambda r: r.get("event") in rundir.EVENT_KINDS),
+            checkpoints=statusview.checkpoint_steps(host.listdir(host.join(run_dir, rundir.CHECKPOINTS))),
+            plan=self.plans[run_dir],
+            chain_ids=runs.with_chain_links(host, record, [str(j) for j in record.get("job_ids") or []]),
+            complete=host.exists(host.join(run_dir, rundir.COMPLETE)))
+
+
+def host_key_of(host) -> str:
+    return str(getattr(host, "label", "local"))
+
+
+def _json_object(text: Optional[str]) -> Dict:
+    """A JSON object from ``text``, or {} (absent, damaged: status shows less, it does not fail)."""
+    import json
+    try:
+        value = json.loads(text) if text else {}
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}

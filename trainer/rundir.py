@@ -30,7 +30,8 @@ job id, "" outside a job):
   plain values), ``seed``, ``ranks``, ``engine``, ``torch``, ``python``,
   ``host``, ``code_revision`` (the git commit of the trainer's source tree, or
   None), ``summit_jobs`` (the installed version, or None), ``step`` (where
-  training starts: 0, or the step resumed from) and, when resuming,
+  training starts: 0, or the step resumed from), ``total_steps`` (the steps
+  of the whole run under its schedule, before --max-steps; status's ETA) and, when resuming,
   ``resumed_from`` (the checkpoint's file name); ``already_complete`` (true)
   when the launch found COMPLETE and trains nothing;
 - ``resumed``: ``step`` the trainer resumed from (``checkpoint``: its file name);

@@ -401,7 +401,8 @@ class Trainer:
         if (self.run_dir / COMPLETE).exists():  # this launch will find nothing to do
             extra["already_complete"] = True
         rundir.launch(self.run_dir, plain_args(a), mode="train", seed=a.seed, ranks=e.size, engine=e.name,
-                      torch=torch.__version__, step=self.state.step, **extra)
+                      torch=torch.__version__, step=self.state.step,
+                      total_steps=self.schedule.run_total_steps, **extra)
 
     def _epoch(self, progress: _Progress) -> bool:
         """The rest of the current epoch; True when the ranks agreed to stop (a checkpoint is saved)."""

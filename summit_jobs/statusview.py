@@ -1,0 +1,389 @@
+"""What ``summit-jobs status`` shows for each job, computed from the run's own files, and how it is drawn.
+
+Why a pure module: the facts (which link of the chain a job is, how far it
+trained, how fast, when it will be done, what it last did) are read from
+``metrics.jsonl``, ``events.jsonl`` and the checkpoint names that any run
+directory holds, and a reader of those files that also draws a terminal is
+hard to test. Everything here takes parsed records and ``now`` and returns
+values or text; nothing reads a file, a clock or the terminal.
+
+Which job a metrics record belongs to: training records carry no job id, so
+the trainer's ``launch`` events (one per start, with the job id and the time)
+cut the records into one stretch per job. The ETA is the steps left divided
+by the steps per second over the newest records of the newest stretch (a
+stretch never spans the pause between two links).
+"""
+from __future__ import annotations
+
+import calendar
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from trainer import rundir
+
+#: Records the steps-per-second rate is measured over (the newest of the job's stretch).
+RATE_WINDOW = 20
+#: Columns of the table, in order; the optional ones are dropped first on a narrow terminal.
+COLUMNS = ("RUN", "JOB", "LINK", "STATE", "EPOCH", "STEP", "CLIPS/S", "ETA", "LAST EVENT")
+OPTIONAL = ("CLIPS/S", "EPOCH", "ETA")
+GAP = "  "
+COLOURS = {"RUN": "32", "DONE": "32", "PEND": "33", "EXIT": "31", "UNKNOWN": "35"}
+_LSF_TIME = re.compile(r"^([A-Z][a-z]{2})\s+(\d{1,2})\s+(\d{1,2}):(\d{2})(?::(\d{2}))?")
+_MONTHS = {m: i for i, m in enumerate(calendar.month_abbr) if m}
+
+
+@dataclass
+class RunFiles:
+    """A run directory's files as status needs them (parsed; the reader lives in lifecycle)."""
+    records: List[Dict] = field(default_factory=list)    # train and eval records, in file order
+    events: List[Dict] = field(default_factory=list)     # events.jsonl records, in file order
+    checkpoints: List[int] = field(default_factory=list)  # steps of checkpoints/ckpt-<step>.pt
+    plan: Dict = field(default_factory=dict)             # plan.json (chain, until_complete, max_links)
+    chain_ids: List[str] = field(default_factory=list)   # every job id of the run, links queued by it too
+    complete: bool = False
+
+
+def keep_record(rec: Dict) -> bool:
+    """A metrics record status can use: a train or eval record with a whole step and a time."""
+    return (rec.get("kind") in ("train", "eval") and isinstance(rec.get("step"), int)
+            and isinstance(rec.get("time"), (int, float)) and not isinstance(rec.get("step"), bool))
+
+
+def checkpoint_steps(names: Sequence[str]) -> List[int]:
+    """Steps of the checkpoint files among ``names`` (``ckpt-<step:09d>.pt``), in order."""
+    out = []
+    for name in names:
+        m = re.fullmatch(r"ckpt-(\d{9})\.pt", name)
+        if m:
+            out.append(int(m.group(1)))
+    return sorted(out)
+
+
+# -- which records belong to which job -------------------------------------------------------------
+def train_launches(events: Sequence[Dict]) -> List[Dict]:
+    """The trainer's training starts (not --test-only), oldest first."""
+    out = [e for e in events if e.get("event") == "launch" and e.get("mode", "train") == "train"
+           and isinstance(e.get("time"), (int, float))]
+    return sorted(out, key=lambda e: e["time"])
+
+
+def stretches(files: RunFiles) -> Dict[str, List[Dict]]:
+    """Records by the job that wrote them: each record goes to the newest launch before it."""
+    starts = train_launches(files.events)
+    out: Dict[str, List[Dict]] = {}
+    i = -1
+    for rec in sorted(files.records, key=lambda r: r["time"]):
+        while i + 1 < len(starts) and starts[i + 1]["time"] <= rec["time"]:
+            i += 1
+        if i >= 0:
+            out.setdefault(str(starts[i].get("job", "")), []).append(rec)
+    return out
+
+
+def total_steps(files: RunFiles) -> Optional[int]:
+    """The run's last step: the newest launch's ``total_steps`` (or, for runs written before it, the
+    first finished epoch's length times the epochs), at most ``--max-steps``."""
+    starts = train_launches(files.events)
+    newest = starts[-1] if starts else {}
+    options = newest.get("options") if isinstance(newest.get("options"), dict) else {}
+    total = newest.get("total_steps")
+    if not isinstance(total, int) or total <= 0:
+        total = _total_from_epochs(files.records, epochs_of(files))
+    limit = options.get("max_steps")
+    if isinstance(limit, int) and limit > 0:
+        total = min(total, limit) if total else limit
+    return total
+
+
+def _total_from_epochs(records: Sequence[Dict], epochs: Optional[int]) -> Optional[int]:
+    """Steps of the first epoch (its last train record's step) times the epochs, once that epoch ended."""
+    train = [r for r in records if r.get("kind") == "train" and isinstance(r.get("epoch"), int)]
+    if not epochs or not any(r["epoch"] > 0 for r in train):
+        return None
+    first = max(r["step"] for r in train if r["epoch"] == 0) if any(r["epoch"] == 0 for r in train) else 0
+    return first * epochs if first > 0 else None
+
+
+def epochs_of(files: RunFiles) -> Optional[int]:
+    """The run's epochs: the newest launch's ``--epochs``, else the plan's."""
+    starts = train_launches(files.events)
+    options = starts[-1].get("options") if starts else None
+    value = options.get("epochs") if isinstance(options, dict) else None
+    if not isinstance(value, int):
+        value = files.plan.get("epochs")
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+# -- rate and ETA ------------------------------------------------------------------------------------
+def steps_per_second(train: Sequence[Dict], window: int = RATE_WINDOW) -> Optional[float]:
+    """Steps per second over the newest ``window`` train records of one job (None below two records)."""
+    recent = list(train)[-window:]
+    if len(recent) < 2:
+        return None
+    steps = recent[-1]["step"] - recent[0]["step"]
+    seconds = recent[-1]["time"] - recent[0]["time"]
+    return steps / seconds if steps > 0 and seconds > 0 else None
+
+
+def eta_seconds(train: Sequence[Dict], total: Optional[int]) -> Optional[float]:
+    """Seconds of training left after the newest record: steps left over the recent rate."""
+    if not train or not total:
+        return None
+    rate = steps_per_second(train)
+    left = total - train[-1]["step"]
+    if rate is None or left < 0:
+        return None
+    return left / rate
+
+
+# -- the job's last event ----------------------------------------------------------------------------
+def event_text(e: Dict) -> str:
+    """An event record in words."""
+    kind, step = e.get("event"), e.get("step")
+    if kind == "launch":
+        if e.get("already_complete"):
+            return "started; the run was already complete"
+        return f"started at step {step}" if not e.get("resumed_from") else f"started from step {step}"
+    if kind == "resumed":
+        return f"resumed from step {step}" + (f" ({e['checkpoint']})" if e.get("checkpoint") else "")
+    if kind == "stopped":
+        return f"{_stop_reason(str(e.get('reason') or ''))}: checkpoint at step {step}, stopped"
+    if kind == "complete":
+        return f"training complete at step {step}"
+    if kind == "already_complete":
+        return "nothing to do: the run was already complete"
+    if kind == "checkpoint":
+        return f"checkpoint at step {step}"
+    if kind == "exit":
+        return f"ended with exit code {e.get('code')}" if e.get("code") is not None else "ended"
+    return str(kind)
+
+
+def _stop_reason(reason: str) -> str:
+    if reason == "signal SIGUSR2":
+        return "warning signal (USR2)"
+    if reason.startswith("signal "):
+        return reason[len("signal "):]
+    return f"{reason} reached" if reason else "stopped"
+
+
+def last_event(job: str, files: RunFiles, mine: Sequence[Dict], row: Dict) -> Optional[Dict]:
+    """The newest thing this job did, as ``{"event", "text", "time"}`` (time in seconds, or None).
+
+    Events come from events.jsonl; a checkpoint newer than the job's last event is one too (its time is
+    that of the job's record at the checkpoint's step), and so is the end of a job whose trainer recorded
+    no end (killed, failed): its exit code, at LSF's finish time where LSF gives one.
+    """
+    found = [e for e in rundir.job_events(files.events, job) if isinstance(e.get("time"), (int, float))]
+    newest = max(found, key=lambda e: e["time"]) if found else None
+    ckpt = _checkpoint_event(files.checkpoints, mine)
+    if ckpt is not None and (newest is None or ckpt["time"] > newest["time"]):
+        newest = ckpt
+    ended = row.get("state") in ("DONE", "EXIT")
+    if ended and (newest is None or newest.get("event") not in ("stopped", "complete", "already_complete")):
+        newest = {"event": "exit", "code": row.get("exit_code"), "time": parse_lsf_time(row.get("finish_time"))}
+    if newest is None:
+        return None
+    return {"event": newest.get("event"), "text": event_text(newest), "time": newest.get("time")}
+
+
+def _checkpoint_event(checkpoints: Sequence[int], mine: Sequence[Dict]) -> Optional[Dict]:
+    """The newest checkpoint, when this job wrote it: the job's newest record at that step gives its time."""
+    if not checkpoints or not mine:
+        return None
+    step = max(checkpoints)
+    at = [r for r in mine if r["step"] == step]
+    return {"event": "checkpoint", "step": step, "time": at[-1]["time"]} if at else None
+
+
+def parse_lsf_time(text: object, now: Optional[float] = None) -> Optional[float]:
+    """Seconds since the epoch from LSF's ``Nov 21 17:30`` (local time, no year: the last such date not
+    in the future), or None when the text is not in that form."""
+    m = _LSF_TIME.match(str(text or "").strip())
+    if not m or m.group(1) not in _MONTHS:
+        return None
+    now = time.time() if now is None else now
+    year = time.localtime(now).tm_year
+    for y in (year, year - 1):
+        try:
+            t = time.mktime((y, _MONTHS[m.group(1)], int(m.group(2)), int(m.group(3)), int(m.group(4)),
+                             int(m.group(5) or 0), 0, 0, -1))
+        except (OverflowError, ValueError):
+            return None
+        if t <= now + 86400:
+            return t
+    return None
+
+
+# -- the facts added to each row (the JSON keys) -----------------------------------------------------
+def add_facts(rows: Sequence[Dict], files: RunFiles) -> None:
+    """Add to each row of one run: ``link``, ``links``, ``more_links``, ``epoch``, ``epochs``, ``step``,
+    ``total_steps``, ``clips_per_s``, ``eta_s`` and ``last_event`` (None where unknown)."""
+    by_job = stretches(files)
+    total, epochs = total_steps(files), epochs_of(files)
+    ids = list(files.chain_ids)
+    last_open = any(r.get("state") in ("PEND", "RUN", "PSUSP", "USUSP", "SSUSP") for r in rows
+                    if ids and r.get("job_id") == ids[-1])
+    more = bool(files.plan.get("until_complete")) and not files.complete and last_open
+    for row in rows:
+        jid = str(row.get("job_id"))
+        mine = by_job.get(jid, [])
+        train = [r for r in mine if r.get("kind") == "train"]
+        newest = train[-1] if train else None
+        row["link"] = ids.index(jid) + 1 if jid in ids else None
+        row["links"] = len(ids) if jid in ids else None
+        row["more_links"] = more if jid in ids else False
+        row["epoch"] = newest["epoch"] + 1 if newest and isinstance(newest.get("epoch"), int) else None
+        row["epochs"] = epochs
+        row["step"] = newest["step"] if newest else None
+        row["total_steps"] = total
+        rate = newest.get("clips_per_s") if newest else None
+        row["clips_per_s"] = round(float(rate), 2) if isinstance(rate, (int, float)) else None
+        row["last_event"] = last_event(jid, files, mine, row)
+        row["eta_s"] = _eta(row, train, total, files.complete)
+
+
+def _eta(row: Dict, train: Sequence[Dict], total: Optional[int], complete: bool) -> Optional[float]:
+    """The ETA of a job that is training (a finished, waiting or stopping one has none)."""
+    ended = (row.get("last_event") or {}).get("event") in ("stopped", "complete", "already_complete")
+    if row.get("state") != "RUN" or complete or ended:
+        return None
+    eta = eta_seconds(train, total)
+    return None if eta is None else round(eta, 1)
+
+
+def blank_facts(row: Dict) -> None:
+    """The keys add_facts gives, for a job of no known run (named by its id alone)."""
+    for key in ("link", "links", "epoch", "epochs", "step", "total_steps", "clips_per_s", "eta_s", "last_event"):
+        row.setdefault(key, None)
+    row.setdefault("more_links", False)
+
+
+def signature(rows: Sequence[Dict]) -> Tuple:
+    """What makes a new set of lines in a log: a job's state, exit code, reason, link count or last event
+    changed (not its step count or an age, which change at every look)."""
+    return tuple((r.get("run"), r.get("job_id"), r.get("state"), r.get("exit_code"), r.get("reason"),
+                  r.get("links"), r.get("more_links"), (r.get("last_event") or {}).get("text")) for r in rows)
+
+
+# -- words and cells -----------------------------------------------------------------------------------
+def age(seconds: Optional[float]) -> str:
+    """``8s``, ``4m05s``, ``3h11m``, ``2d04h``: short, for a column."""
+    if seconds is None:
+        return "-"
+    s = max(0, int(round(seconds)))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    if s < 86400:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
+
+
+def _of(value: Optional[int], total: Optional[int]) -> str:
+    if value is None:
+        return "-"
+    return f"{value}/{total}" if total else str(value)
+
+
+def state_text(row: Dict) -> str:
+    """LSF's state, with the exit code of a failed job (``EXIT 3``)."""
+    state = str(row.get("state"))
+    code = row.get("exit_code")
+    return f"{state} {code}" if state == "EXIT" and isinstance(code, int) and code != 0 else state
+
+
+def event_cell(row: Dict, now: float) -> str:
+    """The last event in words with its age; a waiting job's reason."""
+    ev = row.get("last_event")
+    if row.get("state") == "PEND" and not ev:
+        return f"waiting: {row.get('reason')}" if row.get("reason") else "waiting"
+    if not ev:
+        return "running; the trainer has recorded nothing yet" if row.get("state") == "RUN" else "-"
+    when = ev.get("time")
+    return ev["text"] + (f", {age(now - when)} ago" if isinstance(when, (int, float)) else "")
+
+
+def cells(row: Dict, now: float) -> Dict[str, str]:
+    """One row's text per column."""
+    link = "-" if row.get("link") is None else f"{row['link']}/{row['links']}" + ("+" if row.get("more_links") else "")
+    rate = row.get("clips_per_s")
+    return {"RUN": str(row.get("run")), "JOB": str(row.get("job_id")), "LINK": link, "STATE": state_text(row),
+            "EPOCH": _of(row.get("epoch"), row.get("epochs")), "STEP": _of(row.get("step"), row.get("total_steps")),
+            "CLIPS/S": "-" if rate is None else f"{rate:.1f}", "ETA": age(row.get("eta_s")),
+            "LAST EVENT": event_cell(row, now)}
+
+
+def notes(rows: Sequence[Dict]) -> List[str]:
+    """A line per job whose state has an explanation (a failure, a cancel, UNKNOWN): LSF's or this tool's
+    reason, which the table has no room for. A waiting job's reason is in its event column instead."""
+    return [f"job {r.get('job_id')}: {r.get('reason')}" for r in rows
+            if r.get("reason") and r.get("state") != "PEND"]
+
+
+# -- the table -----------------------------------------------------------------------------------------
+def shorten(text: str, width: int, ellipsis: str = "\u2026", middle: bool = False) -> str:
+    """``text`` in at most ``width`` characters, an ellipsis where it is cut (in the ``middle`` for run
+    names: two runs of one job name differ only in their last characters, the timestamp)."""
+    if len(text) <= width:
+        return text
+    room = max(width - len(ellipsis), 0)
+    if not middle or room < 4:
+        return (text[:room] + ellipsis)[:width]
+    head = room // 2
+    return text[:head] + ellipsis + text[len(text) - (room - head):]
+
+
+def fit(natural: Dict[str, int], width: int) -> Dict[str, int]:
+    """Column widths that fit ``width``: the event column and the run name shrink first (to 24 and 10),
+    then the optional columns go, then both shrink further; what still does not fit is cut by the caller."""
+    widths = dict(natural)
+
+    def over() -> int:
+        return sum(widths.values()) + len(GAP) * (len(widths) - 1) - width
+
+    for col, least in (("LAST EVENT", 24), ("RUN", 10)):
+        if over() > 0:
+            widths[col] = max(least, widths[col] - over(), min(natural[col], least))
+    for col in OPTIONAL:
+        if over() > 0:
+            del widths[col]
+    for col, least in (("LAST EVENT", 10), ("RUN", 6)):
+        if over() > 0:
+            widths[col] = max(least, widths[col] - over(), min(natural[col], least))
+    return widths
+
+
+def table(rows: Sequence[Dict], now: float, width: Optional[int] = None, colour: bool = False,
+          ellipsis: str = "\u2026") -> List[str]:
+    """The table's lines: a header, a line per job, then the notes. ``width``: fit a terminal that wide
+    (no line longer; the run name and the event cut with an ellipsis); None: every value whole (logs)."""
+    body = [cells(r, now) for r in rows]
+    natural = {c: max([len(c)] + [len(b[c]) for b in body]) for c in COLUMNS}
+    widths = natural if width is None else fit(natural, width)
+    if width is not None and sum(widths.values()) + len(GAP) * (len(widths) - 1) > width:
+        colour = False   # the lines are cut at the width: no escape code may be cut in half
+    lines = [_line({c: c for c in widths}, widths, ellipsis, None)]
+    lines += [_line(b, widths, ellipsis, COLOURS.get(str(r.get("state"))) if colour else None)
+              for b, r in zip(body, rows)]
+    lines += notes(rows)
+    if width is not None:
+        lines = [shorten(line, width, ellipsis) if len(line) > width and "\x1b" not in line else line
+                 for line in lines]
+    return lines
+
+
+def _line(values: Dict[str, str], widths: Dict[str, int], ellipsis: str, colour: Optional[str]) -> str:
+    """One line of the table; the state cell coloured (after padding, so widths count only the text)."""
+    parts = []
+    for col, w in widths.items():
+        text = shorten(values[col], w, ellipsis, middle=(col == "RUN"))
+        last = col == list(widths)[-1]
+        cell = text if last else text.ljust(w)
+        if col == "STATE" and colour:
+            cell = f"\x1b[{colour}m{text}\x1b[0m" + cell[len(text):]
+        parts.append(cell)
+    return GAP.join(parts).rstrip()
