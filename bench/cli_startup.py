@@ -1,6 +1,6 @@
 """CLI start-up cost: `--help` and a full dry-run render against a bare interpreter start, in the same run.
 
-    python bench/cli_startup.py [--repeat 20] [--no-pyc] [--torch]
+    python bench/cli_startup.py [--repeat 20] [--no-pyc] [--torch] [--before DIR]
 
 Prints the median wall time of each case and its ratio to `python -c pass`.
 The dry run is measured twice: warm (the user cache folder, XDG_CACHE_HOME,
@@ -13,6 +13,10 @@ filled by one untimed round first, whatever PYTHONDONTWRITEBYTECODE says in
 the calling environment. --no-pyc measures without any bytecode cache instead
 (every module compiled from source on every start). The CLI never imports
 torch, so these should cost a small multiple of `python -c pass`.
+
+--before DIR adds the same CLI cases run from another source tree (an older
+revision, e.g. `git archive REV | tar -x -C DIR`), interleaved with the
+others, so that a before/after comparison sees the same machine load.
 """
 from __future__ import annotations
 
@@ -60,8 +64,15 @@ def base_env(work: str, no_pyc: bool) -> Dict[str, str]:
     return env
 
 
-def run_case(name: str, cmd: List[str], env: Dict[str, str], work: str, cold: bool) -> Tuple[float, float]:
+#: A case: its command, whether it gets an empty cache folder, and the source tree to run (None: this one).
+Case = Tuple[List[str], bool, Optional[str]]
+
+
+def run_case(case: Case, env: Dict[str, str], work: str) -> Tuple[float, float]:
     """One timed run; a cold case gets a cache folder of its own, removed afterwards."""
+    cmd, cold, tree = case
+    if tree:
+        env = dict(env, PYTHONPATH=os.pathsep.join(p for p in (tree, env.get("PYTHONPATH")) if p))
     cold_dir: Optional[str] = None
     if cold:
         cold_dir = tempfile.mkdtemp(prefix="cold-cache-", dir=work)
@@ -78,28 +89,35 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=20)
     ap.add_argument("--no-pyc", action="store_true", help="No Python bytecode cache at all (compile every start).")
     ap.add_argument("--torch", action="store_true", help="Also time `python -c 'import torch'`, for scale.")
+    ap.add_argument("--before", metavar="DIR", help="Also run the CLI cases from this source tree.")
     args = ap.parse_args()
     work = tempfile.mkdtemp(prefix="cli-startup-")
     env = base_env(work, args.no_pyc)
-    cli = [sys.executable, "-m", "summit_jobs"]
-    cases = {  # name -> (command, cold cache)
-        "python -c pass": ([sys.executable, "-c", "pass"], False),
-        "summit-jobs --help": (cli + ["--help"], False),
-        "dry-run render, warm cache": (cli + DRY_RUN, False),
-        "dry-run render, cold cache": (cli + DRY_RUN, True),
-    }
-    if args.torch:
-        cases["python -c 'import torch'"] = ([sys.executable, "-c", "import torch"], False)
+    cases = make_cases(args)
     try:
-        for name, (cmd, cold) in cases.items():  # untimed: fills the bytecode and warm caches
-            run_case(name, cmd, env, work, cold)
+        for case in cases.values():  # untimed: fills the bytecode and warm caches
+            run_case(case, env, work)
         times: Dict[str, List[Tuple[float, float]]] = {name: [] for name in cases}
         for _ in range(args.repeat):  # interleaved, so machine noise hits every case alike
-            for name, (cmd, cold) in cases.items():
-                times[name].append(run_case(name, cmd, env, work, cold))
+            for name, case in cases.items():
+                times[name].append(run_case(case, env, work))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     report(times, args)
+
+
+def make_cases(args: argparse.Namespace) -> Dict[str, Case]:
+    """The cases by name, in the order they run in each round."""
+    cli = [sys.executable, "-m", "summit_jobs"]
+    cases: Dict[str, Case] = {"python -c pass": ([sys.executable, "-c", "pass"], False, None)}
+    trees = [("", None)] + ([("before: ", os.path.abspath(args.before))] if args.before else [])
+    for label, tree in trees:
+        cases[f"{label}summit-jobs --help"] = (cli + ["--help"], False, tree)
+        cases[f"{label}dry-run render, warm cache"] = (cli + DRY_RUN, False, tree)
+        cases[f"{label}dry-run render, cold cache"] = (cli + DRY_RUN, True, tree)
+    if args.torch:
+        cases["python -c 'import torch'"] = ([sys.executable, "-c", "import torch"], False, None)
+    return cases
 
 
 def report(times: Dict[str, List[Tuple[float, float]]], args: argparse.Namespace) -> None:
@@ -109,10 +127,10 @@ def report(times: Dict[str, List[Tuple[float, float]]], args: argparse.Namespace
     base_wall, base_cpu = med("python -c pass", 0), med("python -c pass", 1)
     print(f"bytecode cache: {'none (--no-pyc)' if args.no_pyc else 'on'}; {args.repeat} interleaved rounds; "
           f"load average {os.getloadavg()[0]:.2f}")
-    print(f"{'case':36s} {'wall s':>8s} {'ratio':>6s} {'cpu s':>8s} {'ratio':>6s}")
+    print(f"{'case':44s} {'wall s':>8s} {'ratio':>6s} {'cpu s':>8s} {'ratio':>6s}")
     for name in times:
         wall, cpu = med(name, 0), med(name, 1)
-        print(f"{name:36s} {wall:8.3f} {wall / base_wall:6.2f} {cpu:8.3f} {cpu / base_cpu:6.2f}")
+        print(f"{name:44s} {wall:8.3f} {wall / base_wall:6.2f} {cpu:8.3f} {cpu / base_cpu:6.2f}")
 
 
 if __name__ == "__main__":
