@@ -57,3 +57,31 @@ def test_refused(made, packs, tmp_path, name, args, needles):  # noqa: F811
     r = run_module("trainer", argv, dict(os.environ), timeout=300)
     assert_refused(r, [n.format(**fill) for n in needles], prefix="trainer:" if "--flow-stack 0" not in
                    needles[0] and "use one" not in needles[-1] else None)
+
+
+@pytest.fixture(scope="module")
+def corrupt_flow(packs, tmp_path_factory):  # noqa: F811
+    """A copy of the flow pack with every flow_y JPEG of one training sample overwritten in its tar (so
+    whichever fields a clip draws, one of them cannot be decoded)."""
+    import shutil
+    import tarfile
+    root = tmp_path_factory.mktemp("corruptflow") / "flow"
+    shutil.copytree(packs / "flow", root)
+    shard = sorted(root.glob("train-*.tar"))[0]
+    with tarfile.open(shard) as tf:
+        key = next(m.name for m in tf.getmembers() if m.name.endswith(".y.jpg")).split(".")[0]
+        members = [m for m in tf.getmembers() if m.name.startswith(key + ".") and m.name.endswith(".y.jpg")]
+    with open(shard, "r+b") as f:
+        for m in members:
+            f.seek(m.offset_data)
+            f.write(b"\x00" * 64)
+    return root, shard, key
+
+
+@pytest.mark.parametrize("workers", ["0", "2"], ids=["in-rank", "in-worker"])
+def test_a_corrupt_flow_jpeg_names_the_shard_and_the_member(corrupt_flow, tmp_path, workers):
+    root, shard, key = corrupt_flow
+    argv = stream_args(tmp_path / "run", root, "--modality", "flow", "--flow-stack", "5", "--workers", workers)
+    r = run_module("trainer", argv, dict(os.environ), timeout=300)
+    assert_refused(r, [str(shard), f"member {key}.", f".y.jpg (sample {key})", "cannot be decoded"],
+                   prefix="trainer: shard ")
