@@ -11,7 +11,8 @@ that JSON gives back exactly (mappings with text keys, lists, text, whole and
 finite numbers, booleans, null) is cached; anything else is parsed every time.
 Why it is safe: entries are written to a temporary name in the same folder and
 renamed; an entry that cannot be read or does not fit is ignored and
-rewritten; leftovers of a killed writer are removed by the next write; no
+rewritten; leftovers of a killed writer, and entries not rewritten for
+MAX_AGE_S (files that moved or went away), are removed by the next write; no
 cache folder (an unwritable home) just means no cache.
 """
 from __future__ import annotations
@@ -27,6 +28,8 @@ from typing import Any, Callable, Optional
 FORMAT = 1
 #: A temporary entry older than this is a killed writer's leftover.
 STALE_TEMP_S = 600.0
+#: An entry not rewritten for this long is removed at the next write (one parse again if its file is still used).
+MAX_AGE_S = 30 * 24 * 3600.0
 _TEMP_MARK = ".tmp-"
 
 
@@ -110,7 +113,7 @@ def _write(path: str, entry: dict) -> None:
     tmp = os.path.join(folder, f".{os.path.basename(path)}{_TEMP_MARK}{os.getpid()}")
     try:
         os.makedirs(folder, exist_ok=True)
-        _remove_stale_temps(folder)
+        _prune(folder)
         with open(tmp, "w", encoding="utf-8") as fh:
             json.dump(entry, fh)
         os.replace(tmp, path)
@@ -121,13 +124,18 @@ def _write(path: str, entry: dict) -> None:
             pass
 
 
-def _remove_stale_temps(folder: str) -> None:
-    """Remove temporary entries that a killed writer left behind (old enough that no writer still owns them)."""
+def _prune(folder: str) -> None:
+    """Remove a killed writer's temporary entries and entries too old to be worth keeping.
+
+    Why at a write: writes are rare (a file parsed for the first time), and a
+    folder of entries for paths that no longer exist (test runs, moved
+    profiles) must not grow without end.
+    """
     now = time.time()
     for e in os.scandir(folder):
-        if e.name.startswith(".") and _TEMP_MARK in e.name:
-            try:
-                if now - e.stat().st_mtime > STALE_TEMP_S:
-                    os.unlink(e.path)
-            except OSError:
-                pass
+        temp = e.name.startswith(".") and _TEMP_MARK in e.name
+        try:
+            if now - e.stat().st_mtime > (STALE_TEMP_S if temp else MAX_AGE_S):
+                os.unlink(e.path)
+        except OSError:
+            pass

@@ -261,6 +261,17 @@ def test_writes_leave_no_temporary_file_and_remove_a_killed_writers_leftovers(tm
     assert json.loads(entry.read_text())["data"] == {"a": 1}
 
 
+def test_entries_not_rewritten_for_a_month_are_removed_at_the_next_write(tmp_path, cache_home):
+    src = str(tmp_path / "p.yaml")
+    usercache.parsed("t", src, '{"a": 1}', "id", Counting())
+    entry = Path(usercache.entry_path("t", os.path.abspath(src)))
+    gone = entry.with_name("gone.yaml.00000000.json")
+    gone.write_text("{}")
+    os.utime(gone, (1, 1))
+    usercache.parsed("t", str(tmp_path / "q.yaml"), '{"a": 1}', "id", Counting())
+    assert entry.exists() and not gone.exists()
+
+
 def test_yaml_identity_names_the_installed_files_without_importing_yaml():
     code = ("import sys; from summit_jobs import usercache; i = usercache.yaml_identity(); "
             "print(i is not None and 'yaml' not in sys.modules and '__init__.py' in i)")
