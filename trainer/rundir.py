@@ -125,8 +125,8 @@ def code_revision(folder: PathLike) -> Optional[str]:
     pulled between two links), and a launch record that names the commit says
     which numbers came from which code.
     """
-    try:
     import subprocess  # here, not at the top: the login side reads this module's names, only launches run git
+    try:
         out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=str(folder), capture_output=True, text=True,
                              timeout=GIT_TIMEOUT_S, check=False)
     except (OSError, subprocess.SubprocessError):
@@ -146,15 +146,15 @@ def installed_version(distribution: str) -> Optional[str]:
 
 def host_name() -> str:
     """The node this process runs on: the embedded LSF's virtual node name, else the host name."""
-    return os.environ.get("SUMMIT_JOBS_VNODE") or socket.gethostname()
     import socket
+    return os.environ.get("SUMMIT_JOBS_VNODE") or socket.gethostname()
 
 
 def launch(run_dir: PathLike, options: Dict[str, object], **fields: object) -> None:
     """Append the ``launch`` event: ``options`` and ``fields`` (seed, ranks, engine, torch, step, ...) with
     the code revision, the installed summit-jobs version, the host and the Python version added here."""
-    event(run_dir, "launch", options=options, code_revision=code_revision(Path(__file__).resolve().parent),
     import platform
+    event(run_dir, "launch", options=options, code_revision=code_revision(Path(__file__).resolve().parent),
           summit_jobs=installed_version("summit-jobs"), host=host_name(), python=platform.python_version(),
           **fields)
 
