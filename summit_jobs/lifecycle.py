@@ -270,7 +270,7 @@ class RunReader:
         """The JSON-lines records of ``path`` that ``keep`` accepts, reading only what is new."""
         key = f"{host_key_of(host)}:{path}"
         offset, partial, found = self.tails.get(key, (0, b"", []))
-        data = host.read_from(path, offset)
+        data = _tolerant(lambda: host.read_from(path, offset), None)
         if data:
             text, _, rest = (partial + data).rpartition(b"\n")
             found = found + rundir.json_records(text.decode("utf-8", "replace"), keep)
@@ -283,16 +283,26 @@ class RunReader:
         from summit_jobs import runs, statusview
         run_dir = str(record["run_dir"])
         if run_dir not in self.plans:
-            plan = _json_object(host.read_text(host.join(run_dir, rundir.PLAN)))
-            self.plans[run_dir] = plan
+            self.plans[run_dir] = _json_object(_tolerant(lambda: host.read_text(host.join(run_dir, rundir.PLAN)),
+                                                         None))
         return statusview.RunFiles(
             records=self.records(host, host.join(run_dir, rundir.METRICS), statusview.keep_record),
-            events=self.records(host, host.join(run_dir, rundir.EVENTS),
-                                lambda r: r.get("event") in rundir.EVENT_KINDS),
-            checkpoints=statusview.checkpoint_steps(host.listdir(host.join(run_dir, rundir.CHECKPOINTS))),
+            events=self.records(host, host.join(run_dir, rundir.EVENTS), statusview.keep_event),
+            checkpoints=statusview.checkpoint_steps(
+                _tolerant(lambda: host.listdir(host.join(run_dir, rundir.CHECKPOINTS)), [])),
             plan=self.plans[run_dir],
             chain_ids=runs.with_chain_links(host, record, [str(j) for j in record.get("job_ids") or []]),
             complete=host.exists(host.join(run_dir, rundir.COMPLETE)))
+
+
+def _tolerant(read: Callable[[], T], default: T) -> T:
+    """``read()``, or ``default`` when the file cannot be read (a folder where a file should be, no
+    permission): these files add facts to status, and a damaged one must not hide the jobs' states. A
+    lost connection is no OSError and still reaches Reconnect."""
+    try:
+        return read()
+    except OSError:
+        return default
 
 
 def host_key_of(host) -> str:

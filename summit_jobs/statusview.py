@@ -16,6 +16,7 @@ stretch never spans the pause between two links).
 from __future__ import annotations
 
 import calendar
+import math
 import re
 import time
 from dataclasses import dataclass, field
@@ -45,10 +46,20 @@ class RunFiles:
     complete: bool = False
 
 
+def is_time(value: object) -> bool:
+    """A finite number of seconds (JSON allows NaN and Infinity; a damaged file may hold text)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
 def keep_record(rec: Dict) -> bool:
     """A metrics record status can use: a train or eval record with a whole step and a time."""
     return (rec.get("kind") in ("train", "eval") and isinstance(rec.get("step"), int)
-            and isinstance(rec.get("time"), (int, float)) and not isinstance(rec.get("step"), bool))
+            and not isinstance(rec.get("step"), bool) and is_time(rec.get("time")))
+
+
+def keep_event(rec: Dict) -> bool:
+    """An event record status can use: a known kind, a job id as text and a time."""
+    return rec.get("event") in rundir.EVENT_KINDS and isinstance(rec.get("job", ""), str) and is_time(rec.get("time"))
 
 
 def checkpoint_steps(names: Sequence[str]) -> List[int]:
@@ -65,7 +76,7 @@ def checkpoint_steps(names: Sequence[str]) -> List[int]:
 def train_launches(events: Sequence[Dict]) -> List[Dict]:
     """The trainer's training starts (not --test-only), oldest first."""
     out = [e for e in events if e.get("event") == "launch" and e.get("mode", "train") == "train"
-           and isinstance(e.get("time"), (int, float))]
+           and is_time(e.get("time"))]
     return sorted(out, key=lambda e: e["time"])
 
 
@@ -89,17 +100,18 @@ def total_steps(files: RunFiles) -> Optional[int]:
     newest = starts[-1] if starts else {}
     options = newest.get("options") if isinstance(newest.get("options"), dict) else {}
     total = newest.get("total_steps")
-    if not isinstance(total, int) or total <= 0:
+    if not isinstance(total, int) or isinstance(total, bool) or total <= 0:
         total = _total_from_epochs(files.records, epochs_of(files))
     limit = options.get("max_steps")
-    if isinstance(limit, int) and limit > 0:
+    if isinstance(limit, int) and not isinstance(limit, bool) and limit > 0:
         total = min(total, limit) if total else limit
     return total
 
 
 def _total_from_epochs(records: Sequence[Dict], epochs: Optional[int]) -> Optional[int]:
     """Steps of the first epoch (its last train record's step) times the epochs, once that epoch ended."""
-    train = [r for r in records if r.get("kind") == "train" and isinstance(r.get("epoch"), int)]
+    train = [r for r in records if r.get("kind") == "train" and isinstance(r.get("epoch"), int)
+             and not isinstance(r.get("epoch"), bool)]
     if not epochs or not any(r["epoch"] > 0 for r in train):
         return None
     first = max(r["step"] for r in train if r["epoch"] == 0) if any(r["epoch"] == 0 for r in train) else 0
@@ -176,7 +188,7 @@ def last_event(job: str, files: RunFiles, mine: Sequence[Dict], row: Dict) -> Op
     that of the job's record at the checkpoint's step), and so is the end of a job whose trainer recorded
     no end (killed, failed): its exit code, at LSF's finish time where LSF gives one.
     """
-    found = [e for e in rundir.job_events(files.events, job) if isinstance(e.get("time"), (int, float))]
+    found = [e for e in rundir.job_events(files.events, job) if is_time(e.get("time"))]
     newest = max(found, key=lambda e: e["time"]) if found else None
     ckpt = _checkpoint_event(files.checkpoints, mine)
     if ckpt is not None and (newest is None or ckpt["time"] > newest["time"]):
@@ -235,12 +247,13 @@ def add_facts(rows: Sequence[Dict], files: RunFiles) -> None:
         row["link"] = ids.index(jid) + 1 if jid in ids else None
         row["links"] = len(ids) if jid in ids else None
         row["more_links"] = more if jid in ids else False
-        row["epoch"] = newest["epoch"] + 1 if newest and isinstance(newest.get("epoch"), int) else None
+        epoch = newest.get("epoch") if newest else None
+        row["epoch"] = epoch + 1 if isinstance(epoch, int) and not isinstance(epoch, bool) else None
         row["epochs"] = epochs
         row["step"] = newest["step"] if newest else None
         row["total_steps"] = total
         rate = newest.get("clips_per_s") if newest else None
-        row["clips_per_s"] = round(float(rate), 2) if isinstance(rate, (int, float)) else None
+        row["clips_per_s"] = round(float(rate), 2) if is_time(rate) else None
         row["last_event"] = last_event(jid, files, mine, row)
         row["eta_s"] = _eta(row, train, total, files.complete)
 
@@ -262,10 +275,11 @@ def blank_facts(row: Dict) -> None:
 
 
 def signature(rows: Sequence[Dict]) -> Tuple:
-    """What makes a new set of lines in a log: a job's state, exit code, reason, link count or last event
-    changed (not its step count or an age, which change at every look)."""
-    return tuple((r.get("run"), r.get("job_id"), r.get("state"), r.get("exit_code"), r.get("reason"),
-                  r.get("links"), r.get("more_links"), (r.get("last_event") or {}).get("text")) for r in rows)
+    """What makes a new set of lines in a log: a change a reader of the table sees in a job's state (with
+    a failed job's exit code), reason, link count or last event; not its step count or an age, which change
+    at every look, nor an exit code read while LSF still says RUN (the job script writes it last)."""
+    return tuple((r.get("run"), r.get("job_id"), state_text(r), r.get("reason"), r.get("links"),
+                  r.get("more_links"), (r.get("last_event") or {}).get("text")) for r in rows)
 
 
 # -- words and cells -----------------------------------------------------------------------------------
@@ -304,7 +318,7 @@ def event_cell(row: Dict, now: float) -> str:
     if not ev:
         return "running; the trainer has recorded nothing yet" if row.get("state") == "RUN" else "-"
     when = ev.get("time")
-    return ev["text"] + (f", {age(now - when)} ago" if isinstance(when, (int, float)) else "")
+    return ev["text"] + (f", {age(now - when)} ago" if is_time(when) else "")
 
 
 def cells(row: Dict, now: float) -> Dict[str, str]:
