@@ -311,14 +311,15 @@ def state_text(row: Dict) -> str:
 
 
 def event_cell(row: Dict, now: float) -> str:
-    """The last event in words with its age; a waiting job's reason."""
+    """The last event in words after its age (``12s ago: checkpoint at step 40``); a waiting job's reason."""
     ev = row.get("last_event")
     if row.get("state") == "PEND" and not ev:
         return f"waiting: {row.get('reason')}" if row.get("reason") else "waiting"
     if not ev:
         return "running; the trainer has recorded nothing yet" if row.get("state") == "RUN" else "-"
     when = ev.get("time")
-    return ev["text"] + (f", {age(now - when)} ago" if is_time(when) else "")
+    # the age first: on a narrow terminal the cell is cut at its end, and the age is the short part
+    return (f"{age(now - when)} ago: " if is_time(when) else "") + ev["text"]
 
 
 def cells(row: Dict, now: float) -> Dict[str, str]:
@@ -353,21 +354,22 @@ def shorten(text: str, width: int, ellipsis: str = "\u2026", middle: bool = Fals
 
 def fit(natural: Dict[str, int], width: int) -> Dict[str, int]:
     """Column widths that fit ``width``: the event column and the run name shrink first (to 24 and 10),
-    then the optional columns go, then both shrink further; what still does not fit is cut by the caller."""
+    then the optional columns go, then both shrink further; room an optional column left goes back to the
+    event and the run name. What still does not fit is cut by the caller."""
     widths = dict(natural)
 
     def over() -> int:
         return sum(widths.values()) + len(GAP) * (len(widths) - 1) - width
 
     for col, least in (("LAST EVENT", 24), ("RUN", 10)):
-        if over() > 0:
-            widths[col] = max(least, widths[col] - over(), min(natural[col], least))
+        widths[col] = min(widths[col], max(least, widths[col] - over()))
     for col in OPTIONAL:
         if over() > 0:
             del widths[col]
     for col, least in (("LAST EVENT", 10), ("RUN", 6)):
-        if over() > 0:
-            widths[col] = max(least, widths[col] - over(), min(natural[col], least))
+        widths[col] = min(widths[col], max(least, widths[col] - over()))
+    for col in ("LAST EVENT", "RUN"):
+        widths[col] = min(natural[col], widths[col] + max(-over(), 0))
     return widths
 
 

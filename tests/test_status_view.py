@@ -296,7 +296,7 @@ def test_checkpoint_and_exit_events(finished):
     statusview.add_facts([row], seen)
     assert row["last_event"] == {"event": "checkpoint", "text": f"checkpoint at step {at['step']}",
                                  "time": at["time"]}
-    assert statusview.event_cell(row, at["time"] + 75) == f"checkpoint at step {at['step']}, 1m15s ago"
+    assert statusview.event_cell(row, at["time"] + 75) == f"1m15s ago: checkpoint at step {at['step']}"
     # The job failed with no end recorded by the trainer: its exit code, at LSF's finish time.
     row = {"job_id": job, "state": "EXIT", "exit_code": 3, "finish_time": "Nov 24 04:02"}
     statusview.add_facts([row], seen)
@@ -339,6 +339,10 @@ def test_the_table_fits_the_width_and_cuts_the_run_name_in_the_middle(finished):
         assert LONG_NAME not in "\n".join(lines) and "\u2026" in name, lines
         head, tail = name.split("\u2026")
         assert LONG_NAME.startswith(head) and LONG_NAME.endswith(tail) and tail, name   # both ends kept
+    short = [dict(r, run="r1") for r in rows]            # a short name keeps its width; the event gets the room
+    lines = statusview.table(short, now, 80)
+    assert lines[1].startswith(f"r1   {finished.ids[0]}  ") and max(len(line) for line in lines[1:3]) == 80, lines
+    assert all(re.search(r"\d+s ago: ", line) for line in lines[1:3]), lines   # the age is never cut off
     coloured = statusview.table(rows, now, 100, colour=True)[1]
     assert "\x1b[32mDONE\x1b[0m" in coloured and ESC.sub("", coloured) == statusview.table(rows, now, 100)[1]
 
@@ -423,7 +427,7 @@ def test_plain_watch_prints_a_set_of_lines_per_change_not_per_look(finished):
     keys = []
     for s in sets:
         lines = job_lines(s, finished.ids)
-        keys.append(tuple((cells_of(lines[j])[3], re.sub(r", \S+ ago$", "", cells_of(lines[j])[8]))
+        keys.append(tuple((cells_of(lines[j])[3], re.sub(r"^\S+ ago: ", "", cells_of(lines[j])[8]))
                           for j in finished.ids))
     assert all(a != b for a, b in zip(keys, keys[1:])), log
     assert "DONE" in sets[-1]
