@@ -244,6 +244,9 @@ def test_rows_of_a_real_chained_run(finished):
         last = [r for r in rows if r["step"] is not None][-1]
         assert last["step"] == total and last["last_event"]["text"] == f"training complete at step {total}"
         assert rows[1]["last_event"]["event"] in ("complete", "already_complete")
+    # Every trainer start says the run's total, so the ETA is known from the first record on.
+    launches = statusview.train_launches(files.events)
+    assert launches and [e["total_steps"] for e in launches] == [total] * len(launches)
     # A run written before launch events said total_steps: the first epoch's length times the epochs.
     old = [{k: v for k, v in e.items() if k != "total_steps"} for e in files.events]
     assert statusview.total_steps(statusview.RunFiles(records=files.records, events=old, plan=files.plan)) == total
@@ -303,6 +306,23 @@ def test_checkpoint_and_exit_events(finished):
     assert row["last_event"]["text"] == "ended with exit code 3"
     assert time.localtime(row["last_event"]["time"])[1:5] == (11, 24, 4, 2)
     assert statusview.state_text(row) == "EXIT 3"
+
+
+def test_a_chain_until_complete_may_have_more_links_while_its_last_one_is_open():
+    rows = [{"job_id": "1", "state": "DONE", "exit_code": 0}, {"job_id": "2", "state": "RUN", "exit_code": None}]
+    files = statusview.RunFiles(plan={"until_complete": True, "max_links": 20}, chain_ids=["1", "2"])
+    statusview.add_facts(rows, files)
+    assert [statusview.cells(r, T0)["LINK"] for r in rows] == ["1/2+", "2/2+"]
+    rows[1]["state"] = "DONE"                   # the last link ended without queueing another: the chain ended
+    statusview.add_facts(rows, files)
+    assert [statusview.cells(r, T0)["LINK"] for r in rows] == ["1/2", "2/2"]
+    rows[1]["state"] = "RUN"
+    statusview.add_facts(rows, statusview.RunFiles(plan={"until_complete": True}, chain_ids=["1", "2"],
+                                                   complete=True))
+    assert not any(r["more_links"] for r in rows)
+    blank = {"job_id": "9", "state": "RUN"}     # a job named by its id, of no run recorded here
+    statusview.blank_facts(blank)
+    assert statusview.cells(blank, T0)["LINK"] == "-" and blank["more_links"] is False
 
 
 def test_lsf_times_and_ages():
