@@ -136,6 +136,7 @@ class Tmux:
     def __init__(self, env: Dict[str, str]):
         self.base = ["tmux", "-L", f"sj-status-{os.getpid()}-{uuid.uuid4().hex[:8]}", "-f", "/dev/null"]
         self.env = env
+        self.socket = ""
 
     def __call__(self, *args: str) -> str:
         res = subprocess.run([*self.base, *args], env=self.env, capture_output=True, text=True, timeout=30)
@@ -148,6 +149,7 @@ class Tmux:
         import shlex
         self("new-session", "-d", "-s", "w", "-x", "160", "-y", "40",
              f'{shlex.join(command)}; echo "watch ended: $?"; sleep 600')
+        self.socket = self("display-message", "-p", "#{socket_path}").strip()
 
     def screen(self) -> str:
         return self("capture-pane", "-p", "-t", "w")
@@ -160,7 +162,10 @@ class Tmux:
         return self("display-message", "-p", "-t", "w", f"#{{{name}}}").strip()
 
     def kill(self) -> None:
+        """End the server and remove its socket file (tmux leaves it behind)."""
         subprocess.run([*self.base, "kill-server"], env=self.env, capture_output=True, timeout=30)
+        if self.socket:
+            Path(self.socket).unlink(missing_ok=True)
 
 
 def job_lines(screen: str, ids: List[str]) -> Dict[str, str]:
