@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -400,9 +401,20 @@ def test_queue_checks_name_what_is_missing_closed_or_held():
     assert doctor.check_queues(machines.load("summit"), held, None)[0].status == doctor.WARN
 
 
+def _job_states(lsf_home) -> str:
+    """Every job record's state and reason, and its supervisor's log: what a failed count is checked against."""
+    out = []
+    for rec in sorted(Path(lsf_home).glob("jobs/*/job.json")):
+        job = json.loads(rec.read_text())
+        log = rec.parent / "supervisor.log"
+        out.append(f"job {job.get('id')}: {job.get('state')} {job.get('exit_reason') or job.get('pend_reason') or ''}"
+                   f"\n{log.read_text()[-800:] if log.exists() else ''}")
+    return "\n".join(out)
+
+
 def test_embedded_lsid_and_bqueues_round_trip(tmp_path, cli_env):
-    """What the embedded lsid and bqueues print (real processes) is read by the same parsers, and a job's
-    slots show in its queue's PEND column."""
+    """What the embedded lsid and bqueues print (real processes) is read by the same parsers, and running
+    jobs' slots show in their queue's RUN column."""
     from summit_jobs import hosts, resources
     env = hosts.embedded_environment(dict(cli_env, SUMMIT_JOBS_LSF_HOME=str(tmp_path / "lsf")), 4, 2)
     lsid = subprocess.run(["lsid"], env=env, capture_output=True, text=True, timeout=60)
@@ -410,15 +422,21 @@ def test_embedded_lsid_and_bqueues_round_trip(tmp_path, cli_env):
     assert info.version == (10, 1, 0, 2) and info.cluster == "embedded" and "embedded" in info.product
     blocker = tmp_path / "hold.sh"
     blocker.write_text("#!/bin/sh\nsleep 30\n")
-    for _ in range(3):                      # 2 nodes x 2 cores: the third job waits
+    for _ in range(2):                      # two jobs of 2 nodes x 2 cores fill the 4 nodes
         subprocess.run(["bsub", "-nnodes", "2", "-q", "debug", "-o", "/dev/null", str(blocker)], env=env,
                        capture_output=True, text=True, timeout=60, cwd=tmp_path, check=True)
     try:
-        out = subprocess.run(["bqueues", "-w"], env=env, capture_output=True, text=True, timeout=60)
-        rows = doctor.parse_bqueues(out.stdout)
+        deadline, debug = time.monotonic() + 30, {}
+        while time.monotonic() < deadline:  # a job's supervisor moves it to RUN after bsub returns
+            out = subprocess.run(["bqueues", "-w"], env=env, capture_output=True, text=True, timeout=60)
+            rows = doctor.parse_bqueues(out.stdout)
+            debug = {k: int(v) for k, v in rows["debug"].columns.items() if k in ("NJOBS", "PEND", "RUN")}
+            if debug["RUN"] == 8:
+                break
+            time.sleep(0.2)
         assert list(rows) == ["batch", "debug"] and all(r.status == "Open:Active" for r in rows.values())
-        debug = {k: int(v) for k, v in rows["debug"].columns.items() if k in ("NJOBS", "PEND", "RUN")}
-        assert debug["NJOBS"] == debug["PEND"] + debug["RUN"] == 12 and debug["PEND"] >= 4     # 3 jobs x 4 slots
+        assert debug["NJOBS"] == debug["PEND"] + debug["RUN"] == 8 and debug["RUN"] == 8, \
+            f"{debug}\n{_job_states(tmp_path / 'lsf')}"                                 # 2 jobs x 4 slots
         assert rows["batch"].columns["NJOBS"] == "0"
         missing = subprocess.run(["bqueues", "nosuch"], env=env, capture_output=True, text=True, timeout=60)
         assert missing.returncode == 255 and "nosuch: No such queue" in missing.stderr
@@ -427,3 +445,20 @@ def test_embedded_lsid_and_bqueues_round_trip(tmp_path, cli_env):
                              timeout=60).stdout.split()
         subprocess.run(["bkill", *ids], env=env, capture_output=True, timeout=60)
     assert resources.embedded_bin_dir().joinpath("bqueues").exists()
+
+
+def test_bqueues_counts_pending_running_and_suspended_slots_per_queue():
+    """The embedded bqueues' counts from job records: slots per state, suspended states as SUSP, ended jobs
+    and other queues' jobs left out."""
+    from summit_jobs.embedded import bqueues
+    jobs = [{"queue": "debug", "state": "RUN", "slots": ["2", "2"]},
+            {"queue": "debug", "state": "PEND", "slots": None},
+            {"queue": "debug", "state": "PEND", "slots": ["4"]},
+            {"queue": "debug", "state": "USUSP", "slots": ["3"]},
+            {"queue": "debug", "state": "DONE", "slots": ["8"]},
+            {"queue": "elsewhere", "state": "RUN", "slots": ["5"]},
+            {"queue": "batch", "state": "SSUSP", "slots": ["1"]}]
+    counts = bqueues.task_counts(jobs, ["batch", "debug"])
+    assert counts == {"batch": {"PEND": 0, "RUN": 0, "SUSP": 1}, "debug": {"PEND": 5, "RUN": 4, "SUSP": 3}}
+    line = bqueues.row("debug", counts["debug"])
+    assert doctor.parse_bqueues(bqueues.header() + "\n" + line + "\n")["debug"].columns["NJOBS"] == "12"

@@ -243,6 +243,10 @@ def meet(addr: str, derived: int, folder: os.PathLike, job: str, rank: int, size
     for key, value in (extra or {}).items():
         store.set(key, value)
     store.set(TOKEN_KEY, token)
+    # A set is sent without waiting for the server; a get on the same connection returns only after the
+    # server has applied it. Without this round trip a rank reading the record at once can find no token
+    # yet (its check arrives on another connection first) and waits 10 s before it looks again.
+    store.get(TOKEN_KEY)
     publish(path, {"job": job, "port": port, "token": token, "size": size, "pid": os.getpid(), "host": addr})
     return store
 
