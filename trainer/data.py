@@ -63,6 +63,41 @@ def _bad_frame(frames: Sequence[bytes], indices: Sequence[int], num_frames: int)
     return None
 
 
+def _bad_rgb(frames: Sequence[bytes], indices: Sequence[int], num_frames: int) -> Optional[Tuple[str, str, str]]:
+    """(tar member suffix, where in the sample, why) of a clip's first frame that does not decode, else None."""
+    bad = _bad_frame(frames, indices, num_frames)
+    return None if bad is None else (f"{bad[0]:05d}.jpg", f", frame {bad[0]}", bad[1])
+
+
+def _bad_flow(pairs: Sequence[Tuple[bytes, bytes]], indices: Sequence[int],
+              num_fields: int) -> Optional[Tuple[str, str, str]]:
+    """(tar member suffix, "", why) of the first flow JPEG of a clip that does not decode on its own, else None."""
+    for j, (x, y) in zip(indices, pairs):
+        t = min(max(int(j), 0), num_fields - 1)
+        for axis, data in (("x", x), ("y", y)):
+            bad = _bad_frame([data], [t], num_fields)
+            if bad is not None:
+                return f"{t:05d}.{axis}.jpg", "", bad[1]
+    return None
+
+
+def _decoding(shards: ShardDataset, i: int, items: List, indices: Sequence[int], make: Callable[[List], np.ndarray],
+              find_bad: Callable, what: str):
+    """``make(items)``; when it fails and one of the JPEGs fails on its own, a SampleError naming the shard
+    file and the tar member. Any other failure is raised as it is."""
+    try:
+        return make(items)
+    except Exception:
+        bad = find_bad(items, indices, shards.num_frames(i))
+        if bad is None:
+            raise
+        key, (member, where, why) = shards.key(i), bad
+        si = shards._samples[i][0]  # the shard holding sample i (ShardDataset keeps no public accessor)
+        path = shards.root / shards._shards[si]["name"]
+        raise SampleError(f"trainer: shard {path}: member {key}.{member} (sample {key}{where}) cannot be "
+                          f"decoded ({why}); re-pack that {what} or re-stage the shard") from None
+
+
 def decoded(shards: ShardDataset, i: int, indices: Sequence[int], make: Callable[[List[bytes]], np.ndarray]):
     """``make(frames)`` for sample ``i``; a frame that cannot be decoded is reported by shard file and member.
 
@@ -70,46 +105,12 @@ def decoded(shards: ShardDataset, i: int, indices: Sequence[int], make: Callable
     neither the video nor the file it came from. Only a frame that fails on its
     own is blamed on the data; any other failure is raised as it is.
     """
-    frames = shards.frames(i, indices)
-    try:
-        return make(frames)
-    except Exception:
-        bad = _bad_frame(frames, indices, shards.num_frames(i))
-        if bad is None:
-            raise
-        key, (j, why) = shards.key(i), bad
-        si = shards._samples[i][0]  # the shard holding sample i (ShardDataset keeps no public accessor)
-        path = shards.root / shards._shards[si]["name"]
-        raise SampleError(f"trainer: shard {path}: member {key}.{j:05d}.jpg (sample {key}, frame {j}) cannot be "
-                          f"decoded ({why}); re-pack that video or re-stage the shard") from None
-
-
-def _bad_field(pairs: Sequence[Tuple[bytes, bytes]], indices: Sequence[int],
-               num_fields: int) -> Optional[Tuple[str, str]]:
-    """(tar member suffix, why) of the first flow JPEG of a clip that does not decode on its own, else None."""
-    for j, (x, y) in zip(indices, pairs):
-        t = min(max(int(j), 0), num_fields - 1)
-        for axis, data in (("x", x), ("y", y)):
-            bad = _bad_frame([data], [t], num_fields)
-            if bad is not None:
-                return f"{t:05d}.{axis}.jpg", bad[1]
-    return None
+    return _decoding(shards, i, shards.frames(i, indices), indices, make, _bad_rgb, "video")
 
 
 def decoded_flow(shards: ShardDataset, i: int, indices: Sequence[int], make: Callable[[List], np.ndarray]):
-    """``decoded`` for a flow pack: ``make(pairs)`` of the (flow_x, flow_y) JPEGs of fields ``indices``;
-    a JPEG that cannot be decoded is reported by shard file and member."""
-    pairs = shards.flow(i, indices)
-    try:
-        return make(pairs)
-    except Exception:
-        bad = _bad_field(pairs, indices, shards.num_frames(i))
-        if bad is None:
-            raise
-        key, (member, why) = shards.key(i), bad
-        path = shards.root / shards._shards[shards._samples[i][0]]["name"]
-        raise SampleError(f"trainer: shard {path}: member {key}.{member} (sample {key}) cannot be decoded "
-                          f"({why}); re-pack that video's flow or re-stage the shard") from None
+    """``decoded`` for a flow pack: ``make(pairs)`` of the (flow_x, flow_y) JPEGs of fields ``indices``."""
+    return _decoding(shards, i, shards.flow(i, indices), indices, make, _bad_flow, "video's flow")
 
 
 def open_shards(root: str, split: str, spec: ClipSpec) -> ShardDataset:
