@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Callable, Dict, List
@@ -134,6 +135,52 @@ def test_a_worker_killed_mid_epoch_ends_its_rank_with_one_line_and_no_rank_hangs
     line = [x for x in texts[victim].splitlines() if x.startswith("trainer: ")]
     assert line and f"pid {pids[0]} killed by SIGKILL" in line[-1] and "data loader worker" in line[-1], line
     assert "resume" in line[-1]
+
+
+class _Pool:
+    """What ``_naming_lost_workers`` reads of a loader iterator: its worker processes."""
+
+    def __init__(self, workers):
+        self._workers = workers
+
+
+def test_a_connection_reset_before_the_workers_death_is_known_still_names_the_worker():
+    """The race behind a rank that said only "Connection reset by peer": the read fails while the killed
+    worker is still ending (or while the forkserver has not yet passed its exit status back), so every
+    worker still looks alive. The rank waits for the death to become known, then names it."""
+    from trainer.data import WorkerLost, _context, _naming_lost_workers
+    worker = _context(1).Process(target=time.sleep, args=(30,))  # the rank's start method (forkserver)
+    worker.start()
+    killer = threading.Timer(0.5, os.kill, (worker.pid, signal.SIGKILL))
+    killer.start()
+    try:
+        assert worker.is_alive()  # the moment of the failed read
+        with pytest.raises(WorkerLost) as lost:
+            with _naming_lost_workers(lambda: _Pool([worker])):
+                raise ConnectionResetError(104, "Connection reset by peer")
+        assert f"pid {worker.pid} killed by SIGKILL" in str(lost.value) and "resume" in str(lost.value)
+    finally:
+        killer.join()
+        worker.join(10)
+
+
+def test_a_failure_with_every_worker_alive_is_passed_on_unchanged():
+    """No worker died: the failure is the rank's own and keeps its type (a bad clip, a broken peer)."""
+    from trainer.data import _context, _naming_lost_workers
+    worker = _context(1).Process(target=time.sleep, args=(30,))
+    worker.start()
+    try:
+        started = time.monotonic()
+        with pytest.raises(ValueError):
+            with _naming_lost_workers(lambda: _Pool([worker])):
+                raise ValueError("a bad clip")
+        assert time.monotonic() - started < 1.0  # no wait for an error that is not a broken connection
+        with pytest.raises(ConnectionResetError):
+            with _naming_lost_workers(lambda: _Pool([worker])):
+                raise ConnectionResetError(104, "Connection reset by peer")
+    finally:
+        worker.kill()
+        worker.join(10)
 
 
 def test_the_workers_of_a_rank_killed_outright_end_with_it(data, tmp_path):

@@ -13,6 +13,7 @@ import contextlib
 import dataclasses
 import functools
 import multiprocessing
+import multiprocessing.connection
 import os
 import re
 import select
@@ -232,9 +233,25 @@ def _stop_signals_held() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
-def _lost_workers(it: object) -> List:
-    """The worker processes of a loader iterator that are no longer alive."""
-    return [w for w in getattr(it, "_workers", []) if not w.is_alive()]
+# How long a failed read waits for a worker's end to become known (see ``_lost_workers``).
+LOST_WORKER_GRACE_S = 3.0
+
+
+def _lost_workers(it: object, grace: float = 0.0) -> List:
+    """The worker processes of a loader iterator that are no longer alive, waiting up to ``grace`` seconds
+    for one to be known dead.
+
+    Why the wait: a worker's socket closes while the kernel is still ending the
+    process, before its parent can reap it; and a forkserver worker's exit
+    status reaches the rank only when the forkserver has reaped it and written
+    it back. The rank's read can fail with "Connection reset by peer" in that
+    gap, when every worker still looks alive. The wait returns as soon as one
+    worker's sentinel is ready, so it costs nothing when a worker did die.
+    """
+    workers = list(getattr(it, "_workers", []))
+    if grace > 0 and workers and all(w.is_alive() for w in workers):
+        multiprocessing.connection.wait([w.sentinel for w in workers], timeout=grace)
+    return [w for w in workers if not w.is_alive()]
 
 
 def _lost_line(lost: List) -> str:
@@ -263,8 +280,10 @@ def _naming_lost_workers(get_iterator: Callable[[], object]) -> Iterator[None]:
         yield
     except StopIteration:
         raise
-    except Exception:
-        lost = _lost_workers(get_iterator())
+    except Exception as e:
+        # A broken connection to a worker is the one failure that can come before the worker is known dead.
+        grace = LOST_WORKER_GRACE_S if isinstance(e, (ConnectionError, EOFError)) else 0.0
+        lost = _lost_workers(get_iterator(), grace)
         if lost:
             raise WorkerLost(_lost_line(lost)) from None
         raise
