@@ -36,6 +36,9 @@ EXPORT_FORMATS = ("pt", "safetensors", "none")
 WEIGHT_LAYOUTS = ("summit", "tsm", "mmaction2")
 #: What a clip holds: RGB frames, or stacks of optical flow fields (the two-stream network's temporal stream).
 MODALITIES = ("rgb", "flow")
+COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune")
+COMPILE_BACKENDS = ("inductor", "aot_eager")
+DECODERS = ("cpu", "device")
 #: AAVG's default averaging interval: once per epoch.
 AVG_INTERVAL_EPOCH = -1
 #: --aavg-eval-every for a batch-rule check once per epoch, at its end (after the epoch's averaging round).
@@ -134,6 +137,11 @@ def _optimisation_options(g: "argparse._ArgumentGroup") -> None:
     g.add_argument("--amp", choices=("auto", "off", "fp16", "bf16"), default="auto",
                    help="autocast on GPU (auto: bf16 where supported, else fp16); never on CPU")
     g.add_argument("--channels-last", choices=("auto", "on", "off"), default="auto", help="auto: on GPU only")
+    g.add_argument("--compile", choices=COMPILE_MODES, default=COMPILE_MODES[0],
+                   help="torch.compile the training step's model (off; default, reduce-overhead or max-autotune: "
+                        "inductor's modes). Compiling takes minutes at start and once per new clip shape")
+    g.add_argument("--compile-backend", choices=COMPILE_BACKENDS, default=COMPILE_BACKENDS[0],
+                   help="inductor generates kernels; aot_eager only traces (a quick check that the model compiles)")
 
 
 def _multigrid_options(g: "argparse._ArgumentGroup") -> None:
@@ -177,6 +185,10 @@ def _data_options(g: "argparse._ArgumentGroup") -> None:
     g.add_argument("--scale-size", type=int, default=0, help="test: shorter side (0 = input-size * 256/224)")
     g.add_argument("--no-flip", dest="flip", action="store_false",
                    help="no horizontal flip (for classes that left/right tells apart)")
+    g.add_argument("--decode", choices=DECODERS, default=DECODERS[0],
+                   help="cpu: workers decode the JPEG frames and crop, resize and flip them; device: workers only "
+                        "read each clip's JPEG bytes and the rank decodes (nvJPEG on a GPU) and augments on its "
+                        "device")
     g.add_argument("--workers", type=int, default=4, help="DataLoader worker processes (forkserver) per rank")
     g.add_argument("--prefetch", type=int, default=2, help="batches each worker keeps ready")
     g.add_argument("--persistent-workers", choices=("on", "off"), default="on",
