@@ -72,6 +72,19 @@ def autocast_dtype(device_type: str) -> Optional[torch.dtype]:
 GradScaler = getattr(torch.amp, "GradScaler", None) or torch.cuda.amp.GradScaler
 
 
+def is_compiling() -> bool:
+    """Whether the code is being traced by torch.compile (dynamo).
+
+    ``torch.compiler.is_compiling()`` came with torch 2.3; before it,
+    ``torch._dynamo.is_compiling()`` (2.0).
+    """
+    compiler = getattr(torch, "compiler", None)
+    if compiler is not None and hasattr(compiler, "is_compiling"):
+        return bool(compiler.is_compiling())
+    from torch import _dynamo
+    return bool(_dynamo.is_compiling())
+
+
 def grad_scaler() -> "GradScaler":
     """A loss scaler for fp16 autocast on CUDA: ``torch.amp.GradScaler("cuda")`` from torch 2.3,
     ``torch.cuda.amp.GradScaler()`` before. Both save the same state_dict keys, so a checkpoint

@@ -551,6 +551,11 @@ def make_engine(name: str, launch: Optional[Launch] = None, rendezvous_dir: Opti
 
 
 def unwrap(model: nn.Module) -> nn.Module:
+    """The network itself under its wrappers: torch.compile's (``_orig_mod``) and DDP's (``module``), so
+    that checkpoints and evaluation see the plain module's parameter names."""
+    inner = model._modules.get("_orig_mod")  # torch.compile; its attribute lookup would reach inside
+    if isinstance(inner, nn.Module):
+        model = inner
     return model.module if hasattr(model, "module") and isinstance(model.module, nn.Module) else model
 
 

@@ -30,6 +30,9 @@ from .shards import ShardDataset
 HOROVOD_DEFAULT_FUSION = 128 * 1024 * 1024
 #: torch DDP's default gradient bucket (bucket_cap_mb=25).
 DDP_DEFAULT_BUCKET = 25 * 1024 * 1024
+#: Compiled graphs kept per model under --compile: multigrid's long cycle times its short cycle
+#: (4 x 3 shapes) plus the final phase, with room for the last partial batches.
+COMPILE_SHAPES = 32
 
 
 #: The first CUDA compute capability with bfloat16 arithmetic (Ampere, A100).
@@ -76,6 +79,27 @@ def backends(device: torch.device) -> None:
     few (one, or multigrid's handful), so the timing is paid a few times per run."""
     if device.type == "cuda":
         torch.backends.cudnn.benchmark = True
+
+
+def compiled(model: torch.nn.Module, args: argparse.Namespace, device: torch.device) -> torch.nn.Module:
+    """The training step's model under torch.compile (``--compile``), or ``model`` itself when off.
+
+    Why the wrapper outside the engine's (DDP): dynamo then splits the graph at
+    DDP's gradient buckets so the allreduce still overlaps the backward pass.
+    Checkpoints and evaluation use the plain module (``engines.unwrap``). Each
+    new clip shape (multigrid) compiles again, so the recompile limit is raised
+    to cover a long cycle's shapes.
+    """
+    if args.compile == "off":
+        return model
+    from torch import _dynamo
+    _dynamo.config.cache_size_limit = max(_dynamo.config.cache_size_limit, COMPILE_SHAPES)
+    mode = None if args.compile == "default" or args.compile_backend != "inductor" else args.compile
+    try:
+        return torch.compile(model, backend=args.compile_backend, mode=mode)
+    except RuntimeError as exc:  # e.g. a Python torch.compile does not support yet
+        raise SystemExit(f"trainer: --compile {args.compile}: torch.compile is not available here ({exc}); "
+                         "run with --compile off") from None
 
 
 def clip_spec(args: argparse.Namespace) -> ClipSpec:

@@ -212,6 +212,7 @@ class Trainer:
             self.model, self.opt = model, opt
         else:
             self.model, self.opt = e.prepare(model, opt, self.k, a.compression)
+        self.model = setup.compiled(self.model, a, self.device)
         self.step_ctx = StepContext(e, self.model, self.opt, self.scaler, self.device, self.amp_dtype,
                                     self.channels_last, self.k, a.clip_grad, not self.aavg)
         if saved is not None:
