@@ -181,7 +181,7 @@ class Trainer:
         self.test_set = data.test_set
         evals = {name: d for name, d in (("val", data.val_set), ("test", data.test_set)) if d is not None}
         self.pipeline = Pipeline(data.train.train_set, evals, a.workers, self.device.type == "cuda", a.prefetch,
-                                 a.persistent_workers == "on")
+                                 a.persistent_workers == "on", a.decode, self.device)
         self.k = a.accum_steps
         self.virtual = e.size * self.k
         self.global_batch = data.global_batch
@@ -625,6 +625,12 @@ def main(args: argparse.Namespace) -> int:
 LOST_PEER = re.compile(r"Connection (closed|reset) by peer|Broken pipe|gloo|nccl|horovod", re.I)
 
 
+def _compile_failure(exc: BaseException) -> bool:
+    """Whether ``exc`` is torch.compile's own failure (dynamo or its backend), not the model's."""
+    from torch._dynamo import exc as dynamo_exc
+    return isinstance(exc, (dynamo_exc.BackendCompilerFailed, dynamo_exc.InternalTorchDynamoError))
+
+
 def _train(args: argparse.Namespace) -> int:
     trainer = Trainer(args)
     try:
@@ -633,6 +639,11 @@ def _train(args: argparse.Namespace) -> int:
         return rc
     except RuntimeError as exc:
         e = trainer.engine
+        if args.compile != "off" and _compile_failure(exc):
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise SystemExit(f"trainer: --compile {args.compile} (backend {args.compile_backend}) could not compile "
+                             f"the model: {first[:300]}; run with --compile off, or --compile-backend aot_eager "
+                             "where no C++ compiler works (inductor needs one on a CPU)") from None
         if e.size > 1 and LOST_PEER.search(f"{type(exc).__name__} {exc}"):
             # The rank that ended first printed the cause; a traceback from every other rank would bury it.
             first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
