@@ -1,6 +1,6 @@
 """CLI start-up cost: `--help` and a full dry-run render against a bare interpreter start, in the same run.
 
-    python bench/cli_startup.py [--repeat 20] [--no-pyc] [--torch] [--before DIR]
+    python bench/cli_startup.py [--repeat 20] [--no-pyc] [--torch] [--floor] [--before DIR]
 
 Prints the median wall time of each case and its ratio to `python -c pass`.
 The dry run is measured twice: warm (the user cache folder, XDG_CACHE_HOME,
@@ -90,6 +90,9 @@ def main() -> None:
     ap.add_argument("--no-pyc", action="store_true", help="No Python bytecode cache at all (compile every start).")
     ap.add_argument("--torch", action="store_true", help="Also time `python -c 'import torch'`, for scale.")
     ap.add_argument("--before", metavar="DIR", help="Also run the CLI cases from this source tree.")
+    ap.add_argument("--floor", action="store_true",
+                    help="Also time importing the CLI's two required libraries alone (click; click and jinja2): "
+                         "what any click CLI, and any Jinja render, costs before its own code runs.")
     args = ap.parse_args()
     work = tempfile.mkdtemp(prefix="cli-startup-")
     env = base_env(work, args.no_pyc)
@@ -115,6 +118,9 @@ def make_cases(args: argparse.Namespace) -> Dict[str, Case]:
         cases[f"{label}summit-jobs --help"] = (cli + ["--help"], False, tree)
         cases[f"{label}dry-run render, warm cache"] = (cli + DRY_RUN, False, tree)
         cases[f"{label}dry-run render, cold cache"] = (cli + DRY_RUN, True, tree)
+    if args.floor:
+        for mods in ("click", "click, jinja2"):
+            cases[f"python -c 'import {mods}'"] = ([sys.executable, "-c", f"import {mods}"], False, None)
     if args.torch:
         cases["python -c 'import torch'"] = ([sys.executable, "-c", "import torch"], False, None)
     return cases
