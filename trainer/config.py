@@ -187,8 +187,10 @@ def _data_options(g: "argparse._ArgumentGroup") -> None:
                    help="no horizontal flip (for classes that left/right tells apart)")
     g.add_argument("--decode", choices=DECODERS, default=DECODERS[0],
                    help="cpu: workers decode the JPEG frames and crop, resize and flip them; device: workers only "
-                        "read each clip's JPEG bytes and the rank decodes (nvJPEG on a GPU) and augments on its "
-                        "device")
+                        "read each training clip's JPEG bytes and draw its crop and flip, and the rank decodes "
+                        "(nvJPEG through torchvision on a GPU, PIL otherwise) and augments on its device; RGB "
+                        "training clips only: validation and test clips keep the cpu path, --modality flow "
+                        "needs cpu")
     g.add_argument("--workers", type=int, default=4, help="DataLoader worker processes (forkserver) per rank")
     g.add_argument("--prefetch", type=int, default=2, help="batches each worker keeps ready")
     g.add_argument("--persistent-workers", choices=("on", "off"), default="on",

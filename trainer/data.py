@@ -64,7 +64,7 @@ def _bad_frame(frames: Sequence[bytes], indices: Sequence[int], num_frames: int)
     return None
 
 
-def _bad_rgb(frames: Sequence[bytes], indices: Sequence[int], num_frames: int) -> Optional[Tuple[str, str, str]]:
+def bad_rgb(frames: Sequence[bytes], indices: Sequence[int], num_frames: int) -> Optional[Tuple[str, str, str]]:
     """(tar member suffix, where in the sample, why) of a clip's first frame that does not decode, else None."""
     bad = _bad_frame(frames, indices, num_frames)
     return None if bad is None else (f"{bad[0]:05d}.jpg", f", frame {bad[0]}", bad[1])
@@ -92,11 +92,20 @@ def _decoding(shards: ShardDataset, i: int, items: List, indices: Sequence[int],
         bad = find_bad(items, indices, shards.num_frames(i))
         if bad is None:
             raise
-        key, (member, where, why) = shards.key(i), bad
-        si = shards._samples[i][0]  # the shard holding sample i (ShardDataset keeps no public accessor)
-        path = shards.root / shards._shards[si]["name"]
-        raise SampleError(f"trainer: shard {path}: member {key}.{member} (sample {key}{where}) cannot be "
-                          f"decoded ({why}); re-pack that {what} or re-stage the shard") from None
+        raise sample_error(shard_path(shards, i), shards.key(i), bad, what) from None
+
+
+def shard_path(shards: ShardDataset, i: int) -> str:
+    """The file of the shard that holds sample ``i`` (ShardDataset keeps no public accessor)."""
+    return str(shards.root / shards._shards[shards._samples[i][0]]["name"])
+
+
+def sample_error(path: str, key: str, bad: Tuple[str, str, str], what: str = "video") -> SampleError:
+    """The one line for a sample whose JPEG ``bad`` = (member suffix, where in the sample, why) does not
+    decode, wherever it was decoded (a worker, or the rank with ``--decode device``)."""
+    member, where, why = bad
+    return SampleError(f"trainer: shard {path}: member {key}.{member} (sample {key}{where}) cannot be "
+                       f"decoded ({why}); re-pack that {what} or re-stage the shard")
 
 
 def decoded(shards: ShardDataset, i: int, indices: Sequence[int], make: Callable[[List[bytes]], np.ndarray]):
@@ -106,7 +115,7 @@ def decoded(shards: ShardDataset, i: int, indices: Sequence[int], make: Callable
     neither the video nor the file it came from. Only a frame that fails on its
     own is blamed on the data; any other failure is raised as it is.
     """
-    return _decoding(shards, i, shards.frames(i, indices), indices, make, _bad_rgb, "video")
+    return _decoding(shards, i, shards.frames(i, indices), indices, make, bad_rgb, "video")
 
 
 def decoded_flow(shards: ShardDataset, i: int, indices: Sequence[int], make: Callable[[List], np.ndarray]):
@@ -142,16 +151,28 @@ class TrainClips(Dataset):
 
     def __getitem__(self, item: Tuple[int, ...]):
         """``(epoch, index)``, or ``(epoch, index, frames, size)`` for a multigrid shape."""
-        epoch, i = item[0], item[1]
-        spec = self.spec if len(item) == 2 else self.shaped(item[2], item[3])
-        rng = sample_rng(self.seed, epoch, i)
+        i, spec, rng = self.start(item)
         if spec.modality == "flow":
             idx = flow_train_indices(self.shards.num_frames(i), spec, rng)
             clip = decoded_flow(self.shards, i, idx, lambda pairs: flow_train_clip(pairs, spec, rng))
         else:
-            idx = train_frame_indices(self.shards.num_frames(i), spec.num_segments, spec.mode, spec.stride, rng)
+            idx = self.rgb_indices(i, spec, rng)
             clip = decoded(self.shards, i, idx, lambda frames: train_clip(frames, spec, rng))
         return torch.from_numpy(clip), self.shards.label(i)
+
+    def start(self, item: Tuple[int, ...]) -> Tuple[int, ClipSpec, np.random.Generator]:
+        """The sample index, the spec of the item's shape and the clip's generator, before any draw.
+
+        Why a method: the ``--decode device`` path (``trainer.devicedecode``)
+        makes the same draws in the same order; both begin here.
+        """
+        epoch, i = item[0], item[1]
+        spec = self.spec if len(item) == 2 else self.shaped(item[2], item[3])
+        return i, spec, sample_rng(self.seed, epoch, i)
+
+    def rgb_indices(self, i: int, spec: ClipSpec, rng: np.random.Generator) -> List[int]:
+        """The frames of a training clip of sample ``i`` (the generator's first draws)."""
+        return train_frame_indices(self.shards.num_frames(i), spec.num_segments, spec.mode, spec.stride, rng)
 
     def shaped(self, frames: int, size: int) -> ClipSpec:
         """The spec for a multigrid shape: fewer frames keep the temporal span (the dense
@@ -358,10 +379,10 @@ def _worker_start(rank_pid: int, worker_id: int) -> None:
 
 
 def _loader(dataset: Dataset, batch_sampler, workers: int, pin: bool, prefetch: int,
-            persistent: bool = False) -> DataLoader:
-    kw = {}
+            persistent: bool = False, collate: Optional[Callable] = None) -> DataLoader:
+    kw: Dict[str, object] = {} if collate is None else dict(collate_fn=collate)
     if workers > 0:
-        kw = dict(multiprocessing_context=_context(workers), prefetch_factor=prefetch, persistent_workers=persistent,
+        kw.update(multiprocessing_context=_context(workers), prefetch_factor=prefetch, persistent_workers=persistent,
                   worker_init_fn=functools.partial(_worker_start, os.getpid()))
     return _Loader(dataset, batch_sampler=batch_sampler, num_workers=workers, pin_memory=pin, **kw)
 
@@ -399,10 +420,13 @@ class _Feed:
 
 
 class _Pool:
-    """One persistent DataLoader over named datasets; ``passes`` counts the passes it served."""
+    """One persistent DataLoader over named datasets; ``passes`` counts the passes it served; ``collate``
+    makes a batch of items (None: torch's default)."""
 
-    def __init__(self, sets: Dict[str, Dataset], workers: int, pin: bool, prefetch: int, persistent: bool):
+    def __init__(self, sets: Dict[str, Dataset], workers: int, pin: bool, prefetch: int, persistent: bool,
+                 collate: Optional[Callable] = None):
         self.sets, self.workers, self.pin, self.prefetch, self.persistent = sets, workers, pin, prefetch, persistent
+        self.collate = collate
         self._feed = _Feed()
         self._loader: Optional[DataLoader] = None
         self.passes = 0
@@ -412,7 +436,7 @@ class _Pool:
         self._feed.batches = ([(name, item) for item in batch] for batch in sampler)
         if self._loader is None or not self.persistent:
             self._loader = _loader(_Named(self.sets), self._feed, self.workers, self.pin, self.prefetch,
-                                   self.persistent)
+                                   self.persistent, self.collate)
         self.passes += 1
         return iter(self._loader)
 
@@ -432,12 +456,23 @@ class Pipeline:
     pool ends its previous pass; training's pass must outlive it. Why
     persistent: at 1,536 GPUs an epoch is ~19 steps (~8.5 s) while starting a
     pool of forkserver workers takes seconds (bench/epoch_boundary.py).
+
+    With ``decode="device"`` the training workers hand over each clip's JPEG
+    bytes and its drawn crop and flip, and the rank decodes and augments them
+    on ``device`` (``trainer.devicedecode``); validation and test clips are
+    decoded by the workers either way.
     """
 
     def __init__(self, train: TrainClips, evals: Dict[str, "EvalClips"], workers: int, pin: bool,
-                 prefetch: int = 2, persistent: bool = True):
+                 prefetch: int = 2, persistent: bool = True, decode: str = "cpu",
+                 device: Optional[torch.device] = None):
         persistent = persistent and workers > 0
-        self.train_pool = _Pool({"train": train}, workers, pin, prefetch, persistent)
+        train_set: Dataset = train
+        collate: Optional[Callable] = None
+        if decode == "device":
+            from . import devicedecode  # imported here: it builds on this module's datasets and errors
+            train_set, collate = devicedecode.train_input(train, device or torch.device("cpu"))
+        self.train_pool = _Pool({"train": train_set}, workers, pin, prefetch, persistent, collate)
         self.eval_pool = _Pool(dict(evals), workers, pin, prefetch, persistent)
 
     def train_batches(self, sampler: Iterable[List]) -> Iterator:

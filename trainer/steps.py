@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Dict, Iterator, List, Literal, Optional, Tuple, overload
+from typing import TYPE_CHECKING, Dict, Iterator, List, Literal, Optional, Tuple, Union, overload
 
 import torch
 import torch.nn.functional as F
@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from . import compat
 from .clips import normalize
 from .data import EvalClips, eval_loader
+from .devicedecode import ByteBatch, device_clips
 from .engines import Engine, unwrap
 from .metrics import topk_hits
 from .sampler import eval_indices
@@ -39,8 +40,11 @@ class StepContext:
     clip_grad: float
     synchronous: bool  # False for AAVG learners: no gradient allreduce, no engine contexts
 
-    def prep(self, x: torch.Tensor) -> torch.Tensor:
-        """A batch of clips (N, T, C, H, W) as the frames the 2D network takes, on the device."""
+    def prep(self, x: Union[torch.Tensor, ByteBatch]) -> torch.Tensor:
+        """A batch of clips (N, T, C, H, W) as the frames the 2D network takes, on the device; a ``ByteBatch``
+        (``--decode device``) is decoded and augmented on the device first."""
+        if isinstance(x, ByteBatch):
+            x = device_clips(x, self.device)
         x = normalize(x.to(self.device, non_blocking=True))
         x = x.reshape(-1, *x.shape[2:])
         return x.contiguous(memory_format=torch.channels_last) if self.channels_last else x

@@ -109,6 +109,22 @@ def multiscale_box(img_w: int, img_h: int, rng: np.random.Generator, size: int =
     return (float(x), float(y), float(x + cw), float(y + ch))
 
 
+def clip_geometry(first: bytes, rng: np.random.Generator, size: int = 224, scales: Sequence[float] = SCALES,
+                  max_distort: int = 1, flip: bool = True, fix_crop: bool = True) -> Tuple[Box, bool]:
+    """A training clip's crop box (fractions of width and height) and flip, drawn from ``rng`` with the
+    frame size read from the header of its ``first`` frame.
+
+    Why apart from the pixels: with ``--decode device`` the workers draw the
+    augmentation and the rank does the pixel work; both input paths draw
+    through this one function, so for the same generator they crop and flip
+    alike.
+    """
+    w, h = frame_size(first)
+    box = multiscale_box(w, h, rng, size, scales, max_distort, fix_crop)
+    do_flip = bool(flip and rng.random() < 0.5)
+    return _relative(box, w, h), do_flip
+
+
 def train_clip(frames: Sequence[bytes], rng: np.random.Generator, size: int = 224,
                scales: Sequence[float] = SCALES, max_distort: int = 1, flip: bool = True,
                fix_crop: bool = True) -> np.ndarray:
@@ -118,10 +134,7 @@ def train_clip(frames: Sequence[bytes], rng: np.random.Generator, size: int = 22
     """
     if not frames:
         raise ValueError("a clip needs at least one frame")
-    w, h = frame_size(frames[0])
-    box = multiscale_box(w, h, rng, size, scales, max_distort, fix_crop)
-    do_flip = bool(flip and rng.random() < 0.5)
-    rel = _relative(box, w, h)
+    rel, do_flip = clip_geometry(frames[0], rng, size, scales, max_distort, flip, fix_crop)
     out = np.empty((len(frames), size, size, 3), dtype=np.uint8)
     for t, data in enumerate(frames):
         out[t] = _decode_box(data, rel, size, size, do_flip)
