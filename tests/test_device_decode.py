@@ -213,3 +213,13 @@ def test_a_cuda_device_without_a_working_torchvision_is_refused_in_one_line():
         import torchvision  # noqa: F401
     except ImportError:
         assert "pip install torchvision" in line and torch.__version__ in line
+
+
+def test_the_float_resize_of_cuda_equals_the_uint8_resize_of_the_cpu_within_a_level():
+    """A GPU resizes in float (no uint8 kernel there); run here on the CPU, it agrees with the uint8 path."""
+    g = torch.Generator().manual_seed(0)
+    frames = torch.randint(0, 256, (3, 3, 90, 120), dtype=torch.uint8, generator=g)
+    for size in (32, 64, 150):  # down and up
+        a = devicedecode._resized(frames[:, :, 5:80, 10:100], size)
+        b = devicedecode._resized_float(frames[:, :, 5:80, 10:100], size)
+        assert a.shape == b.shape == (3, 3, size, size) and int((a.int() - b.int()).abs().max()) <= 1
