@@ -22,15 +22,17 @@ not timed; on a GPU the clocks are read after ``torch.cuda.synchronize()``. Peak
 ``torch.cuda.max_memory_allocated`` per case on a GPU; on a CPU it is the process's peak
 resident set size (``ru_maxrss``), which only grows from case to case.
 
-Usage (one H100; all figures in one run, --json keeps them):
-  .venv/bin/python bench/gpu_train.py --json gpu_train.json
-  .venv/bin/python bench/gpu_train.py --data data/shards --workers 8 --decode cpu --json gpu_train.json
+Usage (one H100; all figures of a run in one table, --json keeps them; BENCHMARKS.md has the list):
+  .venv/bin/python bench/gpu_train.py --json gpu_train.json                # cases 1-3, R50 8x224 bf16, batch 32
+  summit-jobs synth data/synth --videos-per-class 64 --frames 64 --size 256 --layout rawframes
+  summit-jobs pack data/synth/rawframes data/shards
+  .venv/bin/python bench/gpu_train.py --data data/shards --workers 8 --decode cpu    # and case 4
   .venv/bin/python bench/gpu_train.py --data data/shards --workers 4 --decode device
   .venv/bin/python bench/gpu_train.py --compile default --warmup 20
-  .venv/bin/python bench/gpu_train.py --steps 10 --profile prof/
-CPU smoke run (seconds):
-  .venv/bin/python bench/gpu_train.py --device cpu --arch resnet18 --width 0.25 --frames 4 --size 32 \\
-      --batch 2 --steps 3 --warmup 1
+  .venv/bin/python bench/gpu_train.py --steps 10 --warmup 5 --profile prof/
+CPU smoke run (seconds; one thread, since a shared CPU's step times swing far more on two):
+  .venv/bin/python bench/gpu_train.py --device cpu --threads 1 --arch resnet18 --width 0.25 --frames 4 \\
+      --size 32 --batch 2 --steps 3 --warmup 1
 """
 from __future__ import annotations
 
@@ -122,6 +124,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--decode", choices=DECODERS, default="cpu",
                    help="cpu: the workers decode and augment; device: the workers read the JPEG bytes and "
                         "the step decodes (nvJPEG on a GPU) and augments on the device")
+    p.add_argument("--threads", type=_count, default=0, help="torch CPU threads (0: torch's default)")
     p.add_argument("--json", default=None, help="write every figure, the device and the options here")
     p.add_argument("--profile", default=None, metavar="DIR",
                    help="torch.profiler over a few TSM steps: a chrome trace in DIR and the top 15 ops")
@@ -158,6 +161,8 @@ def resolve(a: argparse.Namespace) -> Tuple[torch.device, Optional[torch.dtype],
         raise SystemExit(f"gpu_train: --device {a.device}: only cpu and cuda are measured here")
     if a.batch is None:
         a.batch = 32 if dev.type == "cuda" else 2
+    if a.threads:
+        torch.set_num_threads(a.threads)  # a shared CPU's step times swing far less on one thread
     amp, channels_last = setup.numerics(a, dev)  # refuses --amp bf16 on a GPU without native bfloat16
     setup.backends(dev)  # cudnn.benchmark, as the trainer
     return dev, amp, channels_last

@@ -19,7 +19,7 @@ from badinput import assert_refused
 from trainer_utils import REPO, make_dataset
 
 SCRIPT = REPO / "bench" / "gpu_train.py"
-TINY = ["--device", "cpu", "--arch", "resnet18", "--width", "0.25", "--frames", "4", "--size", "32",
+TINY = ["--device", "cpu", "--threads", "1", "--arch", "resnet18", "--width", "0.25", "--frames", "4", "--size", "32",
         "--batch", "2", "--steps", "3", "--warmup", "1", "--classes", "5"]
 
 
