@@ -175,12 +175,17 @@ def _rejects(jpegs):
     raise RuntimeError("nvjpeg: unsupported bitstream")
 
 
-def test_a_rejected_batch_is_decoded_by_pil_or_its_bad_frame_named(full_size, tmp_path):
-    """As when nvJPEG refuses a batch: when every frame decodes with PIL the rank decodes the batch so; when
-    one does not, the error names its shard and member."""
+def test_a_rejected_batch_is_decoded_by_pil_or_its_bad_frame_named(full_size, tmp_path, capsys, monkeypatch):
+    """As when nvJPEG refuses a batch: when every frame decodes with PIL the rank decodes the batch so, and
+    says so once per process (a slower path must not hide in the step time); when one frame does not
+    decode, the error names its shard and member."""
     spec = ClipSpec(num_segments=4, stride=2, size=48)
     batch = _one_batch(full_size, spec)
+    monkeypatch.setattr(devicedecode, "_SAID_FALLBACK", [])
     assert torch.equal(devicedecode.device_clips(batch, CPU, _rejects), devicedecode.device_clips(batch, CPU))
+    devicedecode.device_clips(batch, CPU, _rejects)
+    said = [x for x in capsys.readouterr().err.splitlines() if "refused a batch that PIL decodes" in x]
+    assert len(said) == 1, said
     o = batch.origins[3]
     f = batch.frames * 3 + 1  # clip 3's second frame
     start = int(batch.offsets[f])

@@ -32,6 +32,7 @@ import torch.nn.functional as F
 from torch.utils.data import Dataset
 
 from . import transforms
+from .metrics import log
 from .data import SampleError, TrainClips, bad_rgb, decoded, sample_error, shard_path
 
 #: JPEG byte tensors (1-D uint8, on the host) -> (3, H, W) uint8 frames on the device.
@@ -172,15 +173,22 @@ def _nvjpeg_decoder(device: torch.device) -> Decoder:
         raise SystemExit(f"trainer: --decode device on {device} decodes JPEG with nvJPEG through torchvision, "
                          f"which cannot be imported ({type(exc).__name__}: {exc}): {fix}") from None
 
-    def decode(jpegs: List[torch.Tensor]) -> List[torch.Tensor]:
+    def batched(jpegs: List[torch.Tensor]) -> List[torch.Tensor]:
         return list(decode_jpeg(jpegs, mode=ImageReadMode.RGB, device=device))
 
-    try:
-        decode([_tiny_jpeg((200, 30, 30)), _tiny_jpeg((30, 30, 200))])
-    except Exception as exc:
-        raise SystemExit(f"trainer: --decode device: torchvision cannot decode a batch of JPEGs on {device} "
-                         f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}): {fix}") from None
-    return decode
+    def one_by_one(jpegs: List[torch.Tensor]) -> List[torch.Tensor]:  # torchvision < 0.19: one image a call
+        return [decode_jpeg(j, mode=ImageReadMode.RGB, device=device) for j in jpegs]
+
+    probe = [_tiny_jpeg((200, 30, 30)), _tiny_jpeg((30, 30, 200))]
+    failure: Optional[Exception] = None
+    for decode in (batched, one_by_one):
+        try:
+            decode(probe)
+            return decode
+        except Exception as exc:
+            failure = failure or exc
+    why = f"{type(failure).__name__}: {str(failure).splitlines()[0] if str(failure) else ''}"
+    raise SystemExit(f"trainer: --decode device: torchvision cannot decode JPEGs on {device} ({why}): {fix}")
 
 
 @functools.lru_cache(maxsize=None)
@@ -253,11 +261,26 @@ def _decoded_frames(batch: ByteBatch, device: torch.device, decode: Decoder) -> 
     nvJPEG does not take), PIL decodes this batch in the rank and training goes on."""
     try:
         return decode(batch.jpegs())
-    except Exception:
+    except Exception as exc:
         error = _blame(batch)
         if error is not None:
             raise error from None
+        _say_pil_fallback(exc)
         return _pil_decoder(device)(batch.jpegs())
+
+
+_SAID_FALLBACK: List[bool] = []
+
+
+def _say_pil_fallback(exc: Exception) -> None:
+    """Once per process: a batch nvJPEG refused went to PIL (slower; every batch doing so would be hidden
+    in the step time otherwise)."""
+    if _SAID_FALLBACK:
+        return
+    _SAID_FALLBACK.append(True)
+    first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    log(f"--decode device: the device decoder refused a batch that PIL decodes ({first[:200]}); PIL decodes "
+        "such batches in the rank (slower). Said once", True)
 
 
 def device_clips(batch: ByteBatch, device: torch.device, decode: Optional[Decoder] = None) -> torch.Tensor:
