@@ -184,11 +184,42 @@ def _nvjpeg_decoder(device: torch.device) -> Decoder:
     for decode in (batched, one_by_one):
         try:
             decode(probe)
-            return decode
         except Exception as exc:
             failure = failure or exc
+            continue
+        if decode is one_by_one:
+            log(f"--decode device: this torchvision decodes one JPEG a call on {device} (batched decoding came "
+                "with torchvision 0.19), about 1,600 frames/s, which may be slower than --decode cpu with enough "
+                "workers: measure both (bench/gpu_train.py)", True)
+        return _on_side_stream(decode, device)
     why = f"{type(failure).__name__}: {str(failure).splitlines()[0] if str(failure) else ''}"
     raise SystemExit(f"trainer: --decode device: torchvision cannot decode JPEGs on {device} ({why}): {fix}")
+
+
+def _on_side_stream(decode: Decoder, device: torch.device) -> Decoder:
+    """``decode`` run with a stream of its own as the current stream, its frames then handed to the
+    caller's stream.
+
+    Why: torchvision allocates the decoded frames on the current stream and
+    nvJPEG writes them on a private stream that does not wait for it. On the
+    training stream the caching allocator can hand the decoder a block that
+    the previous step freed while its kernels are still queued to read it,
+    and the decode overwrites it (pytorch/vision#9606: silent NaNs on an
+    H100). A block of a stream that runs nothing else is never in such use;
+    ``record_stream`` keeps each frame's block from being reused until the
+    training stream is done with it.
+    """
+    side = torch.cuda.Stream(device=device)
+
+    def run(jpegs: List[torch.Tensor]) -> List[torch.Tensor]:
+        main = torch.cuda.current_stream(device)
+        with torch.cuda.stream(side):
+            frames = decode(jpegs)
+        main.wait_stream(side)
+        for f in frames:
+            f.record_stream(main)
+        return frames
+    return run
 
 
 @functools.lru_cache(maxsize=None)
@@ -246,27 +277,40 @@ def augment(frames: List[torch.Tensor], box: Sequence[float], flip: bool, size: 
     return out.permute(0, 2, 3, 1)
 
 
-def _blame(batch: ByteBatch) -> Optional[SampleError]:
-    """The CPU path's error for the first clip of ``batch`` with a frame that PIL cannot decode, else None."""
+def _pil_frames(batch: ByteBatch, device: torch.device, jpegs: List[torch.Tensor]) -> List[torch.Tensor]:
+    """Every frame of ``batch`` decoded by PIL in the rank, clip by clip; a clip with a frame PIL cannot
+    decode either raises the CPU path's error naming its shard and member (``SampleError``)."""
+    decode, t, out = _pil_decoder(device), batch.frames, []
     for n, o in enumerate(batch.origins):
-        bad = bad_rgb(batch.clip_bytes(n), o.indices, o.num_frames)
-        if bad is not None:
-            return sample_error(o.path, o.key, bad)
-    return None
+        try:
+            out += decode(jpegs[n * t:(n + 1) * t])
+        except Exception:
+            bad = bad_rgb(batch.clip_bytes(n), o.indices, o.num_frames)
+            if bad is None:
+                raise
+            raise sample_error(o.path, o.key, bad) from None
+    return out
 
 
 def _decoded_frames(batch: ByteBatch, device: torch.device, decode: Decoder) -> List[torch.Tensor]:
-    """Every frame of ``batch`` decoded on ``device``. When the decoder fails, a frame that PIL cannot
-    decode either is named by shard and member (``SampleError``); when PIL decodes them all (a JPEG that
-    nvJPEG does not take), PIL decodes this batch in the rank and training goes on."""
+    """Every frame of ``batch`` decoded on ``device``.
+
+    When the device decoder refuses the batch, PIL decodes it in the rank (once,
+    reusing nothing twice): a frame PIL cannot decode either is named by shard
+    and member; otherwise (a JPEG nvJPEG does not take: CMYK, 12-bit,
+    arithmetic coding) training goes on, and the first such batch is said in
+    the log. Running out of device memory is not a decoding problem and is
+    passed on as it is.
+    """
+    jpegs = batch.jpegs()
     try:
-        return decode(batch.jpegs())
+        return decode(jpegs)
+    except torch.cuda.OutOfMemoryError:
+        raise
     except Exception as exc:
-        error = _blame(batch)
-        if error is not None:
-            raise error from None
+        frames = _pil_frames(batch, device, jpegs)
         _say_pil_fallback(exc)
-        return _pil_decoder(device)(batch.jpegs())
+        return frames
 
 
 _SAID_FALLBACK: List[bool] = []
