@@ -67,13 +67,13 @@ def test_the_shift_traced_for_compile_equals_the_eager_shift(reverse):
         assert torch.equal(traced, tsm._shift(x, n_segment, 8, reverse))
 
 
-def test_the_whole_bottleneck_network_traces_with_the_cpu_one_by_one_path():
+def test_bottleneck_blocks_trace_with_the_cpu_one_by_one_path():
     """ResNet-50's blocks route 1x1 convs through the fused CPU product (a custom autograd Function with
     in-place products on views); traced by dynamo and AOT autograd it gives the eager values."""
     torch.manual_seed(0)
-    model = build_model("resnet50", 4, 4, width=0.125)
-    x = torch.randn(8, 3, 32, 32)
-    assert tsm._gemm_1x1_ok(torch.randn(8, 32, 8, 8), model.layer1[0].conv1, 4)  # the path is in use here
+    model = build_model("resnet50", 4, 4, width=0.125).layer1  # three bottleneck blocks, a downsample first
+    x = torch.randn(8, 8, 8, 8)
+    assert tsm._gemm_1x1_ok(torch.randn(8, 32, 8, 8), model[1].conv1, 4)  # the path is in use here
     want = _forward_backward(model, x)
     torch._dynamo.reset()
     got = _forward_backward(torch.compile(model, backend="aot_eager"), x)
