@@ -5,8 +5,12 @@ Inductor generates and builds C++ kernels on a CPU, which takes tens of seconds 
 the inductor check is on the smallest graph that went wrong (two residual blocks with the shift), and the
 runs use the aot_eager backend (dynamo's trace and AOT autograd, without code generation).
 """
-import torch
+import os
+
 import pytest
+import torch
+
+from badinput import run_module
 
 from trainer_utils import make_dataset, run_ranks, tiny_args
 
@@ -114,3 +118,16 @@ def test_two_ranks_with_the_compiled_step_train_as_the_eager_ranks_and_resume_ea
     run_ranks(2, tiny_args(compiled, data, epochs=2), tmp_path / "logs-resumed", timeout=180)
     assert (compiled / COMPLETE).exists()
     assert [s for s, _ in _train_losses(compiled)] == list(range(1, 9))
+
+
+def test_a_multigrid_run_under_compile_says_it_compiles_once_per_shape(data, tmp_path):
+    """Multigrid changes the clip shape through the run and every new shape compiles anew (minutes each with
+    inductor): the run says how many shapes it has before the first compile, and its compiled step trains."""
+    run = tmp_path / "run"
+    args = tiny_args(run, data, epochs=3, max_steps=1, schedule="multigrid", test_clips=None, test_last=None)
+    proc = run_module("trainer", args + ["--no-test", "--compile", "default", "--compile-backend", "aot_eager"],
+                      dict(os.environ, RANK="0", WORLD_SIZE="1", OMP_NUM_THREADS="1"), timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    said = [x for x in proc.stderr.splitlines() if "--compile default with multigrid" in x]
+    assert len(said) == 1 and "its 4 clip shapes" in said[0] and "--compile off" in said[0], said
+    assert [r["step"] for r in read_metrics(run) if r["kind"] == "train"] == [1]

@@ -236,6 +236,11 @@ class Trainer:
                 self.is_main)
         if s.describe():
             log(s.describe(), self.is_main)
+        if a.compile != "off" and a.schedule == "multigrid":
+            shapes = {(p["frames"], p["size"]) for p in s.config()["multigrid"]}
+            log(f"--compile {a.compile} with multigrid: the model is compiled again for each of its "
+                f"{len(shapes)} clip shapes{' (and each short-cycle crop)' if a.short_cycle else ''}, each "
+                "compile taking about as long as the first; --compile off starts at once", self.is_main)
         if self.is_main:
             write_marker(self.run_dir, RUN_CONFIG, json.dumps(self.run_config, indent=1, sort_keys=True) + "\n")
 
