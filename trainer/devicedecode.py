@@ -33,7 +33,7 @@ from torch.utils.data import Dataset
 
 from . import transforms
 from .metrics import log
-from .data import SampleError, TrainClips, bad_rgb, decoded, sample_error, shard_path
+from .data import TrainClips, bad_rgb, decoded, sample_error, shard_path
 
 #: JPEG byte tensors (1-D uint8, on the host) -> (3, H, W) uint8 frames on the device.
 Decoder = Callable[[List[torch.Tensor]], List[torch.Tensor]]
