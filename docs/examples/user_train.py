@@ -33,4 +33,5 @@ if rank == 0:                                                 # 3. checkpoint: t
     os.replace("checkpoints/part.tmp", f"checkpoints/ckpt-{step:09d}.pt")
     if step >= args.steps:                                    # 4. COMPLETE when done
         open("COMPLETE", "w").write(f"step {step} loss {loss.item():.4f}\n")
-print(f"rank {rank}: {'warned' if warned else 'done'} at step {step}", flush=True)   # 5. exit 0 either way
+signal.signal(signal.SIGUSR2, signal.SIG_IGN)                # 5. saved: a late warning must not kill the exit
+print(f"rank {rank}: {'warned' if warned else 'done'} at step {step}", flush=True)   # 6. exit 0 either way
