@@ -10,13 +10,12 @@ device without a working torchvision is refused before anything starts.
 from __future__ import annotations
 
 import math
-import os
-import tarfile
 
 import pytest
 import torch
 
 from badinput import assert_refused, run_module
+from test_bad_input_trainer import corrupt_member, trainer_env
 from trainer_utils import REPO, make_dataset, run_ranks, tiny_args
 
 from trainer import devicedecode
@@ -133,32 +132,17 @@ def test_a_multigrid_run_trains_on_the_device_path(full_size, tmp_path):
 
 # -- a frame that does not decode --------------------------------------------------------------
 
-def _trainer_env():
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("JSM_", "OMPI_", "LSB_", "HOROVOD_"))}
-    env.update(PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
-    return env
-
-
-def _corrupt(shard, member):
-    """Overwrite the start of one JPEG inside a real tar shard."""
-    with tarfile.open(shard) as tf:
-        info = tf.getmember(member)
-    with open(shard, "r+b") as f:
-        f.seek(info.offset_data)
-        f.write(b"\x00" * 64)
-
-
 @pytest.mark.parametrize("frame,workers", [(2, 0), (2, 2), (0, 2)],
                          ids=["rank-decodes", "rank-decodes-workers", "worker-reads-header"])
 def test_a_corrupt_frame_gives_the_cpu_paths_line(tmp_path, frame, workers):
     """Frame 2 fails in the rank's decode; frame 0, whose header gives the crop box, fails in the worker."""
     root = make_dataset(tmp_path / "data", train=8, val=4, frames=8, size=32, shards=2)
     shard, key = root / "train-000.tar", "train00001"
-    _corrupt(shard, f"{key}.{frame:05d}.jpg")  # in every 4-frame stride-2 clip of 8 frames
+    corrupt_member(shard, f"{key}.{frame:05d}.jpg")  # in every 4-frame stride-2 clip of 8 frames
     lines = {}
     for decode in ("cpu", "device"):
         args = tiny_args(tmp_path / f"run-{decode}", root, workers=workers, decode=decode, eval_every=0)
-        res = run_module("trainer", args, _trainer_env(), cwd=str(REPO), timeout=180)
+        res = run_module("trainer", args, trainer_env(), cwd=str(REPO), timeout=180)
         assert_refused(res, [str(shard), f"member {key}.{frame:05d}.jpg", f"sample {key}, frame {frame}"],
                        prefix="trainer: shard ")
         lines[decode] = res.stderr.strip().splitlines()[-1]
