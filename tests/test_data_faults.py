@@ -470,7 +470,7 @@ def test_two_stage_data_runs_into_one_folder(hpss, tmp_path):
     dest = tmp_path / "pfs"
     args = ["stage-data", "-M", str(tmp_path / "hpss" / "k" / "manifest.json"), "--nodes", "1", "--transport",
             "hpss", "--source", "/k", "--dest", str(dest), "-j", "2", "--quiet"]
-    first = start(PY + ["summit_jobs", *args], dict(hpss, FAKE_HPSS_RATE=str(1 << 19)), tmp_path / "first.log")
+    first = start(PY + ["summit_jobs", *args], dict(hpss, FAKE_HPSS_RATE=str(1 << 18)), tmp_path / "first.log")
     assert wait_for(lambda: dest.is_dir() and any(stage.PARTIAL_TAG in p.name for p in dest.iterdir()), p=first)
     procs = [subprocess.Popen(argv, env=hpss, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for argv in (PY + ["summit_jobs", *args],

@@ -4,11 +4,13 @@ Time is scaled: 1 LSF minute = 2 s (SUMMIT_JOBS_LSF_MINUTE), kill grace 1 s.
 """
 from __future__ import annotations
 
+import json
 import os
 import sys
 import textwrap
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 from conftest_lsf import (bjobs_state, lsf_env, program, run, submitted_id, wait_for,  # noqa: F401
                           wait_state)
@@ -103,27 +105,30 @@ def test_warning_signal_reaches_ranks_before_the_limit(tmp_path, lsf_env, progra
         echo "step-rc=$rc"
         exit $rc
         """)
-    t0 = time.time()
     jid = submitted_id(run(["bsub", s], lsf_env, cwd=tmp_path).stdout)
     rec = wait_state(jid, lsf_env, timeout=20)
-    elapsed = time.time() - t0
+    job = json.loads((Path(lsf_env["SUMMIT_JOBS_LSF_HOME"]) / "jobs" / jid / "job.json").read_text())
+    elapsed = job["finish_time"] - job["start_time"]
     out = (tmp_path / f"warn.{jid}.out").read_text()
     assert rec["STAT"] == "DONE", out
     assert "got-usr2" in out and "step-rc=0" in out
-    assert 2.5 <= elapsed < 6.0, elapsed       # after the warning, before the 6 s limit
+    assert 2.5 <= elapsed < 6.0 and job.get("runlimit_signal_sent") is None, (elapsed, job)   # warned, no limit
     for rank in range(4):
         assert (tmp_path / f"ckpt.{jid}.{rank}").read_text() == "checkpoint\n"
 
 
 def test_dependency_chain_and_never_satisfied(tmp_path, lsf_env):
-    a = script(tmp_path, "#BSUB -o a.%J.out\nsleep 1.5\nexit 4\n", "a.lsf")
+    go = tmp_path / "go"                                  # job a runs until the test releases it
+    a = script(tmp_path, f"#BSUB -o a.%J.out\nwhile [ ! -e '{go}' ]; do sleep 0.05; done\nexit 4\n", "a.lsf")
     ja = submitted_id(run(["bsub", a], lsf_env, cwd=tmp_path).stdout)
     b = script(tmp_path, "#BSUB -o b.%J.out\necho b-ran\n", "b.lsf")
     jb = submitted_id(run(["bsub", "-w", f"ended({ja})", b], lsf_env, cwd=tmp_path).stdout)
     jc = submitted_id(run(["bsub", "-w", f"done({ja})", b], lsf_env, cwd=tmp_path).stdout)
     jd = submitted_id(run(["bsub", "-w", f"exit({ja})", b], lsf_env, cwd=tmp_path).stdout)
-    rb = bjobs_state(jb, lsf_env)
-    assert rb["STAT"] == "PEND" and f"ended({ja})" in rb["PEND_REASON"]
+    rb = wait_for(lambda: (lambda r: r if f"ended({ja})" in r["PEND_REASON"] else None)(bjobs_state(jb, lsf_env)),
+                  10, "the dependency's pending reason")
+    assert rb["STAT"] == "PEND"
+    go.touch()
     assert wait_state(ja, lsf_env)["STAT"] == "EXIT"
     assert wait_state(jb, lsf_env)["STAT"] == "DONE"     # ended() holds for a failed job too
     assert wait_state(jd, lsf_env)["STAT"] == "DONE"
@@ -155,7 +160,9 @@ def test_bkill_running_job_term_then_kill_and_finished_job(tmp_path, lsf_env):
 
 
 def test_jobs_wait_for_free_virtual_nodes(tmp_path, lsf_env):
-    big = script(tmp_path, "#BSUB -nnodes 3\n#BSUB -o big.%J.out\nsleep 1.5\n", "big.lsf")
+    go = tmp_path / "go"                                  # the big job holds its nodes until released
+    big = script(tmp_path, f"#BSUB -nnodes 3\n#BSUB -o big.%J.out\nwhile [ ! -e '{go}' ]; do sleep 0.05; done\n",
+                 "big.lsf")
     small = script(tmp_path, "#BSUB -nnodes 2\n#BSUB -o small.%J.out\necho $LSB_MCPU_HOSTS\n", "small.lsf")
     j1 = submitted_id(run(["bsub", big], lsf_env, cwd=tmp_path).stdout)
     wait_for(lambda: bjobs_state(j1, lsf_env)["STAT"] == "RUN", 20, "the big job to run")
@@ -163,6 +170,7 @@ def test_jobs_wait_for_free_virtual_nodes(tmp_path, lsf_env):
     pend = wait_for(lambda: (lambda r: r if "virtual nodes" in r["PEND_REASON"] else None)(
         bjobs_state(j2, lsf_env)), 10, "the node shortage reason")
     assert pend["STAT"] == "PEND"
+    go.touch()
     assert wait_state(j2, lsf_env)["STAT"] == "DONE"
     assert bjobs_state(j1, lsf_env)["STAT"] == "DONE"
 

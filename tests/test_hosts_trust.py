@@ -8,12 +8,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from conftest_lsf import cli, lsf_environment, run, submitted_id, wait_for
+from conftest_lsf import cli, lsf_environment, run, submitted_id
 from helpers_sshd import KEYGEN, remote_lsf_env, start_sshd
 
 
@@ -183,16 +182,21 @@ def test_connection_dropping_during_watch_is_clean(server, laptop, tmp_path):
     Path(laptop["HOME"], ".ssh", "known_hosts").write_text(sshd.known_hosts_line())
     run_dir = tmp_path / "run5"
     run_dir.mkdir()
-    jid = submitted_id(run(["bsub", "-o", "/dev/null", "sleep", "6"], laptop, cwd=run_dir).stdout)
+    go = run_dir / "go"                             # the job runs until the test releases it
+    jid = submitted_id(run(["bsub", "-o", "/dev/null", "sh", "-c", f"while [ ! -e '{go}' ]; do sleep 0.05; done"],
+                           laptop, cwd=run_dir).stdout)
     make_run(run_dir, sshd, None, job_ids=[jid])
     watch = subprocess.Popen([sys.executable, "-m", "summit_jobs", "status", "--watch", "--interval", "0.3",
-                              str(run_dir)], env=laptop, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                              str(run_dir)], env=laptop, stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0)
     try:
-        wait_for(lambda: _session_processes(sshd), 20, "the watch's SSH session")
-        time.sleep(1.0)
+        # Unbuffered (bufsize=0): this reads the first line only, none of the next.
+        first = watch.stdout.readline().decode()    # one round over the connection has been shown
+        assert first, watch.stderr.read().decode()
         for pid in _session_processes(sshd):
             os.kill(pid, signal.SIGKILL)            # the connection drops
-        out, err = watch.communicate(timeout=60)
+        go.touch()
+        out, err = (x.decode() for x in watch.communicate(timeout=60))
+        out = first + out
     finally:
         watch.kill()
     assert "Traceback" not in err, err
@@ -207,17 +211,22 @@ def test_connection_dropping_during_logs_follow_is_clean(server, laptop, tmp_pat
     run_dir = tmp_path / "run6"
     run_dir.mkdir()
     (run_dir / "job.lsf").write_text("#BSUB -o out.%J\n")
-    jid = submitted_id(run(["bsub", "-o", str(run_dir / "out.%J"), "bash", "-c",
-                            "for i in 1 2 3 4 5 6 7 8; do echo line $i; sleep 0.5; done"], laptop, cwd=run_dir).stdout)
+    go = run_dir / "go"                             # the job's second half waits until the test releases it
+    body = (f"for i in 1 2 3 4; do echo line $i; done; while [ ! -e '{go}' ]; do sleep 0.05; done; "
+            "for i in 5 6 7 8; do echo line $i; sleep 0.2; done")
+    jid = submitted_id(run(["bsub", "-o", str(run_dir / "out.%J"), "bash", "-c", body], laptop, cwd=run_dir).stdout)
     make_run(run_dir, sshd, None, job_ids=[jid])
     follow = subprocess.Popen([sys.executable, "-m", "summit_jobs", "logs", "--follow", "--interval", "0.3",
-                               str(run_dir)], env=laptop, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                               str(run_dir)], env=laptop, stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0)
     try:
-        wait_for(lambda: _session_processes(sshd), 20, "the follow's SSH session")
-        time.sleep(1.5)
+        # Unbuffered (bufsize=0): this reads the first line only, none of the next.
+        first = follow.stdout.readline().decode()   # the follow has read over the connection
+        assert first, follow.stderr.read().decode()
         for pid in _session_processes(sshd):
-            os.kill(pid, signal.SIGKILL)
-        out, err = follow.communicate(timeout=60)
+            os.kill(pid, signal.SIGKILL)            # the connection drops mid-follow
+        go.touch()
+        out, err = (x.decode() for x in follow.communicate(timeout=60))
+        out = first + out
     finally:
         follow.kill()
     assert "Traceback" not in err, err

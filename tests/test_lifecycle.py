@@ -146,7 +146,8 @@ def test_status_never_reads_a_vanished_job_as_success(tmp_path, lsf_env, templat
 
 
 def test_cancel_kills_a_chain_without_starting_later_links(tmp_path, lsf_env, template_dir):
-    env = dict(lsf_env, PROG_SLEEP="60")
+    # A kill interval long enough that the script records the step's end before any KILL reaches it.
+    env = dict(lsf_env, PROG_SLEEP="60", SUMMIT_JOBS_LSF_KILL_GRACE="10")
     ids, run_dir = submit(env, template_dir, tmp_path / "runs", "--walltime", "10", "--chain", "2", nodes="1",
                           name="cx")
     wait_for(lambda: bjobs_state(ids[0], env)["STAT"] == "RUN", 20, "link 1 to run")

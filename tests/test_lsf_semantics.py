@@ -110,9 +110,10 @@ def test_a_job_that_dies_of_the_run_limits_usr2_ends_at_once_with_140(tmp_path, 
 @pytest.mark.parametrize("mode,code,seen", [("ignore-all", "137", ["SIGUSR2", "SIGINT", "SIGTERM"]),
                                             ("ignore-usr2", "130", ["SIGUSR2"])])
 def test_a_job_that_ignores_usr2_is_terminated_only_after_the_grace(tmp_path, recorder, mode, code, seen):
-    """1 LSF minute = 1 s: USR2 at 1 s; the grace of 2 LSF minutes passes; then INT, TERM 0.5 s later, KILL
-    0.5 s after that. The exit code is the job's own: 128 + the signal that ended it (IBM reports it so)."""
-    env = env_for(tmp_path, 1.0, SUMMIT_JOBS_LSF_RUNLIMIT_GRACE="2", SUMMIT_JOBS_LSF_KILL_GRACE="0.5")
+    """1 LSF minute = 2 s (time for the program to install its handlers on a loaded machine): USR2 at 2 s;
+    the grace of 1 LSF minute passes; then INT, TERM 0.5 s later, KILL 0.5 s after that. The exit code is
+    the job's own: 128 + the signal that ended it (IBM reports it so)."""
+    env = env_for(tmp_path, 2.0, SUMMIT_JOBS_LSF_RUNLIMIT_GRACE="1", SUMMIT_JOBS_LSF_KILL_GRACE="0.5")
     log = tmp_path / "log"
     jid = bsub(env, tmp_path, "-W", "1", PY, str(recorder), str(log), mode)
     rec = wait_state(jid, env, timeout=30)
@@ -122,25 +123,28 @@ def test_a_job_that_ignores_usr2_is_terminated_only_after_the_grace(tmp_path, re
     events = signals(log)
     assert [n for n, _ in events if n.startswith("SIG")] == seen, events
     usr2 = first(events, "SIGUSR2")
-    assert usr2 is not None and 0.9 <= usr2 - job["start_time"] < 2.5, (usr2, job)
+    assert usr2 is not None and 1.9 <= usr2 - job["start_time"] < 3.5, (usr2, job)
     ended = job["finish_time"]
-    assert ended - usr2 >= 1.9, (ended, usr2)                 # not before the run-limit grace
+    # The grace counts from the run limit itself (a USR2 sent late by a busy supervisor does not extend it).
+    grace_ends = job["start_time"] + job["limit_s"] + 2.0
+    assert ended >= grace_ends - 0.01 and job["runlimit_signal_sent"] < grace_ends, (ended, job)
     if mode == "ignore-all":
         gap_int_term = first(events, "SIGTERM") - first(events, "SIGINT")
         assert 0.4 <= gap_int_term < 1.5, events
         assert ended - first(events, "SIGTERM") >= 0.4, (ended, events)
-        assert first(events, "SIGINT") - usr2 >= 1.9, events
+        assert first(events, "SIGINT") >= grace_ends - 0.01, (events, job)
 
 
 @pytest.mark.parametrize("mode,stat,code", [("exit0-on-usr2", "DONE", ""), ("exit3-on-usr2", "EXIT", "3")])
 def test_a_job_that_exits_on_the_run_limits_usr2_ends_as_it_exits(tmp_path, recorder, mode, stat, code):
-    env = env_for(tmp_path, 1.0, SUMMIT_JOBS_LSF_RUNLIMIT_GRACE="5")
+    """1 LSF minute = 2 s, so the program has its handler in place when the limit's USR2 comes."""
+    env = env_for(tmp_path, 2.0, SUMMIT_JOBS_LSF_RUNLIMIT_GRACE="3")
     jid = bsub(env, tmp_path, "-W", "1", PY, str(recorder), str(tmp_path / "log"), mode)
     rec = wait_state(jid, env, timeout=30)
     job = record(env, jid)
     assert rec["STAT"] == stat and rec["EXIT_CODE"] == code, rec
     assert rec["EXIT_REASON"].startswith("TERM_RUNLIMIT") == (stat == "EXIT"), rec
-    assert job["finish_time"] - job["start_time"] < 4.0, job
+    assert job["finish_time"] - job["start_time"] < 5.0, job     # at the limit, long before the 6 s grace
 
 
 def test_the_run_limits_usr2_during_a_checkpoint_save_does_not_lose_it(tmp_path, recorder):
@@ -179,9 +183,10 @@ def test_bkill_sends_int_then_term_then_kill_one_interval_apart(tmp_path, record
     assert rec["EXIT_REASON"].startswith("TERM_OWNER"), rec
     events = [(n, t) for n, t in signals(log) if n.startswith("SIG")]
     assert [n for n, _ in events] == ["SIGINT", "SIGTERM"], events
-    assert first(events, "SIGINT") - t0 < 1.0, events
-    assert 0.8 <= first(events, "SIGTERM") - first(events, "SIGINT") < 2.5, events
-    assert 0.8 <= job["finish_time"] - first(events, "SIGTERM") < 2.5, (job, events)
+    assert t0 <= job["kill_requested"] and first(events, "SIGINT") - job["kill_requested"] < 1.0, (events, job)
+    # One interval (1 s) apart; the lower bounds leave room for a signal handler that runs late.
+    assert 0.5 <= first(events, "SIGTERM") - first(events, "SIGINT") < 2.5, events
+    assert 0.5 <= job["finish_time"] - first(events, "SIGTERM") < 2.5, (job, events)
 
 
 def test_bkill_of_a_job_that_exits_0_on_int_is_still_exit_by_owner(tmp_path):
@@ -266,7 +271,9 @@ def test_dependency_expressions_that_cannot_be_read_say_why(text, words):
 
 def test_ti_ends_an_orphan_at_once_while_exit_codes_and_not_decide(tmp_path):
     env = env_for(tmp_path, 2.0, SUMMIT_JOBS_LSF_KILL_GRACE="1")
-    parent = bsub(env, tmp_path, "-o", "parent.%J.out", "/bin/sh", "-c", "sleep 1.5; exit 3")
+    go = tmp_path / "go"                                     # the parent runs until the test releases it
+    parent = bsub(env, tmp_path, "-o", "parent.%J.out", "/bin/sh", "-c",
+                  f"while [ ! -e '{go}' ]; do sleep 0.05; done; exit 3")
     orphan = bsub(env, tmp_path, "-w", f"done({parent})", "-ti", "-o", "orphan.%J.out", "/bin/echo", "ran")
     waiting = bsub(env, tmp_path, "-w", f"done({parent})", "-o", "waiting.%J.out", "/bin/echo", "ran")
     code3 = bsub(env, tmp_path, "-w", f"exit({parent}, ==3)", "-o", "code3.%J.out", "/bin/echo", "ran")
@@ -274,6 +281,7 @@ def test_ti_ends_an_orphan_at_once_while_exit_codes_and_not_decide(tmp_path):
     failed = bsub(env, tmp_path, "-w", f"ended({parent}) && !done({parent})", "-o", "failed.%J.out",
                   "/bin/echo", "ran")
     assert bjobs_state(orphan, env)["STAT"] == "PEND"        # not an orphan while the parent runs
+    go.touch()
     assert wait_state(parent, env)["EXIT_CODE"] == "3"
     rec = wait_state(orphan, env, timeout=10)
     assert rec["STAT"] == "EXIT" and rec["EXIT_REASON"].startswith("TERM_ORPHAN_SYSTEM"), rec

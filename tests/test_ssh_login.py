@@ -251,7 +251,9 @@ def test_a_watch_that_loses_its_connection_logs_in_again(otp, otp_laptop, tmp_pa
     env = otp_laptop
     run_dir = tmp_path / "run-drop"
     run_dir.mkdir()
-    jid = submitted_id(run(["bsub", "-o", "/dev/null", "sleep", "8"], env, cwd=run_dir).stdout)
+    go = run_dir / "go"                                     # the job runs until the connection has dropped
+    jid = submitted_id(run(["bsub", "-o", "/dev/null", "sh", "-c", f"while [ ! -e '{go}' ]; do sleep 0.05; done"],
+                           env, cwd=run_dir).stdout)
     make_run(run_dir, otp_record(otp), [jid])
     first, second = new_code(otp["code"]), None
     dropped = []
@@ -264,6 +266,7 @@ def test_a_watch_that_loses_its_connection_logs_in_again(otp, otp_laptop, tmp_pa
             answers.append(("Password:", second))
             for pid in _sessions(otp["sshd"]):
                 os.kill(pid, signal.SIGKILL)
+            go.touch()
 
     answers = [("Password:", first)]
     res = run_in_terminal(["status", "--watch", "--interval", "0.5", str(run_dir)], env, answers,

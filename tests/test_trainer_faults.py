@@ -123,7 +123,8 @@ def test_a_worker_killed_mid_epoch_ends_its_rank_with_one_line_and_no_rank_hangs
     """A worker killed with SIGKILL (by hand, or by the out-of-memory killer): the rank it served says so in
     one line naming the worker; the other rank ends too (another rank ended); nobody hangs."""
     run, log_dir = tmp_path / "run", tmp_path / "logs"
-    procs = start_ranks(2, tiny_args(run, data, epochs=3, workers=2, log_every=1), log_dir)
+    # One clip a step: 12 steps an epoch, so a slow poll still finds the training pool alone.
+    procs = start_ranks(2, tiny_args(run, data, epochs=3, workers=2, log_every=1, batch_per_gpu=1), log_dir)
     wait_for(run, procs, lambda recs: len(recs) >= 2, log_dir)
     pids = workers_of(procs[victim].pid)
     assert len(pids) == 2, pids  # the training pool (validation's starts at the epoch's end)
@@ -188,7 +189,7 @@ def test_the_workers_of_a_rank_killed_outright_end_with_it(data, tmp_path):
     is not the rank's child: torch's watchdog never sees the rank go, and the forkserver waits for its
     workers, so both stayed until the job ended."""
     run, log_dir = tmp_path / "run", tmp_path / "logs"
-    procs = start_ranks(2, tiny_args(run, data, epochs=3, workers=2, log_every=1), log_dir)
+    procs = start_ranks(2, tiny_args(run, data, epochs=3, workers=2, log_every=1, batch_per_gpu=1), log_dir)
     wait_for(run, procs, lambda recs: len(recs) >= 2, log_dir)
     pids = [w for p in procs for w in workers_of(p.pid)]
     servers = [c for p in procs for c in children(p.pid) if "forkserver" in Path(f"/proc/{c}/cmdline").read_text()]
