@@ -157,6 +157,10 @@ def test_csm_job_environment_matches_summit_and_satisfies_lightning(tmp_path, ls
         unique = list(dict.fromkeys(hosts))
         assert hosts[0] == "127.1.0.1" and int(env["JSM_NAMESPACE_SIZE"]) == 4
         assert unique.index(env["SUMMIT_JOBS_VNODE"]) == int(env["JSM_NAMESPACE_RANK"]) // 2
+    # Each virtual node its own TMPDIR (ranks of one node share it), gone with the job.
+    tmp_of = {env["SUMMIT_JOBS_VNODE"]: env["TMPDIR"] for env in ranks}
+    assert len(set(tmp_of.values())) == 2 and all(env["TMPDIR"] == tmp_of[env["SUMMIT_JOBS_VNODE"]] for env in ranks)
+    assert not any(Path(t).exists() for t in tmp_of.values())
 
 
 def test_blaunch_runs_one_task_per_slot_with_task_ids_from_1(tmp_path, lsf_env):
@@ -164,6 +168,7 @@ def test_blaunch_runs_one_task_per_slot_with_task_ids_from_1(tmp_path, lsf_env):
         #BSUB -n 3
         #BSUB -R "span[ptile=2]"
         #BSUB -o bl.%J.out
+        echo "script-tmp=$TMPDIR mode=$(stat -c %a "$TMPDIR")"
         blaunch -no-shell {PY} -c "{DUMP}" "$LS_SUBCWD/task.env"
         blaunch -no-shell -z "127.1.0.2" {PY} -c "{DUMP}" "$LS_SUBCWD/one.env"
         blaunch 127.1.0.4 true; echo "unknown-host-rc=$?"
@@ -178,6 +183,12 @@ def test_blaunch_runs_one_task_per_slot_with_task_ids_from_1(tmp_path, lsf_env):
         assert not any(k in t for k in ("JSM_NAMESPACE_RANK", "OMPI_COMM_WORLD_RANK", "RANK", "PMIX_RANK"))
         assert t["SUMMIT_JOBS_NVME"].endswith(f"/nodes/{t['SUMMIT_JOBS_VNODE']}/nvme")
     assert len({t["PID"] for t in tasks}) == 3
+    # A node's own temporary folder, as a real node has its own /tmp: shared on a node, private, gone
+    # with the job; the batch script runs on the first node and has that node's.
+    out = (tmp_path / f"bl.{jid}.out").read_text()
+    assert tasks[0]["TMPDIR"] == tasks[1]["TMPDIR"] != tasks[2]["TMPDIR"]
+    assert f"script-tmp={tasks[0]['TMPDIR']} mode=700" in out, out
+    assert len(tasks[2]["TMPDIR"]) < 60 and not any(Path(t["TMPDIR"]).exists() for t in tasks)
     one = dumped(tmp_path / "one.env1")
     assert one["SUMMIT_JOBS_VNODE"] == "127.1.0.2" and not (tmp_path / "one.env2").exists()
     out = (tmp_path / f"bl.{jid}.out").read_text()

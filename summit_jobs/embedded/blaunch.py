@@ -10,8 +10,9 @@
 Each task gets the batch script's environment plus LSF_PM_TASKID, counted
 from 1 in launch order, CUDA_VISIBLE_DEVICES of its host when the job asked
 ``-gpu`` (jobenv.gpu_list), and, as on the embedded LSF's other launchers,
-SUMMIT_JOBS_VNODE (its virtual host) and SUMMIT_JOBS_NVME (that node's NVMe
-folder). Like IBM's blaunch it sets no MPI or torchrun rank variables: a
+SUMMIT_JOBS_VNODE (its virtual host), SUMMIT_JOBS_NVME (that node's NVMe
+folder) and TMPDIR (that node's own temporary folder for the job,
+state.node_tmp_dir: a real node has its own /tmp). Like IBM's blaunch it sets no MPI or torchrun rank variables: a
 program derives its rank from LSF_PM_TASKID (trainer.engines does). Tasks
 run, fail and get signals as tasks.py describes.
 
@@ -98,6 +99,8 @@ def task_envs(on: List[str]) -> List[Dict[str, str]]:
     for i, host in enumerate(on):
         env = {"LSF_PM_TASKID": str(i + 1), "SUMMIT_JOBS_VNODE": host,
                "SUMMIT_JOBS_NVME": str(state.nvme_dir(lsf_home, host))}
+        if job_id.isdecimal():
+            env["TMPDIR"] = str(state.node_tmp_dir(lsf_home, job_id, host))
         gpus = jobenv.gpu_list(job, host) if job else None
         if gpus is not None:
             env["CUDA_VISIBLE_DEVICES"] = gpus

@@ -93,6 +93,7 @@ def variables(lsf_home: Path, job: Dict) -> Dict[str, str]:
         first = pairs[0][0]
         env["SUMMIT_JOBS_VNODE"] = first
         env["SUMMIT_JOBS_NVME"] = str(lsf_home / "nodes" / first / "nvme")
+        env["TMPDIR"] = str(state.job_tmp_root(lsf_home, job["id"]) / first)     # that node's own /tmp
         gpus = gpu_list(job, first)
         if gpus is not None:
             env["CUDA_VISIBLE_DEVICES"] = gpus
@@ -101,7 +102,8 @@ def variables(lsf_home: Path, job: Dict) -> Dict[str, str]:
 
 def write_host_files(env: Dict[str, str], job: Dict) -> None:
     """The hostfile (also the CSM rank file) the variables name, private to the user; the first host's
-    NVMe folder where the script runs on one."""
+    NVMe and temporary folders where the script runs on one."""
     if "SUMMIT_JOBS_NVME" in env:
         Path(env["SUMMIT_JOBS_NVME"]).mkdir(parents=True, exist_ok=True)
+        state.node_tmp_dir(Path(env["SUMMIT_JOBS_LSF_HOME"]), job["id"], env["SUMMIT_JOBS_VNODE"])
     state.write_bytes(Path(env["LSB_DJOB_HOSTFILE"]), slot_lines(job).encode(), 0o600)

@@ -8,7 +8,10 @@ PMIX_RANK, the ``-E`` variables, ``-h`` as working folder, and:
 * SUMMIT_JOBS_VNODE: the virtual host it runs on;
 * SUMMIT_JOBS_NVME: that virtual node's NVMe folder,
   ``<LSF home>/nodes/<vnode>/nvme``. Unlike Summit's burst buffer it is NOT
-  erased when the job ends: it persists across jobs.
+  erased when the job ends: it persists across jobs;
+* TMPDIR: that virtual node's own temporary folder for this job
+  (state.node_tmp_dir), removed when the job ends, as a real node has its
+  own /tmp.
 
 Host names are the virtual nodes' loopback addresses (state.node_address), so
 a rank finds the rendezvous host in the job's host list as it would on a
@@ -131,14 +134,19 @@ def _prepare(args: List[str]):
     if not os.path.isdir(cwd):
         raise JsrunError(f"-h {cwd}: no such folder")
     lsf_home = state.home()
-    nvme = {host: str(state.nvme_dir(lsf_home, host)) for host in hosts}
-    return command, placement, extra, cwd, nvme
+    # Each virtual node's own NVMe folder and, inside a job, its own temporary folder (state.node_tmp_dir).
+    node_env = {host: {"SUMMIT_JOBS_NVME": str(state.nvme_dir(lsf_home, host))} for host in hosts}
+    job_id = os.environ.get("LSB_JOBID", "")
+    if job_id.isdecimal():
+        for host in hosts:
+            node_env[host]["TMPDIR"] = str(state.node_tmp_dir(lsf_home, job_id, host))
+    return command, placement, extra, cwd, node_env
 
 
 def main(argv: Optional[List[str]] = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     try:
-        command, placement, extra, cwd, nvme = _prepare(args)
+        command, placement, extra, cwd, node_env = _prepare(args)
     except JsrunError as exc:
         print(f"jsrun: error: {exc}", file=sys.stderr)
         return 255
@@ -156,7 +164,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             "JSM_NAMESPACE_LOCAL_RANK": str(local), "JSM_NAMESPACE_LOCAL_SIZE": str(local_sizes[host]),
             "OMPI_COMM_WORLD_RANK": str(rank), "OMPI_COMM_WORLD_SIZE": str(size),
             "OMPI_COMM_WORLD_LOCAL_RANK": str(local), "OMPI_COMM_WORLD_LOCAL_SIZE": str(local_sizes[host]),
-            "PMIX_RANK": str(rank), "SUMMIT_JOBS_VNODE": host, "SUMMIT_JOBS_NVME": nvme[host],
+            "PMIX_RANK": str(rank), "SUMMIT_JOBS_VNODE": host, **node_env[host],
         }
         env.update(extra)
         envs.append(env)

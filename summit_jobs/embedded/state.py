@@ -39,6 +39,9 @@ Settings (environment variables, read by each command):
 ``SUMMIT_JOBS_LSF_CLEAN_PERIOD``
     Seconds a finished job stays visible to bjobs (default 3600, LSF's
     CLEAN_PERIOD). After that it vanishes from bjobs, as on a real machine.
+``SUMMIT_JOBS_LSF_TMP``
+    Where the per-job, per-virtual-node temporary folders go (default
+    ``/tmp``); see ``node_tmp_dir``.
 ``SUMMIT_JOBS_LSF_FIRST_ID``
     Lowest job id to hand out (1 to 2147483646, LSF's largest). Without it the
     floor is time-based (one id per 6 seconds since 2024), so ids keep growing
@@ -54,6 +57,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import json
 import math
 import os
@@ -188,6 +192,38 @@ def nvme_dir(lsf_home: Path, node: str) -> Path:
     """A virtual node's NVMe folder. Unlike Summit's, it persists across jobs (nothing trims it)."""
     path = lsf_home / "nodes" / node / "nvme"
     path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def job_tmp_root(lsf_home: Path, job_id: object) -> Path:
+    """The folder of one job's per-node temporary folders (``node_tmp_dir``), removed when the job ends.
+
+    Short on purpose, and outside the state folder: programs put Unix sockets under TMPDIR (Python's
+    forkserver, Open MPI's PMIx), whose paths may not pass 107 bytes. The state folder's hash keeps two
+    embedded machines (two state folders) that hand out the same job id apart.
+    """
+    base = Path(os.environ.get("SUMMIT_JOBS_LSF_TMP") or "/tmp")
+    tag = hashlib.sha256(str(lsf_home.absolute()).encode()).hexdigest()[:8]
+    return base / f"summit-jobs-{os.getuid()}" / f"{tag}.{job_id}"
+
+
+def node_tmp_dir(lsf_home: Path, job_id: object, node: str) -> Path:
+    """A virtual node's temporary folder for one job: the TMPDIR of everything the job runs there.
+
+    Real nodes each have their own /tmp; the virtual nodes would share this machine's. Programs that keep
+    per-host state under TMPDIR then collide across "nodes": Open MPI names its session directory after
+    the host name and job family, and the two daemons of one mpirun on two virtual nodes failed with
+    "mkdir ...: File exists". Private to the user (0700); a folder in the way that is not this user's own
+    is refused rather than used.
+    """
+    path = job_tmp_root(lsf_home, job_id) / node
+    top = path.parent.parent
+    top.mkdir(mode=0o700, parents=True, exist_ok=True)
+    info = os.lstat(top)
+    if not os.path.isdir(top) or os.path.islink(top) or info.st_uid != os.getuid() or info.st_mode & 0o077:
+        raise OSError(f"{top} is not a private folder of this user (a link, another user's, or open to others): "
+                      "remove it, or set SUMMIT_JOBS_LSF_TMP to another folder")
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
     return path
 
 

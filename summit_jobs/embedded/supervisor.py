@@ -32,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -373,6 +374,8 @@ def run(lsf_home: Path, job_id: int) -> int:
     job, pipe = _record_start(lsf_home, job, proc)
     reason, terminated = _supervise(lsf_home, job, proc)
     _finish(lsf_home, job_id, proc, reason, terminated)
+    # As LSF removes a job's temporary directory: the virtual nodes' TMPDIR folders go with the job.
+    shutil.rmtree(state.job_tmp_root(lsf_home, job_id), ignore_errors=True)
     if pipe is not None:
         with contextlib.suppress(OSError):
             os.write(pipe, watchdog.FINISHED)
