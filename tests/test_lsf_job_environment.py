@@ -248,3 +248,26 @@ def test_a_script_from_stdin_is_named_by_its_lines_joined_with_semicolons(tmp_pa
     assert wait_state(jid, lsf_env)["STAT"] == "DONE"
     out = (tmp_path / f"in.{jid}.out").read_text()
     assert out == 'name=#!/bin/bash;#BSUB -o in.%J.out;echo "name=$LSB_JOBNAME"\n'
+
+
+def test_a_node_tmp_folder_in_the_way_that_is_not_private_is_refused(tmp_path, monkeypatch):
+    """The per-node TMPDIR's parent lives in a shared /tmp: one made by someone else (open to others, or a
+    link to elsewhere) is refused, naming it and the setting that moves it, rather than used."""
+    from summit_jobs.embedded import state
+    monkeypatch.setenv("SUMMIT_JOBS_LSF_TMP", str(tmp_path / "tmp"))
+    home = tmp_path / "lsf"
+    made = state.node_tmp_dir(home, "77", "127.1.0.2")
+    assert made == state.job_tmp_root(home, "77") / "127.1.0.2" and made.is_dir()
+    top = tmp_path / "tmp" / f"summit-jobs-{os.getuid()}"
+    assert (top.stat().st_mode & 0o777, made.stat().st_mode & 0o777) == (0o700, 0o700)
+    assert state.job_tmp_root(tmp_path / "other-lsf", "77") != state.job_tmp_root(home, "77")
+    top.chmod(0o777)
+    with pytest.raises(OSError, match="not a private folder.*SUMMIT_JOBS_LSF_TMP"):
+        state.node_tmp_dir(home, "78", "127.1.0.1")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir(mode=0o700)
+    top.chmod(0o700)
+    top.rename(tmp_path / "moved")
+    top.symlink_to(elsewhere)
+    with pytest.raises(OSError, match=str(top)):
+        state.node_tmp_dir(home, "79", "127.1.0.1")
