@@ -67,7 +67,9 @@ def test_end_to_end_over_ssh(world):
         if state != seen[-1]:
             seen.append(state)
         time.sleep(0.2)
-    assert seen == ["PEND", "RUN", "DONE"], seen
+    # RUN shows when a poll (an SSH round trip each) falls inside the job's short run; on a loaded machine
+    # the job can start and end between two polls. Its exit-code file (below) shows that it ran.
+    assert seen in (["PEND", "RUN", "DONE"], ["PEND", "DONE"]), seen
     logs = cli(["--machine", "viassh", "logs", run_dir.name], env)
     assert logs.returncode == 0, logs.stderr
     lines = sorted(line for line in logs.stdout.splitlines() if line.startswith("RANK "))
