@@ -5,9 +5,9 @@ Why one interface: the training loop, exact gradient accumulation and the
 checkpoint/stop protocol must be identical for both engines, so the loop only
 calls ``micro_context`` / ``finish_grads`` / ``step`` / ``allreduce_sum``.
 
-Where ranks come from: jsrun sets JSM_NAMESPACE_*, Spectrum MPI OMPI_COMM_WORLD_*,
-torchrun RANK/WORLD_SIZE/LOCAL_RANK, looked up in that order, else blaunch's
-LSF_PM_TASKID (one task per slot). The rendezvous host is
+Where ranks come from (``trainer.rankenv.launcher_ranks``): jsrun sets JSM_NAMESPACE_*,
+Spectrum MPI OMPI_COMM_WORLD_*, torchrun RANK/WORLD_SIZE/LOCAL_RANK, looked up in that
+order, else blaunch's LSF_PM_TASKID (one task per slot). The rendezvous host is
 SUMMIT_JOBS_RENDEZVOUS_ADDR or MASTER_ADDR if set, else the first compute host
 of LSB_MCPU_HOSTS / LSB_DJOB_HOSTFILE (launch or batch nodes skipped by the
 profile's rule, see ``trainer.lsf_hosts``); rank 0 checks that it runs there.
@@ -32,10 +32,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 import torch
 from torch import nn
 
-from . import compat, lsf_hosts, rendezvous
-from .rendezvous import PORT_BASE, PORT_SPAN
-
-DEFAULT_PORT = 29500
+from . import compat, lsf_hosts, rankenv, rendezvous
 
 
 @dataclass(frozen=True)
@@ -69,58 +66,21 @@ def rendezvous_addr(env: Mapping[str, str]) -> str:
 
 def rendezvous_port(env: Mapping[str, str]) -> int:
     """The job's port: from LSB_JOBID, else SUMMIT_JOBS_RENDEZVOUS_PORT / MASTER_PORT, else 29500."""
-    job = env.get("LSB_JOBID", "")
-    if job.isdigit():
-        return PORT_BASE + (int(job) * 2) % PORT_SPAN
-    for var in ("SUMMIT_JOBS_RENDEZVOUS_PORT", "MASTER_PORT"):
-        if env.get(var, "").isdigit():
-            return int(env[var])
-    return DEFAULT_PORT
-
-
-def _blaunch_task(env: Mapping[str, str]) -> Tuple[int, int, int, int, str]:
-    """(rank, size, local rank, local size, "blaunch") of a task that blaunch started, one per slot.
-
-    blaunch sets no rank variables, only LSF_PM_TASKID (from 1, in slot order). The slots are the
-    compute hosts' (``trainer.lsf_hosts``); task N runs on the host of slot N.
-    """
-    slots = lsf_hosts.compute_hosts(env)
-    size = sum(n for _, n in slots) or 1
-    rank = int(env["LSF_PM_TASKID"]) - 1
-    start = 0
-    for _host, n in slots:
-        if rank < start + n:
-            return rank, size, rank - start, n, "blaunch"
-        start += n
-    return rank, size, 0, 1, "blaunch"
+    return rankenv.derived_port(env)
 
 
 def launch_from_env(env: Optional[Mapping[str, str]] = None) -> Launch:
     env = os.environ if env is None else env
-    for prefix, rank, size, local, local_size, source in (
-            ("JSM_NAMESPACE_", "RANK", "SIZE", "LOCAL_RANK", "LOCAL_SIZE", "jsrun"),
-            ("OMPI_COMM_WORLD_", "RANK", "SIZE", "LOCAL_RANK", "LOCAL_SIZE", "mpi"),
-            ("", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "torchrun")):
-        if prefix + rank in env and prefix + size in env:
-            r, s = int(env[prefix + rank]), int(env[prefix + size])
-            lr = int(env.get(prefix + local, r))
-            if prefix + local_size in env:
-                ls = int(env[prefix + local_size])
-            else:
-                hosts = len(_compute_hosts(env)) or 1
-                ls = s // hosts if s % hosts == 0 else s
-            break
-    else:
-        r, s, lr, ls, source = _blaunch_task(env) if env.get("LSF_PM_TASKID", "").isdecimal() \
-            else (0, 1, 0, 1, "single")
-    if not 0 <= r < s:
-        raise ValueError(f"rank {r} is outside a world of size {s} (from {source} variables)")
+    try:
+        r, s, lr, ls, source = rankenv.launcher_ranks(env)
+    except rankenv.RankError as exc:
+        raise ValueError(str(exc)) from None
     job = env.get("LSB_JOBID", "")
     agent = source == "torchrun" and str(env.get("TORCHELASTIC_USE_AGENT_STORE", "")).lower() == "true" \
         and bool(env.get("MASTER_ADDR")) and str(env.get("MASTER_PORT", "")).isdigit()
     if agent:
-        return Launch(r, s, lr, max(1, ls), env["MASTER_ADDR"], int(env["MASTER_PORT"]), source, "", True)
-    return Launch(r, s, lr, max(1, ls), rendezvous_addr(env), rendezvous_port(env), source,
+        return Launch(r, s, lr, ls, env["MASTER_ADDR"], int(env["MASTER_PORT"]), source, "", True)
+    return Launch(r, s, lr, ls, rendezvous_addr(env), rendezvous_port(env), source,
                   job if job.isdigit() else "")
 
 

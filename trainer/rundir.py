@@ -20,7 +20,12 @@ The files of ``<run-dir>``:
 - ``scores/<checkpoint stem>.npz``: every test video's scores from the final
   test of that checkpoint (``scores/test-only-<stem>.npz`` from ``--test-only``;
   format in trainer.scores), read by ``summit-jobs fuse``;
-- ``.rendezvous.<job>.json``: where the ranks of a job meet (trainer.rendezvous).
+- ``.rendezvous.<job>.json``: where the ranks of a job meet (trainer.rendezvous);
+- ``.warning.<job>``: written by the job script when its job got the warning
+  signal. Ranks poll it (``warned``) as well as catching the signal: where
+  LSF signals only the script, or a launcher between them ignores the signal
+  (torchrun's agent, trainer.agent), the file still reaches every rank, on
+  every node, through the parallel file system.
 
 Events (``event`` is the kind; every record has ``time`` and ``job``, the LSF
 job id, "" outside a job):
@@ -36,9 +41,18 @@ job id, "" outside a job):
   when the launch found COMPLETE and trains nothing;
 - ``resumed``: ``step`` the trainer resumed from (``checkpoint``: its file name);
 - ``stopped``: ``step`` and ``reason`` (signal or step limit), checkpoint saved;
-- ``complete``: all epochs and the final test done, ``step``, ``epochs``;
+  ``weights_agree``: whether every rank held the same weights then;
+- ``complete``: all epochs and the final test done, ``step``, ``epochs``,
+  ``weights_agree``;
 - ``already_complete``: the job found COMPLETE and did nothing (``by``:
-  ``trainer`` or ``script``).
+  ``trainer`` or ``script``);
+- ``chain_stopped``: a link of a chain until complete ended without queueing
+  the next one before COMPLETE (``by``: ``script``), ``reason`` in words and
+  ``exit``, the link's exit code.
+
+``python -m trainer.rundir event RUN_DIR KIND [NAME=VALUE ...]`` appends one
+record from a job script, the values as strings (``exit`` as a number): the
+script's own text (bsub's message) never has to be quoted for JSON in shell.
 """
 from __future__ import annotations
 
@@ -59,7 +73,7 @@ RUN_CONFIG = "run_config.json"
 CHECKPOINTS = "checkpoints"
 TENSORBOARD = "tensorboard"
 SCORES = "scores"
-EVENT_KINDS = ("launch", "resumed", "stopped", "complete", "already_complete")
+EVENT_KINDS = ("launch", "resumed", "stopped", "complete", "already_complete", "chain_stopped")
 #: How long ``code_revision`` waits for git (a hung network file system must not hold the start).
 GIT_TIMEOUT_S = 2.0
 
@@ -73,6 +87,26 @@ def exitcode_name(job_id: Union[int, str]) -> str:
 
 def checkpoint_name(step: int) -> str:
     return f"ckpt-{step:09d}.pt"
+
+
+def warning_name(job: Union[int, str]) -> str:
+    """``.warning.<job>``: the job script's record that its job got the warning signal."""
+    return f".warning.{job}"
+
+
+def warned(run_dir: PathLike, job: Optional[str] = None) -> bool:
+    """Whether the job script of this job (LSB_JOBID, or ``job``) wrote its warning file into ``run_dir``.
+
+    One stat of a file that does not exist until the warning: a few microseconds on a
+    local disk, one metadata lookup on a parallel file system.
+    """
+    job = job_id() if job is None else job
+    if not job:
+        return False
+    try:
+        return os.path.exists(os.path.join(os.fspath(run_dir), warning_name(job)))
+    except (OSError, ValueError):
+        return False
 
 
 def job_id() -> str:
@@ -185,3 +219,26 @@ def job_events(events: List[Dict[str, object]], job: str) -> List[Dict[str, obje
 def last_event(events: List[Dict[str, object]], kind: str) -> Optional[Dict[str, object]]:
     found = [e for e in events if e.get("event") == kind]
     return found[-1] if found else None
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """``python -m trainer.rundir event RUN_DIR KIND [NAME=VALUE ...]`` (see the module's docstring)."""
+    import sys
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) < 3 or args[0] != "event" or any("=" not in a for a in args[3:]):
+        print("usage: python -m trainer.rundir event RUN_DIR KIND [NAME=VALUE ...]", file=sys.stderr)
+        return 2
+    fields: Dict[str, object] = {}
+    for pair in args[3:]:
+        name, value = pair.split("=", 1)
+        fields[name] = int(value) if name == "exit" and value.lstrip("-").isdecimal() else value
+    try:
+        event(args[1], args[2], **fields)
+    except ValueError as exc:
+        print(f"trainer.rundir: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

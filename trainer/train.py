@@ -54,10 +54,20 @@ __all__ = ["Trainer", "main", "lr_at", "rng_states", "set_rng_states", "plain_ar
 
 
 class StopFlag:
-    """Set by SIGUSR2, SIGTERM or SIGINT (``signals.STOP_SIGNALS``); read once per optimiser step."""
+    """Set by SIGUSR2, SIGTERM or SIGINT (``signals.STOP_SIGNALS``), or by the job script's warning file in
+    the run directory (``rundir.warned``: the warning reaches a rank even where a launcher between the
+    script and the rank ignores the signal, torchrun's agent under trainer.agent); read once per optimiser
+    step, the file at most once a second."""
 
-    def __init__(self):
+    #: Seconds between two looks for the warning file.
+    FILE_EVERY_S = 1.0
+
+    def __init__(self, run_dir: Optional[Path] = None):
         self.signum: Optional[int] = None
+        self.run_dir = run_dir
+        self.job = rundir.job_id()
+        self.by_file = False
+        self._next_look = 0.0
 
     def install(self) -> None:
         from .signals import EARLY
@@ -69,12 +79,27 @@ class StopFlag:
     def _handler(self, signum, frame) -> None:
         self.signum = signum
 
+    def _file(self) -> bool:
+        if self.run_dir is None or not self.job:
+            return False
+        now = time.monotonic()
+        if now < self._next_look:
+            return False
+        self._next_look = now + self.FILE_EVERY_S
+        if rundir.warned(self.run_dir, self.job):
+            self.signum, self.by_file = int(signal.SIGUSR2), True
+            return True
+        return False
+
     def __bool__(self) -> bool:
-        return self.signum is not None
+        return self.signum is not None or self._file()
 
     def reason(self) -> str:
         """What the stop line and the ``stopped`` event name: the signal, or else the step limit."""
-        return f"signal {signal.Signals(int(self.signum)).name}" if self.signum is not None else "--max-steps"
+        if self.signum is None:
+            return "--max-steps"
+        name = signal.Signals(int(self.signum)).name
+        return f"signal {name} (the job's warning file)" if self.by_file else f"signal {name}"
 
 
 def write_marker(run_dir: Path, name: str, text: str) -> None:
@@ -145,7 +170,7 @@ class Trainer:
     def __init__(self, args: argparse.Namespace, engine: Optional[Engine] = None):
         self.args = args
         self.run_dir = Path(args.run_dir)
-        self.stop = StopFlag()
+        self.stop = StopFlag(self.run_dir)
         self.stop.install()
         if args.threads:
             torch.set_num_threads(args.threads)
@@ -508,13 +533,31 @@ class Trainer:
         self.save(epoch_end=finished, best=best)
         self._last_save = time.time()
 
+    def _weights_agree(self) -> bool:
+        """Whether every rank holds the same weights (collective: every rank calls it at the same point).
+
+        One float64 fingerprint per rank (each tensor's sum, weighted by its position), compared
+        exactly: data-parallel ranks must hold bit-identical weights after every synchronous step, and
+        a rank that drifted (a lost gradient, a different resume) shows here, in the stop and complete
+        events, instead of in the accuracy weeks later. Under AAVG the learners differ between averages.
+        """
+        with torch.no_grad():
+            sums = [p.detach().double().sum() for p in unwrap(self.model).parameters()]
+            fp = torch.stack(sums) @ torch.arange(1, len(sums) + 1, dtype=torch.float64, device=sums[0].device)
+        e = self.engine
+        t = torch.zeros(e.size, dtype=torch.float64, device=self.device)
+        t[e.rank] = fp.to(self.device)
+        seen = e.allreduce_sum(t)
+        return bool((seen == seen[0]).all())
+
     def _stopped(self) -> int:
         """After the stop step's checkpoint: say why, record it, and leave together."""
         why, step = self.stop.reason(), self.state.step
         self.saved()
+        agree = self._weights_agree()
         log(f"stopping at step {step} ({why}): checkpoint saved", self.is_main)
         if self.is_main:
-            rundir.event(self.run_dir, "stopped", step=step, reason=why)
+            rundir.event(self.run_dir, "stopped", step=step, reason=why, weights_agree=agree)
         self.engine.barrier()
         return 0
 
@@ -526,10 +569,11 @@ class Trainer:
             if not self.final_test():
                 e.barrier()
                 return 0
+        agree = self._weights_agree()
         e.barrier()
         if self.is_main:
             write_marker(self.run_dir, COMPLETE, f"step {self.state.step}\n")
-            rundir.event(self.run_dir, "complete", step=self.state.step, epochs=a.epochs)
+            rundir.event(self.run_dir, "complete", step=self.state.step, epochs=a.epochs, weights_agree=agree)
             log(f"all {a.epochs} epochs done: wrote {self.run_dir / COMPLETE}")
         return 0
 

@@ -1,17 +1,17 @@
 """Embedded ``bkill [-s SIGNAL] ID...``.
 
 Without ``-s`` the job is killed: a pending job ends at once (EXIT), a running
-one gets IBM's TERMINATE action on its whole process group: SIGINT, SIGTERM
+one gets IBM's TERMINATE action on every process of the job: SIGINT, SIGTERM
 one JOB_TERMINATE_INTERVAL later (SUMMIT_JOBS_LSF_KILL_GRACE), SIGKILL one
 more interval later (the job's supervisor does it). Either way it ends EXIT
 with TERM_OWNER, even if the job exits 0 on one of the signals. ``-s SIG``
-only delivers SIG to the job's script.
+delivers SIG to every process of the job (state.job_processes), as LSF's
+process tracking does.
 Finished jobs get LSF's ``Job has already finished`` and exit status 255, so
 callers must tolerate it.
 """
 from __future__ import annotations
 
-import os
 import sys
 import time
 from typing import List, Optional
@@ -68,10 +68,7 @@ def _kill_one(lsf_home, jid: int, sig: Optional[int]) -> int:
             if job["state"] != "RUN" or not job.get("pid"):
                 print(f"Job <{jid}>: Job is not running; signal not sent", file=sys.stderr)
                 return 255
-            try:
-                os.kill(job["pid"], sig)
-            except ProcessLookupError:
-                pass
+            state.signal_job(dict(job, pgid=job.get("pgid") or job["pid"]), sig, lsf_home)
             print(f"Job <{jid}> is being signaled")
             return 0
         if job["state"] == "PEND":

@@ -380,11 +380,18 @@ def _record(lsf_home: Path, jdir: Path, job: Dict, script: Optional[str]) -> Non
 
 
 def _start_supervisor(lsf_home: Path, jdir: Path, job_id: int) -> int:
-    """The job's detached supervisor (its own session); its pid."""
+    """The job's detached supervisor (its own session); its pid.
+
+    It gets bsub's environment without LSB_JOBID: a bsub run inside a job (a chain
+    queueing its next link) would otherwise hand the new job's supervisor the
+    submitting job's mark, and ending that job (state.job_processes) would end the
+    next link's supervisor with it.
+    """
+    env = {k: v for k, v in os.environ.items() if k != "LSB_JOBID"}
     with open(jdir / "supervisor.log", "ab") as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "summit_jobs.embedded.supervisor", str(lsf_home), str(job_id)],
-            stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, close_fds=True)
+            stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, close_fds=True, env=env)
     return proc.pid
 
 

@@ -400,42 +400,90 @@ def group_members(pgid: int) -> List[int]:
     return members
 
 
-def _has_job_marker(pid: int, job_id: int) -> bool:
-    """Whether a process carries the job's LSB_JOBID (every process the job starts inherits it)."""
+def _environ(pid: int) -> Optional[List[bytes]]:
     try:
         with open(f"/proc/{pid}/environ", "rb") as fh:
-            return f"LSB_JOBID={job_id}".encode() in fh.read().split(b"\0")
+            return fh.read().split(b"\0")
     except OSError:
+        return None
+
+
+def _has_job_marker(pid: int, job_id: int, lsf_home: Optional[Path] = None) -> bool:
+    """Whether a process carries the job's LSB_JOBID (every process the job starts inherits it), and,
+    when ``lsf_home`` is given, this state folder's SUMMIT_JOBS_LSF_HOME (two homes may both have a job 7)."""
+    words = _environ(pid)
+    if words is None:
         return not os.path.isdir("/proc")
+    if f"LSB_JOBID={job_id}".encode() not in words:
+        return False
+    return lsf_home is None or f"SUMMIT_JOBS_LSF_HOME={lsf_home}".encode() in words
 
 
-def _signal_group(pgid: int, sig: int) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
+def job_processes(job: Dict, lsf_home: Optional[Path] = None) -> List[int]:
+    """Every live process of a running job, on every virtual node: LSF's process tracking.
+
+    IBM LSF tracks a job's processes (with LSF_PROCESS_TRACKING=Y, the installed
+    default, in a cgroup per job; else by PIM's process-table scans) and signals
+    all of them for every job control action: the -wa warning, the run limit,
+    bkill's TERMINATE, bkill -s. Remote tasks that blaunch started are tracked on
+    their hosts by RES. A process group alone misses what leaves it: torchrun
+    starts its workers in sessions of their own, and an orphan reparented to
+    init keeps no tie to the script. Here a job's processes are its process
+    group plus every process that carries its LSB_JOBID and SUMMIT_JOBS_LSF_HOME
+    in its environment (set for the script and inherited by whatever it starts;
+    bsub takes them out of the environment of the supervisor it starts, so a
+    chain's next link is not counted as a process of the link that queued it).
+    """
+    pgid = job.get("pgid")
+    members = [p for p in group_members(pgid)] if pgid else []
+    if members and not any(_has_job_marker(p, job["id"]) for p in members):
+        members = []                    # the group id was reused by somebody else's processes
+    if not os.path.isdir("/proc"):
+        return members
+    home = lsf_home if lsf_home is not None else job.get("lsf_home")
+    found = set(members)
+    mine = os.getpid()
+    for entry in os.listdir("/proc"):
+        if not entry.isdecimal():
+            continue
+        pid = int(entry)
+        if pid in found or pid == mine:
+            continue
+        fields = _proc_stat(pid)
+        if not fields or fields[0] in ("Z", "X"):
+            continue
+        if _has_job_marker(pid, job["id"], Path(home) if home else None):
+            found.add(pid)
+    return sorted(found)
 
 
-def end_job_group(job: Dict, grace: float) -> bool:
-    """TERM the job's process group, KILL after ``grace`` s; True once no process of the job is left.
+def signal_job(job: Dict, sig: int, lsf_home: Optional[Path] = None) -> List[int]:
+    """Send ``sig`` to every process of the job (job_processes); the pids signalled."""
+    pids = job_processes(job, lsf_home)
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+    return pids
+
+
+def end_job_group(job: Dict, grace: float, lsf_home: Optional[Path] = None) -> bool:
+    """TERM every process of the job, KILL after ``grace`` s; True once no process of the job is left.
 
     The group id was recorded when the job started. Before signalling, at least
     one member must carry the job's LSB_JOBID, so a group id the system has
-    since reused for somebody else's processes is never signalled.
+    since reused for somebody else's processes is never signalled; processes
+    that left the group are found by their environment (job_processes).
     """
-    pgid = job.get("pgid")
-    members = group_members(pgid) if pgid else []
-    if not members:
+    if not job_processes(job, lsf_home):
         return True
-    if not any(_has_job_marker(p, job["id"]) for p in members):
-        return True
-    _signal_group(pgid, signal.SIGTERM)
+    signal_job(job, signal.SIGTERM, lsf_home)
     deadline = time.time() + grace
-    while time.time() < deadline and group_members(pgid):
+    while time.time() < deadline and job_processes(job, lsf_home):
         time.sleep(0.05)
     deadline = time.time() + 5.0
-    while group_members(pgid):
-        _signal_group(pgid, signal.SIGKILL)
+    while signal_job(job, signal.SIGKILL, lsf_home):
         if time.time() > deadline:
             return False
         time.sleep(0.05)
@@ -466,7 +514,7 @@ def reap_lost(lsf_home: Path, jobs: List[Dict]) -> None:
         if job["state"] == "RUN":
             if pid_alive(job.get("watchdog_pid")):
                 continue
-            if not end_job_group(job, grace=min(1.0, float(job.get("kill_grace") or 1.0))):
+            if not end_job_group(job, grace=min(1.0, float(job.get("kill_grace") or 1.0)), lsf_home=lsf_home):
                 continue          # unkillable for now: its nodes stay busy, tried again next time
             mark_lost(lsf_home, job, "; its processes were killed")
         else:

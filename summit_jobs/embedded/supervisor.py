@@ -6,8 +6,10 @@ enough virtual nodes are free (a dependency that can never hold leaves the job
 PEND with LSF's reason, or ends it as EXIT with ``bsub -ti``), then runs the
 script in a new process group with LSF's variables and, as IBM LSF does:
 
-* delivers the ``-wa`` signal ``-wt`` minutes before the ``-W`` limit (to the
-  script's shell, which forwards it to the running jsrun);
+* delivers the ``-wa`` signal ``-wt`` minutes before the ``-W`` limit to every
+  process of the job (``state.job_processes``: the script, the launchers, the
+  ranks on every virtual node, orphans and processes in sessions of their own
+  included), as LSF's process tracking does;
 * at the run limit sends SIGUSR2 to the whole job; a job that then ends on its
   own ends as it exits (exit 0: DONE); one still running after the run-limit
   grace (10 LSF minutes, SUMMIT_JOBS_LSF_RUNLIMIT_GRACE) is terminated;
@@ -19,12 +21,14 @@ script in a new process group with LSF's variables and, as IBM LSF does:
   clusters);
 * terminates a job (bkill, or the run limit's grace over) with IBM's TERMINATE
   action: SIGINT, SIGTERM one JOB_TERMINATE_INTERVAL later, SIGKILL one more
-  interval later, each to the whole process group.
+  interval later, each to every process of the job;
+* when the script ends, kills whatever of the job is still alive, so that no
+  process of a job outlives it (a rank orphaned by its launcher included).
 
 The exit code recorded is the job's own (128 + the signal that ended it).
 The job's process group is recorded in its state and a small watchdog
-(watchdog.py) ends the group should this supervisor die, so the job never
-outlives it. Polling is fine-grained (0.05-0.1 s) so scaled minutes
+(watchdog.py) ends the job's processes should this supervisor die, so the job
+never outlives it. Polling is fine-grained (0.05-0.1 s) so scaled minutes
 (SUMMIT_JOBS_LSF_MINUTE) of a few seconds stay accurate.
 """
 from __future__ import annotations
@@ -213,10 +217,10 @@ def _record_start(lsf_home: Path, job: Dict, proc: subprocess.Popen) -> Tuple[Di
 
 
 class _Terminate:
-    """IBM's TERMINATE action on a process group: INT, then TERM, then KILL, ``interval`` seconds apart."""
+    """IBM's TERMINATE action on every process of a job: INT, then TERM, then KILL, ``interval`` seconds apart."""
 
-    def __init__(self, pgid: int, interval: float):
-        self.pgid, self.interval = pgid, interval
+    def __init__(self, lsf_home: Path, job: Dict, interval: float):
+        self.lsf_home, self.job, self.interval = lsf_home, job, interval
         self.started_at: Optional[float] = None
         self.sent = 0
 
@@ -231,10 +235,10 @@ class _Terminate:
         due = min(len(TERMINATE), 1 + int((now - self.started_at) // self.interval)) if self.interval > 0 \
             else len(TERMINATE)
         while self.sent < due:
-            _killpg(self.pgid, TERMINATE[self.sent])
+            state.signal_job(self.job, TERMINATE[self.sent], self.lsf_home)
             self.sent += 1
         if self.sent == len(TERMINATE):
-            _killpg(self.pgid, signal.SIGKILL)
+            _killpg(self.job["pgid"], signal.SIGKILL)
 
 
 def _owner_kill(lsf_home: Path, job_id: int) -> bool:
@@ -246,9 +250,9 @@ def _owner_kill(lsf_home: Path, job_id: int) -> bool:
     return bool(rec and rec.get("kill_requested"))
 
 
-def _warn(lsf_home: Path, job: Dict, proc: subprocess.Popen, now: float) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(proc.pid, job["warn_signal"])
+def _warn(lsf_home: Path, job: Dict, now: float) -> None:
+    """The -wa action, to every process of the job (IBM: "LSF sends the warning action to the job")."""
+    state.signal_job(job, job["warn_signal"], lsf_home)
     _update(lsf_home, job["id"], warning_sent=now)
 
 
@@ -300,17 +304,18 @@ def _supervise(lsf_home: Path, job: Dict, proc: subprocess.Popen) -> Tuple[Optio
     warn_at = (start + max(0.0, limit - job["warn_s"])) if (limit and job.get("warn_signal")) else None
     limit_at = start + limit if limit else None
     grace = float(job.get("runlimit_grace_s") or 0.0)
-    terminate = _Terminate(proc.pid, float(job["kill_grace"]))
+    job = dict(job, pgid=proc.pid)
+    terminate = _Terminate(lsf_home, job, float(job["kill_grace"]))
     reason: Optional[str] = None
     last_check = last_memory = 0.0
     while proc.poll() is None:
         now = time.time()
         if warn_at is not None and now >= warn_at:
             warn_at = None
-            _warn(lsf_home, job, proc, now)
+            _warn(lsf_home, job, now)
         if limit_at is not None and now >= limit_at and reason is None:
             reason = RUNLIMIT
-            _killpg(proc.pid, signal.SIGUSR2)
+            state.signal_job(job, signal.SIGUSR2, lsf_home)
             _update(lsf_home, job["id"], runlimit_signal_sent=now)
         if reason == RUNLIMIT and now >= limit_at + grace:
             terminate.start(now)
@@ -343,13 +348,21 @@ def _outcome(code: int, reason: Optional[str], terminated: bool) -> Tuple[str, O
     return "EXIT", reason or f"exited with exit code {code}"
 
 
+def _kill_leftovers(lsf_home: Path, job_id: int, pgid: int) -> None:
+    """Like LSF, nothing of a job outlives it: KILL every process still carrying the job, until none is
+    left (a few seconds at most; a process stuck in the kernel is given up on, not waited for forever)."""
+    job = {"id": job_id, "pgid": pgid}
+    deadline = time.time() + 5.0
+    while state.signal_job(job, signal.SIGKILL, lsf_home) and time.time() < deadline:
+        time.sleep(0.05)
+
+
 def _finish(lsf_home: Path, job_id: int, proc: subprocess.Popen, reason: Optional[str],
             terminated: bool) -> None:
     """Record how the job ended, with the exit code the job really had (128 + signal when one ended it)."""
     rc = proc.returncode
     code = 128 - rc if rc < 0 else rc
-    # Like LSF, nothing of a job outlives it.
-    _killpg(proc.pid, signal.SIGKILL)
+    _kill_leftovers(lsf_home, job_id, proc.pid)
     try:
         with state.locked(lsf_home):
             rec = state.load_job(lsf_home, job_id)
@@ -383,7 +396,17 @@ def run(lsf_home: Path, job_id: int) -> int:
     return 0
 
 
+#: Signals whose disposition a job starts with at the default, whatever its submitter had.
+RESET_SIGNALS = (signal.SIGUSR1, signal.SIGUSR2, signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+
+
 def main() -> int:
+    # A job starts as LSF's sbatchd starts it, not with its submitter's signal dispositions: a chain's
+    # link runs bsub with the stop signals ignored (so that none cuts the submission short), and an
+    # ignored signal stays ignored across fork and exec, down to the next link's script, where bash
+    # can then no longer trap it ("signals ignored upon entry to the shell cannot be trapped").
+    for sig in RESET_SIGNALS:
+        signal.signal(sig, signal.SIG_DFL)
     lsf_home, job_id = Path(sys.argv[1]), int(sys.argv[2])
     return run(lsf_home, job_id)
 

@@ -4,8 +4,8 @@ The supervisor starts the job's script in a process group of its own and then
 this small process, handing it the read end of a pipe whose write end only the
 supervisor holds. When the supervisor finishes normally it writes one byte and
 the watchdog leaves. When the supervisor dies any other way (kill -9, a crash)
-the pipe closes without that byte: the watchdog then ends the job's whole
-process group (TERM, KILL after the kill grace), and only once no process of
+the pipe closes without that byte: the watchdog then ends every process of
+the job (state.job_processes: TERM, KILL after the kill grace), and only once no process of
 the job is left marks the job EXIT, which is what frees its virtual nodes.
 Without it a killed supervisor would leave the script, jsrun and the ranks
 running past the run limit on nodes that bjobs hands to the next job.
@@ -37,7 +37,7 @@ def watch(lsf_home: Path, job_id: int, fd: int, pgid: int, grace: float) -> int:
         word = b""
     if word == FINISHED:
         return 0
-    ended = state.end_job_group({"id": job_id, "pgid": pgid}, grace)
+    ended = state.end_job_group({"id": job_id, "pgid": pgid}, grace, lsf_home)
     try:
         with state.locked(lsf_home):
             job = state.load_job(lsf_home, job_id)

@@ -1,0 +1,138 @@
+"""torchrun's env:// variables for a rank any launcher started. Torch-free.
+
+``python -m trainer.rankenv PROGRAM [ARGS ...]`` sets RANK, WORLD_SIZE,
+LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK, GROUP_WORLD_SIZE, ROLE_RANK,
+ROLE_WORLD_SIZE, MASTER_ADDR and MASTER_PORT from the variables the launcher
+gave the rank, then runs PROGRAM in its place (exec: same pid, same signals).
+
+Why: ``torch.distributed.init_process_group("env://")`` reads torchrun's
+variables and nothing else, but jsrun gives JSM_NAMESPACE_*, Open MPI gives
+OMPI_COMM_WORLD_*, and IBM's blaunch gives only LSF_PM_TASKID (from 1, one
+task per slot, in the allocation's order). The job script puts this module in
+front of a user's own program under every launcher but torchrun, so an
+unmodified DDP script starts the same way everywhere.
+
+Where ranks come from, first match wins (the trainer's engines read them the
+same way, through ``launcher_ranks``): JSM_NAMESPACE_*, OMPI_COMM_WORLD_*,
+torchrun's own RANK/WORLD_SIZE, LSF_PM_TASKID. MASTER_ADDR and MASTER_PORT
+are kept when the job script exported them (it does: the first compute host
+and a free port); else the first compute host and the port derived from
+LSB_JOBID. A group (node) rank is the index of the rank's host among the
+compute hosts: ranks are placed a node's worth at a time by every launch line
+the job scripts use.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from typing import Dict, List, Mapping, Optional, Tuple
+
+from . import lsf_hosts
+from .rendezvous import PORT_BASE, PORT_SPAN
+
+#: torchrun's own port, when there is neither a job id nor MASTER_PORT.
+DEFAULT_PORT = 29500
+#: (prefix, rank, size, local rank, local size, launcher) of the launchers' rank variables, in lookup order.
+SOURCES = (("JSM_NAMESPACE_", "RANK", "SIZE", "LOCAL_RANK", "LOCAL_SIZE", "jsrun"),
+           ("OMPI_COMM_WORLD_", "RANK", "SIZE", "LOCAL_RANK", "LOCAL_SIZE", "mpi"),
+           ("", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "torchrun"))
+
+
+class RankError(ValueError):
+    """The launcher's variables do not describe a rank (said in one line)."""
+
+
+def _int(env: Mapping[str, str], name: str) -> int:
+    text = str(env.get(name, "")).strip()
+    if not text.isdecimal():
+        raise RankError(f"{name}={text!r} is not a whole number")
+    return int(text)
+
+
+def _blaunch_task(env: Mapping[str, str]) -> Tuple[int, int, int, int, str]:
+    """(rank, size, local rank, local size, "blaunch") of a task blaunch started, one per slot.
+
+    blaunch sets no rank variables, only LSF_PM_TASKID (from 1, in slot order). The slots are the
+    compute hosts' (``trainer.lsf_hosts``); task N runs on the host of slot N.
+    """
+    slots = lsf_hosts.compute_hosts(env)
+    size = sum(n for _, n in slots) or 1
+    rank = _int(env, "LSF_PM_TASKID") - 1
+    start = 0
+    for _host, n in slots:
+        if rank < start + n:
+            return rank, size, rank - start, n, "blaunch"
+        start += n
+    return rank, size, 0, 1, "blaunch"
+
+
+def launcher_ranks(env: Mapping[str, str]) -> Tuple[int, int, int, int, str]:
+    """(rank, world size, local rank, local world size, launcher) from the launcher's variables;
+    (0, 1, 0, 1, "single") when there are none."""
+    for prefix, rank, size, local, local_size, source in SOURCES:
+        if prefix + rank in env and prefix + size in env:
+            r, s = _int(env, prefix + rank), _int(env, prefix + size)
+            lr = _int(env, prefix + local) if prefix + local in env else r
+            if prefix + local_size in env:
+                ls = _int(env, prefix + local_size)
+            else:
+                hosts = len(lsf_hosts.compute_hosts(env)) or 1
+                ls = s // hosts if s % hosts == 0 else s
+            break
+    else:
+        r, s, lr, ls, source = _blaunch_task(env) if env.get("LSF_PM_TASKID", "").isdecimal() \
+            else (0, 1, 0, 1, "single")
+    if not 0 <= r < s:
+        raise RankError(f"rank {r} is outside a world of size {s} (from {source} variables)")
+    return r, s, lr, max(1, ls), source
+
+
+def derived_port(env: Mapping[str, str]) -> int:
+    """The job's port: from LSB_JOBID, else SUMMIT_JOBS_RENDEZVOUS_PORT / MASTER_PORT, else 29500."""
+    job = str(env.get("LSB_JOBID", ""))
+    if job.isdigit():
+        return PORT_BASE + (int(job) * 2) % PORT_SPAN
+    for var in ("SUMMIT_JOBS_RENDEZVOUS_PORT", "MASTER_PORT"):
+        if str(env.get(var, "")).isdigit():
+            return int(env[var])
+    return DEFAULT_PORT
+
+
+def torchrun_variables(env: Mapping[str, str]) -> Dict[str, str]:
+    """The env:// variables torchrun would give this rank."""
+    rank, size, local_rank, local_size, _source = launcher_ranks(env)
+    hosts = [h for h, _ in lsf_hosts.compute_hosts(env)]
+    group_size = max(1, -(-size // local_size))
+    group = min(rank // local_size, group_size - 1)
+    addr = env.get("MASTER_ADDR") or (hosts[0] if hosts else "127.0.0.1")
+    port = env.get("MASTER_PORT") if str(env.get("MASTER_PORT", "")).isdigit() else str(derived_port(env))
+    return {"RANK": str(rank), "WORLD_SIZE": str(size), "LOCAL_RANK": str(local_rank),
+            "LOCAL_WORLD_SIZE": str(local_size), "GROUP_RANK": str(group), "GROUP_WORLD_SIZE": str(group_size),
+            "ROLE_RANK": str(rank), "ROLE_WORLD_SIZE": str(size), "MASTER_ADDR": addr, "MASTER_PORT": port}
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["--"]:
+        args = args[1:]
+    if not args or args[0] in ("-h", "--help"):
+        print("usage: python -m trainer.rankenv PROGRAM [ARGS ...]\n"
+              "Sets torchrun's env:// variables (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK, "
+              "MASTER_ADDR, MASTER_PORT) from jsrun's, Open MPI's or blaunch's, then runs PROGRAM.",
+              file=sys.stderr if not args else sys.stdout)
+        return 2 if not args else 0
+    try:
+        os.environ.update(torchrun_variables(os.environ))
+    except RankError as exc:
+        print(f"trainer.rankenv: {exc}", file=sys.stderr)
+        return 2
+    try:
+        os.execvp(args[0], args)
+    except OSError as exc:
+        print(f"trainer.rankenv: cannot run {args[0]!r}: {exc.strerror or exc}", file=sys.stderr)
+        return 127
+    return 0  # not reached
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
