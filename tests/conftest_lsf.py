@@ -33,6 +33,9 @@ if out:
     with open(os.path.join(out, f"argv.{os.environ.get('LSB_JOBID')}.{rank}.json"), "w") as fh:
         json.dump(sys.argv[1:], fh)
 def on_usr2(signum, frame):
+    # LSF signals every process of the job and jsrun forwards the script's signal too: a second USR2 during
+    # the exit would end the rank with 140, so once warned the stand-in ignores it (docs/user-command.md).
+    signal.signal(signal.SIGUSR2, signal.SIG_IGN)
     with open(f"ckpt.{os.environ.get('LSB_JOBID')}.{rank}", "w") as fh:
         fh.write("checkpoint\n")
     os.write(1, f"rank {rank}: USR2, checkpoint written\n".encode())

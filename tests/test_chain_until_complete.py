@@ -30,6 +30,7 @@ if rank == "0" and os.environ.get("PROG_NO_CKPT") != "1":
 if rank == "0" and step >= int(os.environ["PROG_STEPS"]):
     with open("COMPLETE", "w") as fh:
         fh.write(f"step {step}\n")
+signal.signal(signal.SIGUSR2, signal.SIG_IGN)   # saved: a second warning must not turn exit 0 into 140
 os.write(1, f"rank {rank}: stopped at step {step}\n".encode())
 '''
 
@@ -112,3 +113,72 @@ def test_the_plan_says_how_many_links_to_expect(tmp_path):
     assert "expected links: about 2 (3 h 11 min of training" in res.stderr
     res = run_cli([*args, "--max-links", "1"], env, cwd=tmp_path)
     assert "above --max-links 1" in res.stderr
+
+
+#: A site's bsub that fails like a real one: IBM LSF's message for a master still starting, once.
+BSUB_FAILS_ONCE = '''bsub() {
+  if [ ! -e "$RUN_DIR/.bsub-failed-once" ]; then
+    : > "$RUN_DIR/.bsub-failed-once"
+    echo "Failed in an LSF library call: Slave LIM configuration is not ready yet. Job not submitted." >&2
+    return 255
+  fi
+  command bsub "$@"
+}
+'''
+#: LSF signals every process of a job: here the warning, bkill's INT and TERM land on bsub while it runs.
+BSUB_SIGNALLED = '''bsub() {
+  command bsub "$@" &
+  local pid=$!
+  kill -USR2 "$pid"; kill -INT "$pid"; kill -TERM "$pid"
+  command bkill -s USR2 "$JOB_ID" >/dev/null
+  wait "$pid"
+}
+'''
+#: A bsub that never takes the job (an esub refusing it), with LSF's own message.
+BSUB_REFUSES = '''bsub() {
+  echo "Request aborted by esub. Job not submitted." >&2
+  return 255
+}
+'''
+
+
+def _with_site_bsub(tmp_path: Path, definition: str) -> None:
+    """The site environment partial of the test's template folder defines ``bsub`` as a shell function."""
+    (tmp_path / "templates" / "lsf" / "partials").mkdir(parents=True, exist_ok=True)
+    (tmp_path / "templates" / "lsf" / "partials" / "environment.j2").write_text(definition)
+
+
+def test_a_bsub_that_fails_once_is_retried_and_the_chain_completes(lsf_env, tmp_path):
+    _with_site_bsub(tmp_path, BSUB_FAILS_ONCE)
+    env, run_dir, first = _run(lsf_env, tmp_path)
+    rows = _settled(env, run_dir)
+    assert (run_dir / "COMPLETE").read_text() == "step 30\n" and (run_dir / ".bsub-failed-once").exists()
+    assert len(rows) >= 2 and all(r["state"] == "DONE" for r in rows), rows
+    logs = cli(["logs", str(run_dir)], env, timeout=60)
+    assert "Slave LIM configuration is not ready yet" in logs.stdout + logs.stderr
+
+
+def test_signals_that_land_on_bsub_do_not_lose_the_next_link(lsf_env, tmp_path):
+    _with_site_bsub(tmp_path, BSUB_SIGNALLED)
+    env, run_dir, first = _run(lsf_env, tmp_path)
+    rows = _settled(env, run_dir)
+    assert (run_dir / "COMPLETE").read_text() == "step 30\n"
+    assert len(rows) >= 2 and all(r["state"] == "DONE" for r in rows), rows
+
+
+def test_a_link_whose_next_bsub_is_refused_ends_non_zero_and_says_why(lsf_env, tmp_path):
+    _with_site_bsub(tmp_path, BSUB_REFUSES)
+    # 1 LSF minute = 6 s: the warning 12 s after the start leaves 6 s to the run limit and 6 more of grace,
+    # room for the 7 s of retries
+    env, run_dir, first = _run(dict(lsf_env, SUMMIT_JOBS_LSF_MINUTE="6"), tmp_path, steps=400, step_seconds=0.5)
+    rows = _settled(env, run_dir)
+    assert len(rows) == 1 and rows[0]["state"] == "EXIT" and not (run_dir / "COMPLETE").exists(), rows
+    assert (run_dir / f"exitcode.{first[0]}").read_text() == "1\n"
+    events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+    stopped = [e for e in events if e["event"] == "chain_stopped"]
+    assert len(stopped) == 1 and stopped[0]["exit"] == 1 and stopped[0]["job"] == first[0], events
+    assert "Request aborted by esub. Job not submitted." in stopped[0]["reason"]
+    logs = cli(["logs", str(run_dir)], env, timeout=60)
+    assert logs.stdout.count("bsub did not queue the next link") + logs.stderr.count(
+        "bsub did not queue the next link") == 4
+

@@ -21,7 +21,7 @@ The shell: IBM documents blaunch as a drop-in replacement for ``rsh host
 command`` and ``ssh host command``, with ``-no-shell`` to start the command
 "without any intermediate shell" and ``-use-login-shell`` for the user's
 login shell. So by default, like rsh and ssh, the command words are joined
-with spaces and run by ``/bin/sh -c``: a program that launches through
+with spaces and run by ``bash -c`` (``shell_command`` says why bash): a program that launches through
 blaunch (Open MPI's ``plm_rsh_agent blaunch`` passes ``orted -mca ess
 "env" -mca orte_hnp_uri "...;tcp://..."``, quoted for that remote shell)
 needs exactly that. The command line is the caller's own shell code, as it
@@ -80,15 +80,25 @@ def parse(args: List[str]) -> Tuple[Optional[List[str]], List[str], str]:
     return hosts, args[i:], shell
 
 
+#: The intermediate shell: bash where there is one, as sshd's remote shell usually is.
+SHELLS = ("/bin/bash", "/usr/bin/bash", "/bin/sh")
+
+
 def shell_command(command: List[str], shell: str) -> List[str]:
-    """What each task runs: the words joined for ``/bin/sh -c`` (rsh and ssh's way), the user's login
-    shell with ``-use-login-shell``, the words as they are with ``-no-shell``."""
+    """What each task runs: the words joined for ``bash -c`` (rsh and ssh's way), the user's login
+    shell with ``-use-login-shell``, the words as they are with ``-no-shell``.
+
+    Why bash before /bin/sh: bash runs a lone command by exec, as the remote bash of ssh does, so the
+    task is the program itself. Debian's dash keeps itself as the program's parent instead, and LSF
+    signals every process of a job: the warning's SIGUSR2 then ended that shell (status 140), and
+    blaunch took the task (Open MPI's orted) for failed and ended the job's other tasks.
+    """
     if shell == "none":
         return command
     line = " ".join(command)
     if shell == "login":
         return [os.environ.get("SHELL") or "/bin/sh", "-l", "-c", line]
-    return ["/bin/sh", "-c", line]
+    return [next((s for s in SHELLS if os.access(s, os.X_OK)), "/bin/sh"), "-c", line]
 
 
 def task_envs(on: List[str]) -> List[Dict[str, str]]:
