@@ -15,7 +15,8 @@ a GradScaler for fp16 as the trainer sets them up; ``--compile`` through the tra
    the trainer's persistent ``Pipeline`` of --workers DataLoader workers, pinned memory on a
    GPU; ``--decode device``: the workers only read JPEG bytes and the step decodes them on the
    device), epoch after epoch as long as the steps need: clips/s and the time blocked in
-   ``next(batches)`` over the step time.
+   ``next(batches)`` over the step time. ``--reader-pass epoch`` reads as the trainer does (a pool
+   pass per epoch, whose queue starts empty); ``continuous`` is one pass over all epochs (the steady state).
 
 Warm-up steps (``--warmup``: cuDNN's algorithm search, the compile, the workers' start) are
 not timed; on a GPU the clocks are read after ``torch.cuda.synchronize()``. Peak memory is
@@ -28,6 +29,7 @@ Usage (one H100; all figures of a run in one table, --json keeps them; BENCHMARK
   summit-jobs pack data/synth/rawframes data/shards
   .venv/bin/python bench/gpu_train.py --data data/shards --workers 8 --decode cpu    # and case 4
   .venv/bin/python bench/gpu_train.py --data data/shards --workers 4 --decode device
+  .venv/bin/python bench/gpu_train.py --data data/shards --workers 8 --decode cpu --reader-pass continuous
   .venv/bin/python bench/gpu_train.py --compile default --warmup 20
   .venv/bin/python bench/gpu_train.py --steps 10 --warmup 5 --profile prof/
 CPU smoke run (seconds; one thread, since a shared CPU's step times swing far more on two):
@@ -67,6 +69,8 @@ CLIP_FLOPS_R50 = 198e9
 TARGET_CLIPS_PER_S = 500.0
 TARGET_PER_FRAME_RATIO = 0.9
 TARGET_DATA_WAIT = 0.05
+#: --reader-pass: a pool pass per epoch (the trainer's way), or one pass over all epochs (steady state).
+READER_PASSES = ("epoch", "continuous")
 #: The learning rate of the measured steps: small, so many steps on random labels stay finite.
 BENCH_LR = 1e-3
 
@@ -121,6 +125,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--data", default=None, help="packed shard folder: runs the real-reader case")
     p.add_argument("--workers", type=_count, default=8, help="DataLoader worker processes of the reader")
     p.add_argument("--prefetch", type=_positive, default=2, help="batches each worker keeps ready")
+    p.add_argument("--reader-pass", choices=READER_PASSES, default="epoch",
+                   help="epoch: one pass of the worker pool per epoch, as the trainer reads (the workers' queue "
+                        "starts empty at every epoch); continuous: one pass over epoch after epoch (the reader's "
+                        "steady state, without the epoch boundaries)")
     p.add_argument("--decode", choices=DECODERS, default="cpu",
                    help="cpu: the workers decode and augment; device: the workers read the JPEG bytes and "
                         "the step decodes (nvJPEG on a GPU) and augments on the device")
@@ -256,10 +264,20 @@ def case_tsm(ctx: StepContext, a: argparse.Namespace) -> Dict:
     return r
 
 
-def _epochs(pipeline: Pipeline, clips: int, batch: int) -> Iterator:
-    """The trainer's batches epoch after epoch (one rank, no accumulation), as long as the steps need."""
-    for epoch in itertools.count():
-        yield from pipeline.train_batches(MicroBatchSampler(clips, 0, 1, 1, batch, 0, epoch))
+def _epochs(pipeline: Pipeline, clips: int, batch: int, how: str = "epoch") -> Iterator:
+    """The trainer's batches epoch after epoch (one rank, no accumulation), as long as the steps need.
+
+    ``how="epoch"``: a pass of the pool per epoch, as the trainer reads; the workers can fetch nothing of an
+    epoch before its pass starts, so each epoch's first batch waits for a worker to make a whole batch.
+    ``"continuous"``: one pass whose sampler runs on from epoch to epoch, so the workers keep working
+    across the boundary (the same batches in the same order).
+    """
+    samplers = (MicroBatchSampler(clips, 0, 1, 1, batch, 0, epoch) for epoch in itertools.count())
+    if how == "continuous":
+        yield from pipeline.train_batches(itertools.chain.from_iterable(samplers))
+        return
+    for sampler in samplers:
+        yield from pipeline.train_batches(sampler)
 
 
 def train_clips(a: argparse.Namespace) -> Optional[TrainClips]:
@@ -281,7 +299,7 @@ def reader(a: argparse.Namespace, train: TrainClips, dev: torch.device) -> Tuple
     """The trainer's input path over ``train``, as the trainer builds it: (pipeline to close, endless batches).
     With ``--decode device`` the workers hand over JPEG bytes and ``StepContext.prep`` decodes on ``dev``."""
     pipeline = Pipeline(train, {}, a.workers, dev.type == "cuda", a.prefetch, decode=a.decode, device=dev)
-    return pipeline, _epochs(pipeline, len(train), a.batch)
+    return pipeline, _epochs(pipeline, len(train), a.batch, a.reader_pass)
 
 
 def case_reader(ctx: StepContext, a: argparse.Namespace, train: TrainClips) -> Dict:
@@ -293,7 +311,8 @@ def case_reader(ctx: StepContext, a: argparse.Namespace, train: TrainClips) -> D
         pipeline.close()
     r["clips_per_s"] = a.batch / r["step_s"]
     r["frames_per_s"] = r["clips_per_s"] * a.frames
-    r.update(workers=a.workers, prefetch=a.prefetch, decode=a.decode)
+    r.update(workers=a.workers, prefetch=a.prefetch, decode=a.decode, reader_pass=a.reader_pass,
+             steps_per_epoch=len(train) // a.batch)
     return r
 
 
@@ -390,7 +409,9 @@ def report_lines(report: Dict) -> list:
         d = r["reader"]
         lines += [_row("4 TSM, real reader", d["clips_per_s"], "clips/s", d),
                   _row("  data wait share of the step", d["data_wait_share"], "", fmt=".3f")
-                  + f"  ({d['workers']} workers, prefetch {d['prefetch']}, decode {d['decode']})",
+                  + f"  ({d['workers']} workers, prefetch {d['prefetch']}, decode {d['decode']}"
+                  + (f", {d['reader_pass']} pass, {d['steps_per_epoch']} steps per epoch" if "reader_pass" in d
+                     else "") + ")",
                   _row("  input cost share of the step", d["input_cost_share"], "", fmt=".3f")
                   + "  (1 - synthetic step / reader step)"]
     if "model_tflops_per_s" in t:
