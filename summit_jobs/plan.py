@@ -190,6 +190,14 @@ class Plan:
     preset: Optional[str] = None
 
     @property
+    def rank_argv(self) -> Tuple[str, ...]:
+        """What jsrun, blaunch and mpirun start on every rank: the trainer, or the user's command behind
+        ``python -m trainer.rankenv``, which gives it torchrun's env:// variables (RANK, WORLD_SIZE, ...)."""
+        if self.user_command:
+            return (self.python, "-m", "trainer.rankenv") + tuple(self.trainer_argv)
+        return tuple(self.trainer_argv)
+
+    @property
     def torchrun_program(self) -> Tuple[str, ...]:
         """What torchrun runs on each node: ``-m trainer ARGS``, or ``--no-python`` and the user's command."""
         argv = self.trainer_argv
