@@ -42,4 +42,4 @@ if step >= args.steps:
 chain.finish()                                               # 5. saved: a late warning must not kill the exit
 if world > 1:
     dist.destroy_process_group()
-print(f"rank {rank}: {'warned' if chain.stopped_by else 'done'} at step {step}", flush=True)  # exit 0 either way
+print(f"rank {rank}: {'done' if step >= args.steps else 'warned'} at step {step}", flush=True)  # exit 0 either way
