@@ -41,5 +41,6 @@ if step >= args.steps:
     chain.complete(f"step {step} loss {loss.item():.4f}")    # 4. COMPLETE when done
 chain.finish()                                               # 5. saved: a late warning must not kill the exit
 if world > 1:
+    dist.barrier()                                           # no rank tears down while rank 0 still saves
     dist.destroy_process_group()
 print(f"rank {rank}: {'done' if step >= args.steps else 'warned'} at step {step}", flush=True)  # exit 0 either way
