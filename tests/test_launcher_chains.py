@@ -27,7 +27,8 @@ import pytest
 import torch
 
 from conftest_lsf import bjobs_state, cli, lsf_env, run, wait_for  # noqa: F401
-from trainer_utils import REPO, make_dataset, tiny_args
+from test_launchers import _trainer_args
+from trainer_utils import REPO, make_dataset
 
 LAUNCHERS = ["torchrun", "blaunch", "mpirun", "jsrun"]
 PROGRAMS = ["trainer", "ddp"]
@@ -37,27 +38,10 @@ MPI_ROOT = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"
 #: before the ranks agree to stop, so a link trains at most 3 steps and 8 steps take at least 3 links.
 TOTAL_STEPS, STEPS_BEFORE_WARNING = 8, 1
 DDP_SCRIPT = REPO / "tests" / "ddp_env_train.py"
-#: tiny_args options that submit sets itself.
-SET_BY_SUBMIT = {"--run-dir", "--engine", "--arch", "--num-classes", "--epochs", "--batch-per-gpu", "--accum-steps",
-                 "--lr", "--warmup-epochs"}
-
-
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
     # 16 clips, 2 per rank x 4 ranks: 2 steps an epoch, TOTAL_STEPS / 2 epochs
     return make_dataset(tmp_path_factory.mktemp("chains") / "data", train=16, val=0, frames=4, size=32)
-
-
-def _trainer_args(data: Path) -> List[str]:
-    args = tiny_args(Path("unused"), data, eval_every=0) + ["--no-test"]
-    out, i = [], 0
-    while i < len(args):
-        if args[i] in SET_BY_SUBMIT:
-            i += 2
-            continue
-        out.append(args[i])
-        i += 1
-    return out
 
 
 def _submit(env: Dict[str, str], cell: Path, launcher: str, program: str, data: Path) -> str:
@@ -67,7 +51,7 @@ def _submit(env: Dict[str, str], cell: Path, launcher: str, program: str, data: 
     if program == "trainer":
         args = common + ["--epochs", str(TOTAL_STEPS // 2), "--num-classes", "4", "--clips-per-gpu", "2",
                          "--engine", "ddp", "--arch", "resnet18", "--lr", "0.1", "--warmup-epochs", "0",
-                         "--", *_trainer_args(data)]
+                         "--", *_trainer_args(data, max_steps=None)]
     else:
         script = cell / "ddp_env_train.py"          # a path of the cell's own, named in every rank's command line
         shutil.copy(DDP_SCRIPT, script)

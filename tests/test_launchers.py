@@ -34,8 +34,9 @@ SET_BY_SUBMIT = {"--run-dir", "--engine", "--arch", "--num-classes", "--epochs",
                  "--lr", "--warmup-epochs"}
 
 
-def _trainer_args(data: Path):
-    args = tiny_args(Path("unused"), data, max_steps=2, eval_every=0) + ["--no-test"]
+def _trainer_args(data: Path, **over) -> list:
+    """tiny_args without what submit sets itself; ``over``: tiny_args overrides (default: 2 steps)."""
+    args = tiny_args(Path("unused"), data, **{"max_steps": 2, "eval_every": 0, **over}) + ["--no-test"]
     out, i = [], 0
     while i < len(args):
         if args[i] in SET_BY_SUBMIT:

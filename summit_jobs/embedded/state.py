@@ -435,7 +435,7 @@ def job_processes(job: Dict, lsf_home: Optional[Path] = None) -> List[int]:
     chain's next link is not counted as a process of the link that queued it).
     """
     pgid = job.get("pgid")
-    members = [p for p in group_members(pgid)] if pgid else []
+    members = group_members(pgid) if pgid else []
     if members and not any(_has_job_marker(p, job["id"]) for p in members):
         members = []                    # the group id was reused by somebody else's processes
     if not os.path.isdir("/proc"):
