@@ -65,7 +65,7 @@ def test_janelia_header_matches_its_guide(cli_env, tmp_path):
     assert gpu_words(opts["-gpu"][0]) == {"num": "8", "mode": "exclusive_process"}
     assert "span[ptile=96]" in opts["-R"]
     assert opts["-P"] == ["mylab"]
-    launch = next(line for line in proc.stdout.splitlines() if "torch.distributed.run" in line)
+    launch = next(line for line in proc.stdout.splitlines() if "trainer.agent" in line)
     assert re.search(r"\bblaunch (-no-shell )?-z ", launch)
     for words in ("--nnodes 3", "--nproc-per-node 8", "--rdzv-backend c10d"):
         assert words in launch
@@ -117,7 +117,7 @@ def test_generic_profile_renders_the_slot_form_with_torchrun(cli_env, tmp_path):
     assert gpu_words(opts["-gpu"][0]) == {"num": "4", "mode": "exclusive_process"}
     assert opts["-q"] == ["gpu"] and "-nnodes" not in opts and "-alloc_flags" not in opts
     assert opts["-M"] == ["8192"] and "rusage[mem=8192]" in opts["-R"]
-    assert "torch.distributed.run --nnodes 2 --nproc-per-node 4" in proc.stdout
+    assert "trainer.agent --nnodes 2 --nproc-per-node 4" in proc.stdout
     assert "jsrun" not in proc.stdout.replace("jsrun_", "")
 
 

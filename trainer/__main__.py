@@ -3,6 +3,8 @@ from .signals import catch_early
 
 catch_early()  # before the slow imports: a stop request during start-up is kept, not fatal
 
+import atexit  # noqa: E402
+import os  # noqa: E402
 import sys  # noqa: E402
 
 from .config import parse, unset_variables  # noqa: E402
@@ -13,4 +15,13 @@ if __name__ == "__main__":
     if problem:
         sys.exit(problem)
     from .train import main
-    sys.exit(main(args))
+    rc = main(args)
+    # Everything is saved, closed and joined by now. Leave without running C++ static destructors: a
+    # background thread of torch.distributed's store or gloo that is still joinable there makes the
+    # runtime abort ("terminate called without an active exception", status -6) after a clean finish,
+    # which turned a stopped rank into a failed job now and then once its peer had exited first.
+    # Python's own exit handlers (checkpoint writer, multiprocessing) still run.
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(rc if isinstance(rc, int) else 1)
