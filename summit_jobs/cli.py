@@ -161,8 +161,9 @@ def _allocation_options() -> list:
         click.option("--walltime", "-W", metavar="H:MM",
                      help="Run limit as [hours:]minutes. Default: the longest the node-count bin and queue allow."),
         click.option("--queue", "-q", metavar="QUEUE", help="Queue. Default: the profile's default queue."),
-        click.option("--job-name", "-J", default="tsm", show_default=True,
-                     help="Job name (letters, digits, '.', '_', '-')."),
+        click.option("--job-name", "-J",
+                     help="Job name (letters, digits, '.', '_', '-'). Default: tsm; with --command, the "
+                          "program's name (train for --command 'python3 train.py')."),
         click.option("--data", metavar="MANIFEST",
                      help="Dataset manifest on the parallel file system: adds the NVMe staging step."),
         click.option("--stage-policy", type=click.Choice(STAGE_POLICIES), default=STAGE_POLICIES[0],
@@ -191,6 +192,9 @@ def _allocation_options() -> list:
                           "shell would, never run by one). Chains, staging, status and logs apply; see "
                           "docs/user-command.md for the contract (checkpoint and exit 0 on SIGUSR2, a "
                           "COMPLETE file when done)."),
+        click.option("--total-steps", type=whole(1), metavar="N",
+                     help="With --command: the steps your program trains in all, for status to show step/N "
+                          "and an ETA from the metrics.jsonl records it writes."),
     ]
 
 
@@ -309,13 +313,16 @@ _AS_GIVEN = ("walltime", "queue", "job_name", "epochs", "stage_policy", "layout"
              "app", "container", "clips_per_gpu", "lr",
              "warmup_epochs", "engine", "arch", "num_classes", "chain", "warning_minutes", "short_cycle",
              "fusion_threshold", "train_clips", "schedule", "optimizer", "optimizer_sync", "avg_interval",
-             "compression", "max_links", "preset")
+             "compression", "max_links", "preset", "total_steps")
 
 
 def job_options(state: State, kw: dict, profile, *, accum_steps: int = 1, virtual_nodes: Optional[int] = None,
                 template_dir: Optional[str] = None):
     """The command's options as the planner's JobOptions, every default resolved by summit_jobs.settings."""
     from summit_jobs import plan as plan_mod
+    command = _user_command(kw.get("user_command"))
+    if kw.get("job_name") is None:      # an explicit name wins, even one the planner then refuses
+        kw = dict(kw, job_name=plan_mod.default_job_name(command))
     given = {name: kw[name] for name in _AS_GIVEN if kw.get(name) is not None}
     return plan_mod.JobOptions(
         **given, nodes=kw["nodes"], run_dir=_run_dir(state, kw, profile), project=state.project(kw.get("project")),
@@ -324,7 +331,7 @@ def job_options(state: State, kw: dict, profile, *, accum_steps: int = 1, virtua
         python=sys.executable if profile.environment.python == "auto" else None,
         trainer_args=tuple(kw.get("trainer_args") or ()), check_trainer_args=not _replaces_launch(template_dir),
         until_complete=bool(kw.get("until_complete")), bsub_options=tuple(kw.get("bsub_options") or ()),
-        command=_user_command(kw.get("user_command")), explicit=_given_on_command_line(plan_mod.PRESET_FIELDS),
+        command=command, explicit=_given_on_command_line(plan_mod.PRESET_FIELDS),
     )
 
 
@@ -431,10 +438,15 @@ def submit_cmd(state: State, **kw) -> None:
 
 
 def expected_links(profile, plan, data: Optional[str]) -> str:
-    """How many links a chain until complete should take, from the profile's throughput figure."""
+    """How many links a chain until complete should take, from the profile's throughput figure (the built-in
+    trainer's: a user's own command runs at a speed no profile knows)."""
     import math
 
     from summit_jobs import simulate
+    if plan.user_command:
+        return (f"expected links: unknown for your own command (no profile knows its speed); at most "
+                f"{plan.max_links} (--max-links), each training "
+                f"{max(1, plan.walltime_minutes - plan.warning_minutes)} minutes before its warning")
     rate = profile.performance.clips_per_second_per_gpu
     if rate <= 0:
         return "expected links: unknown (the profile has no performance.clips_per_second_per_gpu figure)"

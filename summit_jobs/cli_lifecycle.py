@@ -57,7 +57,9 @@ def status_cmd(state: State, target: Optional[str], as_json: bool, watch: bool, 
     \b
     One row per job: run, job id, link of the chain, state, epoch and step
     out of the total, clips/s and ETA from the run's own metrics, and the
-    last event (warning signal, checkpoint, resume, end) with its age.
+    last event (warning signal, checkpoint, resume, end) with its age. For
+    your own program (submit --command): the step of its metrics.jsonl
+    records, steps/s from records with a "time", and out of --total-steps.
     States are LSF's (PEND, RUN, DONE, EXIT, ...). A finished job's exit code
     comes from the exit-code file the job script writes in the run directory;
     a job that LSF no longer lists and that left no such file is UNKNOWN.

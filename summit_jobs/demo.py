@@ -7,9 +7,25 @@ the next, which resumes, until training is complete
 -> the same network without the shift, for comparison -> a short real
 4-node run and `simulate --virtual-nodes 4` on 2 nodes with the same seed and
 options, then `compare` on the pair (the same weights) -> report. Every step is a real `summit-jobs`
-command (printed before it runs); the embedded LSF's state lives in the demo
-folder, and one LSF minute lasts a few seconds so walltimes and warnings play
-out quickly.
+command, printed before it runs as it can be pasted into a shell (with the
+settings below in front where they matter).
+
+The demo's embedded LSF is its own: its state lives in ``<out>/lsf``
+(SUMMIT_JOBS_LSF_HOME), not in the default LSF home of ``summit-jobs`` in a
+plain shell, and its settings in ``<out>/config.yaml`` (SUMMIT_JOBS_CONFIG; no
+other config file is read). One LSF minute lasts a few seconds
+(SUMMIT_JOBS_LSF_MINUTE) so walltimes and warnings play out quickly. How many:
+a link of the chain must get past its start-up and train before its warning
+signal, and start-up takes longer on a slow or busy machine. So the demo
+measures the start-up of 4 ranks before the first link, and every link
+measures its own start-up (its script's start to the trainer's ``launch``
+event) when it queues the next one, whose minute it sets from that: load that
+appears during the chain lengthens the later links' minutes.
+
+Running it again into the same folder rebuilds what it made there (the data
+with ``--force``; its four run directories are replaced, never while a job of
+theirs is still queued or running). A chain that stops before training is
+complete, or a run that fails, ends the demo with that one reason (exit 1).
 
     python -m summit_jobs.demo [--out DIR] [--quick]
 
@@ -21,23 +37,42 @@ import argparse
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import List, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 
 #: Test top-1 points by which the TSM must beat the same network without the shift (full demo).
 MARGIN = 0.2
+#: Ranks the demo's jobs start at once (2 virtual nodes x 2 ranks): the start-up measurement runs as many.
+RANKS = 4
+#: Each link of the chain: --walltime 0:08 with the warning 2 minutes before the limit, so 6 LSF
+#: minutes before its warning.
+LINK_WALLTIME = "0:08"
+LINK_WARNING_MINUTES = 2
+LINK_MINUTES_BEFORE_WARNING = 6
+#: Share of a link's minutes before its warning that its measured start-up may take (the rest trains).
+STARTUP_SHARE = 0.5
+#: In each chain's run directory: one record per link that queued the next (its start-up, the next minute).
+MINUTES_FILE = "lsf-minutes.jsonl"
+#: First line of the demo's config file (<out>/config.yaml), by which it knows the file is its own.
+CONFIG_HEADER = "# Written by `python -m summit_jobs.demo` for its own jobs (SUMMIT_JOBS_CONFIG), on every run.\n"
+#: How many times the demo watches a run whose watch ended while one of its jobs still ran.
+WATCHES = 5
+#: Commands that reach the embedded LSF (its state folder: jobs, virtual nodes' NVMe folders).
+LSF_COMMANDS = ("stage-data", "submit", "simulate", "status", "cancel", "logs")
+#: Options before the command that take a value.
+GLOBAL_OPTIONS = ("--machine", "-m", "--config", "--host", "--port", "--user", "--key-file", "--known-hosts",
+                  "--remote-dir")
+#: Commands whose jobs' limits the LSF minute and kill grace scale, and which read the demo's config.
+SUBMIT_COMMANDS = ("submit", "simulate")
 
 
 def step(title: str) -> None:
     print(f"\n== {title}", flush=True)
-
-
-#: Ranks the demo's jobs start at once (2 virtual nodes x 2 ranks): the start-up measurement runs as many.
-RANKS = 4
 
 
 def startup_seconds(ranks: int = RANKS) -> float:
@@ -55,39 +90,316 @@ def startup_seconds(ranks: int = RANKS) -> float:
     return time.perf_counter() - t0
 
 
+def minute_floor(quick: bool) -> float:
+    """The shortest LSF minute the demo uses, in seconds."""
+    return 10.0 if quick else 6.0
+
+
 def lsf_minute(quick: bool, startup: float) -> float:
-    """Seconds per LSF minute: at least 6 (10 quick), and long enough that a link's 6 minutes before its
-    warning hold start-up three times over."""
-    return round(max(10.0 if quick else 6.0, startup / 2.0), 1)
+    """Seconds per LSF minute of the first link: at least the floor (6 s, 10 s quick), and long enough that
+    its 6 minutes before its warning hold the measured start-up three times over."""
+    return round(max(minute_floor(quick), startup / 2.0), 1)
+
+
+def link_minute(startup: float, floor: float) -> float:
+    """Seconds per LSF minute for the next link, from a link's observed start-up (script start to the
+    trainer's launch, staging included): at least ``floor``, and long enough that start-up takes at most
+    STARTUP_SHARE of the minutes before the warning."""
+    return round(max(floor, startup / STARTUP_SHARE / LINK_MINUTES_BEFORE_WARNING), 1)
+
+
+def read_jsonl(path: Path) -> List[Dict]:
+    """The JSON object lines of ``path`` (a line cut short or damaged is skipped); [] when it is missing."""
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return []
+    out = []
+    for line in text.splitlines():
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(rec, dict):
+            out.append(rec)
+    return out
+
+
+def _is_time(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
+
+
+def launch_time(run_dir: Path, job: str) -> Optional[float]:
+    """When the trainer of job ``job`` started training (its newest ``launch`` event), or None."""
+    times = [float(e["time"]) for e in read_jsonl(run_dir / "events.jsonl")
+             if e.get("event") == "launch" and str(e.get("job", "")) == job
+             and e.get("mode", "train") == "train" and _is_time(e.get("time"))]
+    return max(times) if times else None
+
+
+def next_minute(run_dir: Path, job: str, elapsed: float, floor: float, current: float,
+                now: Optional[float] = None) -> float:
+    """The LSF minute for the link that job ``job`` queues now, ``elapsed`` seconds after its script started.
+
+    Its start-up is the time from its script's start to its trainer's launch event. The minute follows the
+    longer of this start-up and the previous link's (MINUTES_FILE): up at once when the machine gets
+    busier, down one link later, so that a load that comes and goes leaves the next link its time. Without a
+    launch event the current minute stays. The record goes to MINUTES_FILE in the run directory.
+    """
+    now = time.time() if now is None else now
+    launched = launch_time(run_dir, job)
+    startup = None if launched is None else max(0.0, launched - (now - elapsed))
+    before = [float(r["startup_s"]) for r in read_jsonl(run_dir / MINUTES_FILE)
+              if _is_time(r.get("startup_s")) and str(r.get("job", "")) != job]
+    minute = current if startup is None else link_minute(max([startup] + before[-1:]), floor)
+    rec = {"job": job, "startup_s": None if startup is None else round(startup, 1), "minute_s": current,
+           "next_minute_s": minute, "time": round(now, 3)}
+    try:
+        with open(run_dir / MINUTES_FILE, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(rec) + "\n")
+    except OSError:
+        pass
+    return minute
+
+
+def next_minute_main(argv: Sequence[str]) -> int:
+    """``--next-minute RUN_DIR ELAPSED FLOOR``, called by a link's ``bsub`` (see chain_setup): prints the
+    minute for the next link. In the job: LSB_JOBID, and SUMMIT_JOBS_LSF_MINUTE, the link's own minute."""
+    run_dir, elapsed, floor = argv
+    try:
+        current = float(os.environ.get("SUMMIT_JOBS_LSF_MINUTE") or 60.0)
+        minute = next_minute(Path(run_dir), os.environ.get("LSB_JOBID", ""), float(elapsed), float(floor), current)
+    except (OSError, ValueError) as exc:
+        print(f"demo: cannot measure this link's start-up ({exc}); the next link keeps this one's LSF minute",
+              file=sys.stderr)
+        return 1
+    print(f"{minute:g}")
+    return 0
+
+
+def chain_setup(python: str, floor: float) -> List[str]:
+    """The profile's ``environment.setup`` lines of the demo's jobs: a shell function ``bsub`` in front of
+    the embedded LSF's, which the chain calls to queue the next link. It runs ``--next-minute`` first and
+    hands its answer to the real bsub as SUMMIT_JOBS_LSF_MINUTE, which sets the next link's limits and is
+    that link's environment in turn; should the measurement fail, the link's own minute is passed on."""
+    measure = (f"{shlex.quote(python)} -m summit_jobs.demo --next-minute \"${{RUN_DIR:-$PWD}}\" \"$SECONDS\" "
+               f"{floor:g}")
+    return [
+        "# summit-jobs demo: the next link's LSF minute comes from this link's start-up (python -m summit_jobs.demo)",
+        f"bsub() {{ local m; m=$({measure}) && [ -n \"$m\" ] || m=${{SUMMIT_JOBS_LSF_MINUTE:-60}}; "
+        "SUMMIT_JOBS_LSF_MINUTE=$m command bsub \"$@\"; }",
+    ]
+
+
+def active(row: Dict) -> bool:
+    """Whether a status row's job may still run (status --watch's rule: a final state LSF agrees with)."""
+    state = row.get("state")
+    return state not in ("DONE", "EXIT", "UNKNOWN") or (state == "UNKNOWN" and bool(row.get("lsf_state")))
+
+
+def chain_stopped(run_dir: Path, since: float) -> Optional[Dict]:
+    """The newest ``chain_stopped`` record of the run's events written since ``since``, or None."""
+    found = [e for e in read_jsonl(run_dir / "events.jsonl")
+             if e.get("event") == "chain_stopped" and _is_time(e.get("time")) and float(e["time"]) >= since - 1]
+    return found[-1] if found else None
+
+
+def failure(run_dir: Path, what: str, since: float, rows: List[Dict]) -> Optional[str]:
+    """Why the run did not train to the end, in one sentence; None when it is complete.
+
+    Complete: the trainer's COMPLETE marker. Otherwise the chain's own reason (its chain_stopped record)
+    comes first, then the first job that did not end DONE, then the lack of the marker itself.
+    """
+    if (run_dir / "COMPLETE").exists():
+        return None
+    stop = chain_stopped(run_dir, since)
+    if stop is not None:
+        reason, exit_code = str(stop.get("reason") or "no reason given"), stop.get("exit")
+        said = exit_code is None or f"exit {exit_code}" in reason
+        return (f"the {what} chain stopped before training was complete: {reason} "
+                f"(job {stop.get('job') or '?'}{'' if said else f', exit {exit_code}'})")
+    for row in rows:
+        if active(row):
+            return f"the {what} run's job {row.get('job_id')} is still {row.get('state')} after {WATCHES} watches"
+        if row.get("state") != "DONE":
+            detail = "; ".join(str(x) for x in (row.get("reason"), None if row.get("exit_code") is None
+                                                 else f"exit {row['exit_code']}") if x)
+            return (f"the {what} run's job {row.get('job_id')} ended {row.get('state')}"
+                    f"{f' ({detail})' if detail else ''} before training was complete")
+    return f"the {what} run's jobs ended without completing its training (no COMPLETE in {run_dir})"
+
+
+def unsettled(run_dir: Path, since: float, rows: List[Dict]) -> bool:
+    """Whether the run may still go on: a job of it may run, or every job ended DONE though training is not
+    complete and no chain said it stopped (the next link not yet in the rows)."""
+    if any(active(r) for r in rows):
+        return True
+    quiet_end = all(r.get("state") == "DONE" for r in rows) and chain_stopped(run_dir, since) is None
+    return quiet_end and bool(rows) and not (run_dir / "COMPLETE").exists()
+
+
+def is_run(folder: Path) -> bool:
+    """Whether ``folder`` holds a run directory as `summit-jobs submit` makes them."""
+    return (folder / "run.json").is_file() or (folder / "job.lsf").is_file()
 
 
 class Demo:
     def __init__(self, out: Path, quick: bool):
         self.out, self.quick = out, quick
+        self.lsf_home = out / "lsf"
+        self.config = out / "config.yaml"
+        self.submitted: List[Path] = []
+        self.exe = self.command_name()
         self.env = dict(os.environ)
-        for k in ("SUMMIT_JOBS_MACHINE", "SUMMIT_JOBS_PROJECT", "SUMMIT_JOBS_CONFIG"):
+        for k in ("SUMMIT_JOBS_MACHINE", "SUMMIT_JOBS_PROJECT", "SUMMIT_JOBS_HOST"):
             self.env.pop(k, None)
         startup = startup_seconds()
-        minute = lsf_minute(quick, startup)
-        print(f"demo: {RANKS} ranks start in {startup:.1f} s here; one LSF minute lasts {minute:g} s", flush=True)
+        self.minute = lsf_minute(quick, startup)
+        self.write_config()
         self.env.update({
-            "SUMMIT_JOBS_LSF_HOME": str(out / "lsf"),
-            # One LSF minute lasts this many seconds in the demo: walltimes and warnings come quickly.
-            "SUMMIT_JOBS_LSF_MINUTE": str(minute),
+            "SUMMIT_JOBS_LSF_HOME": str(self.lsf_home),
+            "SUMMIT_JOBS_CONFIG": str(self.config),
+            # One LSF minute lasts this many seconds in the demo (for its first link; each link sets the next
+            # one's): walltimes and warnings come quickly.
+            "SUMMIT_JOBS_LSF_MINUTE": f"{self.minute:g}",
             "SUMMIT_JOBS_LSF_KILL_GRACE": "5",
             "PYTHONUNBUFFERED": "1",
         })
+        q = shlex.quote
+        print(f"demo: {RANKS} ranks start in {startup:.1f} s here; one LSF minute lasts {self.minute:g} s for the "
+              "first link of the chain, and each link sets the next one's from its own start-up", flush=True)
+        print(f"demo: its jobs run on an embedded LSF of their own, SUMMIT_JOBS_LSF_HOME={q(str(self.lsf_home))} "
+              f"(not the one `summit-jobs` uses in your shell), with the settings of {q(str(self.config))} "
+              "(SUMMIT_JOBS_CONFIG). Commands are printed with these in front where they matter; to look at the "
+              f"jobs from another shell: {self.shown(('status', str(out / 'runs' / 'tsm'), '--watch'))}", flush=True)
 
-    def sj(self, *args: str, capture: bool = False, check: bool = True) -> subprocess.CompletedProcess:
-        print("$ summit-jobs " + " ".join(shlex.quote(a) for a in args), flush=True)
-        proc = subprocess.run([sys.executable, "-m", "summit_jobs", *args], env=self.env, text=True,
-                              stdout=subprocess.PIPE if capture else None)
+    @staticmethod
+    def command_name() -> str:
+        """How a shell names this installation's `summit-jobs`: the bare name when PATH finds this one, else
+        its full path (`make demo` runs from the virtual environment without activating it)."""
+        mine = Path(sys.executable).parent / "summit-jobs"
+        found = shutil.which("summit-jobs")
+        try:
+            if found and mine.exists() and Path(found).resolve() == mine.resolve():
+                return "summit-jobs"
+        except OSError:
+            pass
+        return shlex.quote(str(mine)) if mine.exists() else f"{shlex.quote(sys.executable)} -m summit_jobs"
+
+    def write_config(self) -> None:
+        """The demo's config file: the local profile with the chain's per-link minute (chain_setup). Written
+        on every run; a file of that name that the demo did not write is left alone, and the demo stops."""
+        try:
+            mine = self.config.read_text(encoding="utf-8").startswith(CONFIG_HEADER)
+        except FileNotFoundError:
+            mine = True
+        except (OSError, UnicodeDecodeError):
+            mine = False
+        if not mine:
+            sys.exit(f"demo: {self.config} exists and the demo did not write it; move it away, or give the demo "
+                     "another --out")
+        data = {"machines": {"local": {"environment": {"setup": chain_setup(sys.executable,
+                                                                            minute_floor(self.quick))}}}}
+        self.config.write_text(CONFIG_HEADER + json.dumps(data, indent=2) + "\n", encoding="utf-8")
+
+    def shown(self, args: Sequence[str]) -> str:
+        """``args`` as a line to paste into a shell: the demo's settings the command needs, then the command."""
+        rest = list(args)
+        while rest and rest[0].startswith("-"):   # global options first (--machine local)
+            rest = rest[2:] if rest[0] in GLOBAL_OPTIONS else rest[1:]
+        command = rest[0] if rest else ""
+        names: Tuple[str, ...] = ()
+        if command in SUBMIT_COMMANDS:
+            names = ("SUMMIT_JOBS_LSF_HOME", "SUMMIT_JOBS_LSF_MINUTE", "SUMMIT_JOBS_LSF_KILL_GRACE",
+                     "SUMMIT_JOBS_CONFIG")
+        elif command in LSF_COMMANDS:
+            names = ("SUMMIT_JOBS_LSF_HOME",)
+        prefix = "".join(f"{n}={shlex.quote(self.env[n])} " for n in names if n in self.env)
+        return prefix + self.exe + "".join(" " + shlex.quote(a) for a in args)
+
+    def sj(self, *args: str, capture: bool = False, check: bool = True, quiet: bool = False,
+           pasteable: bool = False) -> subprocess.CompletedProcess:
+        """Run `summit-jobs ARGS` in the demo's environment (printed first unless ``quiet``). ``pasteable``:
+        its output passes through a filter that puts the demo's settings in front of the command it suggests."""
+        if not quiet:
+            print("$ " + self.shown(args), flush=True)
+        argv = [sys.executable, "-m", "summit_jobs", *args]
+        if not pasteable:
+            proc = subprocess.run(argv, env=self.env, text=True, stdout=subprocess.PIPE if capture else None)
+        else:
+            with subprocess.Popen(argv, env=self.env, text=True, stdout=subprocess.PIPE) as p:
+                assert p.stdout is not None
+                for line in p.stdout:
+                    print(self.pasteable(line), end="", flush=True)
+            proc = subprocess.CompletedProcess(argv, p.returncode)
         if check and proc.returncode != 0:
             sys.exit(f"demo: that step failed (exit {proc.returncode}); see the messages above")
         return proc
 
+    def pasteable(self, line: str) -> str:
+        """A line of submit's output; the command after ``follow it with:`` gets the demo's settings."""
+        head, sep, rest = line.partition("follow it with: summit-jobs ")
+        if not sep:
+            return line
+        try:
+            words = shlex.split(rest)
+        except ValueError:
+            return line
+        return head + "follow it with: " + self.shown(words) + "\n"
+
+    def rows(self, run_dir: Path) -> List[Dict]:
+        """`summit-jobs status RUN --json`'s rows ([] when it cannot tell)."""
+        proc = self.sj("status", str(run_dir), "--json", capture=True, check=False, quiet=True)
+        try:
+            rows = json.loads(proc.stdout or "[]")
+        except ValueError:
+            return []
+        return [r for r in rows if isinstance(r, dict)] if isinstance(rows, list) else []
+
+    def fresh(self, run_dir: Path) -> None:
+        """Make way for a run in ``run_dir``: the demo's own run from an earlier time is replaced (never while
+        one of its jobs may still run); a folder that is not a run is left alone, and the demo stops."""
+        if not run_dir.exists():
+            return
+        if not run_dir.is_dir() or (not is_run(run_dir) and any(run_dir.iterdir())):
+            sys.exit(f"demo: {run_dir} exists and is not a run directory the demo made; move it away, or give "
+                     "the demo another --out")
+        busy = [r for r in self.rows(run_dir) if active(r)]
+        if busy:
+            ids = ", ".join(str(r.get("job_id")) for r in busy)
+            sys.exit(f"demo: job(s) {ids} of an earlier demo's run in {run_dir} are still queued or running; let "
+                     f"them end, or cancel them with: {self.shown(('cancel', str(run_dir)))}")
+        print(f"demo: replacing its earlier run in {run_dir}", flush=True)
+        shutil.rmtree(run_dir)
+
+    def submit(self, run_dir: Path, *args: str) -> float:
+        """`summit-jobs ARGS` that submits into ``run_dir`` (made fresh first); the time before it."""
+        self.fresh(run_dir)
+        since = time.time()
+        self.submitted.append(run_dir)
+        self.sj(*args, pasteable=True)
+        return since
+
     def wait(self, run_dir: Path) -> bool:
         return self.sj("status", str(run_dir), "--watch", "--interval", "3", check=False).returncode == 0
+
+    def trained(self, run_dir: Path, what: str, since: float) -> None:
+        """Wait for the run's jobs; stop the demo with one reason unless its training is complete.
+
+        A watch that ends before the run has (a job of it still queued or running, or every job DONE with
+        neither COMPLETE nor a chain's reason to stop: a link queued between two of its looks) is started
+        again, up to WATCHES times."""
+        for _ in range(WATCHES):
+            self.wait(run_dir)
+            rows = self.rows(run_dir)
+            if not unsettled(run_dir, since, rows):
+                break
+            print("demo: the run still has jobs queued or running; watching again", flush=True)
+        why = failure(run_dir, what, since, rows)
+        if why is not None:
+            self.cancel_active([run_dir])
+            logs = sorted(p.name for p in run_dir.glob("*.err"))
+            sys.exit(f"demo: {why}; see {run_dir}" + (f" ({', '.join(logs[-2:])})" if logs else ""))
 
     def trainer_args(self) -> List[str]:
         # A small TSM that trains in minutes on 2 CPU cores; --no-flip because left/right are classes.
@@ -109,26 +421,30 @@ class Demo:
                 "--size", "64", "--layout", "rawframes" if quick else "both", "--force", "--quiet")
 
         step("2/7 Pack it into tar shards with an index (the form HPSS and GPFS want)")
+        # --force: a second demo packs its own archive again (the same bytes: pack is deterministic).
         self.sj("pack", str(out / "synth" / "rawframes"), str(out / "archive"), "--short-side", "64",
-                "--shard-size", "2MB")
+                "--shard-size", "2MB", "--force")
 
         step("3/7 Stage: archive -> parallel file system folder -> each virtual node's NVMe")
+        # --force: the demo's own folder may hold the manifest of the other form (--quick or not) of its data.
         self.sj(*common, "stage-data", "--manifest", str(out / "archive" / "manifest.json"), "--nodes", "2",
-                "--dest", str(out / "pfs"), "--to-nvme")
+                "--dest", str(out / "pfs"), "--to-nvme", "--force")
 
         step("4/7 Train a small TSM on 2 nodes as a chain until complete: each job is stopped by its walltime "
              "warning (USR2), saves a checkpoint, exits 0 and queues the next, which resumes")
         tsm = runs / "tsm"
-        self.sj(*common, "submit", "--nodes", "2", *job, "--epochs", epochs, "--until-complete", "--max-links", "60",
-                "--walltime", "0:08", "--warning-minutes", "2", "--job-name", "tsm", "--run-dir", str(tsm),
-                "--force", "--", *self.trainer_args())
-        self.wait(tsm)
+        since = self.submit(tsm, *common, "submit", "--nodes", "2", *job, "--epochs", epochs, "--until-complete",
+                            "--max-links", "60", "--walltime", LINK_WALLTIME, "--warning-minutes",
+                            str(LINK_WARNING_MINUTES), "--job-name", "tsm", "--run-dir", str(tsm), "--force", "--",
+                            *self.trainer_args())
+        self.trained(tsm, "TSM", since)
+        self.show_minutes(tsm)
 
         step("5/7 The same network without the temporal shift (the TSN 2D baseline), for comparison")
         tsn = runs / "no-shift"
-        self.sj(*common, "submit", "--nodes", "2", *job, "--epochs", epochs, "--job-name", "noshift",
-                "--run-dir", str(tsn), "--force", "--", *self.trainer_args(), "--no-shift")
-        self.wait(tsn)
+        since = self.submit(tsn, *common, "submit", "--nodes", "2", *job, "--epochs", epochs, "--job-name",
+                            "noshift", "--run-dir", str(tsn), "--force", "--", *self.trainer_args(), "--no-shift")
+        self.trained(tsn, "no-shift", since)
 
         step("6/7 simulate: the 4-node optimisation on 2 nodes by exact gradient accumulation (k = 2), "
              "checked against a real 4-node run of the same seed and options")
@@ -138,6 +454,16 @@ class Demo:
         self.sj("report", str(sim), "--force")
         same = self.compare(real, sim)
         self.summary(tsm, tsn, sim, same)
+
+    def show_minutes(self, run_dir: Path) -> None:
+        """One line on how each link's start-up set the next link's LSF minute (nothing for a single link)."""
+        recs = [r for r in read_jsonl(run_dir / MINUTES_FILE) if _is_time(r.get("next_minute_s"))]
+        if not recs:
+            return
+        startups = ", ".join("?" if not _is_time(r.get("startup_s")) else f"{r['startup_s']:g}" for r in recs)
+        minutes = ", ".join(f"{r['next_minute_s']:g}" for r in recs)
+        print(f"demo: start-up of the links that queued another (s): {startups}; the LSF minute that gave the "
+              f"next link (s): {minutes} (the first link's: {self.minute:g})", flush=True)
 
     def pair_job(self) -> List[str]:
         """Options of the real 4-node run and its simulated twin: short (one epoch, no evaluation), since
@@ -154,14 +480,13 @@ class Demo:
     def simulate_pair(self, runs: Path) -> Tuple[Path, Path]:
         """A real 4-node job and `simulate --virtual-nodes 4` on 2 nodes, same seed and options."""
         real, sim = runs / "real-4-nodes", runs / "simulated"
-        self.sj("--machine", "local", "submit", "--nodes", "4", *self.pair_job(), "--job-name", "real4",
-                "--run-dir", str(real), "--force", "--", *self.pair_trainer_args())
-        if not self.wait(real):
-            sys.exit(f"demo: the real 4-node run failed; see {real}")
-        self.sj("--machine", "local", "simulate", "--virtual-nodes", "4", "--quota-nodes", "2", *self.pair_job(),
-                "--job-name", "sim", "--run-dir", str(sim), "--force", "--", *self.pair_trainer_args())
-        if not self.wait(sim):
-            sys.exit(f"demo: the simulated run failed; see {sim}")
+        since = self.submit(real, "--machine", "local", "submit", "--nodes", "4", *self.pair_job(), "--job-name",
+                            "real4", "--run-dir", str(real), "--force", "--", *self.pair_trainer_args())
+        self.trained(real, "real 4-node", since)
+        since = self.submit(sim, "--machine", "local", "simulate", "--virtual-nodes", "4", "--quota-nodes", "2",
+                            *self.pair_job(), "--job-name", "sim", "--run-dir", str(sim), "--force", "--",
+                            *self.pair_trainer_args())
+        self.trained(sim, "simulated", since)
         return real, sim
 
     def compare(self, real: Path, sim: Path) -> str:
@@ -206,28 +531,56 @@ class Demo:
             resumed = f", resumed at step {j['resumed_from_step']}" if j.get("resumed_from_step") else ""
             print(f"{'TSM chain job ' + str(j['job_id']):>24}: {j['state']}{resumed}"
                   + (f"; {j['ended']}" if j.get("ended") else ""))
+        a = (tsm_report.get("summary") or {}).get("test_top1_mean")
+        b = (tsm_report.get("compare") or {}).get("test_top1_mean")
+        why = None
+        if a is None or b is None:
+            missing = " and ".join(n for n, v in (("the TSM", a), ("the network without the shift", b)) if v is None)
+            why = f"no multi-clip test top-1 for {missing} in the report"
+        elif not self.quick and a - b < MARGIN:
+            # The demo's claim is checked, not only printed (the quick form trains too briefly to learn).
+            why = (f"the TSM did not beat the network without the shift by {100 * MARGIN:.0f} points "
+                   f"({100 * a:.1f}% against {100 * b:.1f}%)")
+        if why is not None:
+            # One reason, and no verdict beside it that could read as the opposite.
+            sys.exit(f"demo: {why}; see {tsm / 'report' / 'report.md'}")
         if tsm_report.get("verdict"):
             print(tsm_report["verdict"])
         print(same)
         print(f"plots: {tsm / 'report'}/*.png and {sim / 'report'}/*.png (summaries in report.md)")
-        a = (tsm_report.get("summary") or {}).get("test_top1_mean")
-        b = (tsm_report.get("compare") or {}).get("test_top1_mean")
-        if not self.quick and (a is None or b is None or a - b < MARGIN):
-            # The demo's claim is checked, not only printed (the quick form trains too briefly to learn).
-            sys.exit(f"demo: the TSM did not beat the network without the shift by {100 * MARGIN:.0f} points "
-                     f"({'-' if a is None else f'{100 * a:.1f}%'} against {'-' if b is None else f'{100 * b:.1f}%'})"
-                     f"; see {tsm / 'report' / 'report.md'}")
+        print(f"to look at these runs from your shell: {self.shown(('status', str(tsm)))}", flush=True)
+
+    def cancel_active(self, run_dirs: Sequence[Path]) -> None:
+        """Cancel the jobs of these runs of the demo that may still run (its own, in its own LSF home), so
+        that none keeps running for nobody or holds the virtual nodes of the next demo."""
+        for run_dir in run_dirs:
+            if any(active(r) for r in self.rows(run_dir)):
+                self.sj("cancel", str(run_dir), check=False)
 
 
-def main() -> None:
+def main(argv: Optional[Sequence[str]] = None) -> None:
+    args_in = list(sys.argv[1:] if argv is None else argv)
+    if args_in[:1] == ["--next-minute"]:
+        if len(args_in) != 4:
+            sys.exit("usage: python -m summit_jobs.demo --next-minute RUN_DIR ELAPSED_SECONDS FLOOR_SECONDS")
+        sys.exit(next_minute_main(args_in[1:]))
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=os.environ.get("SUMMIT_JOBS_DEMO_DIR", "demo-out"))
     ap.add_argument("--quick", action="store_true", help="smaller data, fewer epochs (CI)")
-    args = ap.parse_args()
+    args = ap.parse_args(args_in)
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
-    Demo(out, args.quick).run()
+    demo = Demo(out, args.quick)
+    try:
+        demo.run()
+    except KeyboardInterrupt:
+        print("\ndemo: interrupted; cancelling the jobs it queued that may still run", file=sys.stderr, flush=True)
+        try:
+            demo.cancel_active(demo.submitted)
+        except KeyboardInterrupt:
+            pass
+        sys.exit(130)
     print(f"demo finished in {(time.time() - t0) / 60:.1f} minutes", flush=True)
 
 

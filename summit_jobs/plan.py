@@ -95,6 +95,8 @@ class JobOptions:
     #: at the trainer's default.
     preset: Optional[str] = None
     explicit: Tuple[str, ...] = ()
+    #: With --command: the steps the user's program trains in all, which status shows as ``step/total``.
+    total_steps: Optional[int] = None
 
 
 @dataclass(frozen=True)
@@ -188,6 +190,8 @@ class Plan:
     user_command: bool = False
     #: The trainer preset whose values the script's trainer options carry (None: none).
     preset: Optional[str] = None
+    #: With --command: the steps the user's program declared it trains in all (--total-steps; None: unknown).
+    total_steps: Optional[int] = None
 
     @property
     def rank_argv(self) -> Tuple[str, ...]:
@@ -206,30 +210,20 @@ class Plan:
         return ("--no-python",) + tuple(argv)
 
     def summary(self) -> Dict[str, object]:
-        """The figures a user checks before spending node-hours."""
+        """The figures a user checks before spending node-hours (the trainer's only where it runs)."""
         out = {
             "machine": self.machine, "nodes": self.nodes, "ranks": self.ranks,
             "ranks_per_node": self.ranks_per_node, "layout": self.layout,
             "queue": self.queue, "walltime": self.walltime, "bin": self.bin,
             "bin_max_walltime": self.bin_max_walltime, "node_hours": round(self.node_hours, 2),
             "chain": self.chain, "until_complete": self.until_complete, "max_links": self.max_links,
-            "global_batch": self.global_batch, "lr": self.lr,
-            "epochs": self.epochs, "warmup_epochs": self.warmup_epochs,
-            "clips_per_gpu": self.clips_per_gpu, "accum_steps": self.accum_steps,
-            "engine": self.engine, "run_dir": self.run_dir,
         }
-        if self.virtual_nodes != self.nodes:
-            out["virtual_nodes"] = self.virtual_nodes
-            out["virtual_ranks"] = self.virtual_ranks
+        if not self.user_command:
+            out.update(self._trainer_summary())
+        out["run_dir"] = self.run_dir
         if self.staging:
             out["data"] = self.staging.manifest
             out["stage_policy"] = self.staging.policy
-        out.update(schedule=self.schedule, optimizer=self.optimizer, optimizer_sync=self.optimizer_sync,
-                   compression=self.compression, fusion_threshold=self.variables.get("HOROVOD_FUSION_THRESHOLD"))
-        if self.optimizer_sync == "aavg":
-            out["avg_interval"] = self.avg_interval
-        if self.multigrid:
-            out["multigrid"] = list(self.multigrid)
         if self.request_kind != "nnodes" or self.launcher != "jsrun":
             out.update(request=self.request_kind, launcher=self.launcher, slots=self.slots,
                        slots_per_host=self.slots_per_host)
@@ -237,8 +231,29 @@ class Plan:
             out["memory"] = self.memory
         if self.user_command:
             out["command"] = list(self.trainer_argv)
+            if self.total_steps:
+                out["total_steps"] = self.total_steps
         if self.preset:
             out["preset"] = self.preset
+        return out
+
+    def _trainer_summary(self) -> Dict[str, object]:
+        """The built-in trainer's optimisation: a user's own command has its own, which this tool cannot know
+        (the recipe's defaults would read as if that program used them)."""
+        out: Dict[str, object] = {
+            "global_batch": self.global_batch, "lr": self.lr, "epochs": self.epochs,
+            "warmup_epochs": self.warmup_epochs, "clips_per_gpu": self.clips_per_gpu,
+            "accum_steps": self.accum_steps, "engine": self.engine,
+        }
+        if self.virtual_nodes != self.nodes:
+            out["virtual_nodes"] = self.virtual_nodes
+            out["virtual_ranks"] = self.virtual_ranks
+        out.update(schedule=self.schedule, optimizer=self.optimizer, optimizer_sync=self.optimizer_sync,
+                   compression=self.compression, fusion_threshold=self.variables.get("HOROVOD_FUSION_THRESHOLD"))
+        if self.optimizer_sync == "aavg":
+            out["avg_interval"] = self.avg_interval
+        if self.multigrid:
+            out["multigrid"] = list(self.multigrid)
         return out
 
     def to_dict(self) -> Dict[str, object]:
@@ -709,6 +724,11 @@ def _given_to_trainer(opts: JobOptions) -> Dict[str, object]:
 def _checked_argv(profile: Profile, opts: JobOptions, run: Launch, opt: Optimisation) -> Tuple[List[str], Optimisation]:
     """The trainer's full argv, parsed as a rank will parse it; the optimisation it really runs.
     With --command, the user's own program and its arguments, which this tool cannot parse."""
+    if opts.total_steps is not None and not opts.command:
+        raise UserError(f"--total-steps {opts.total_steps} declares the steps of your own program (--command); "
+                        "the built-in trainer counts its own steps (set --epochs instead).")
+    if opts.total_steps is not None and opts.total_steps < 1:
+        raise UserError(f"--total-steps {opts.total_steps} must be at least 1.")
     if opts.command:
         if opts.preset:
             raise UserError(f"--preset {opts.preset} sets options of the trainer, and --command runs your own "
@@ -764,6 +784,7 @@ def make_plan(profile: Profile, opts: JobOptions) -> Plan:
         optimizer_sync=opts.optimizer_sync, avg_interval=opts.avg_interval, compression=opts.compression,
         multigrid=opt.multigrid, until_complete=opts.until_complete,
         max_links=opts.max_links if opts.until_complete else opts.chain, preset=opts.preset,
+        total_steps=opts.total_steps,
     )
 
 
@@ -776,19 +797,36 @@ def describe(plan: Plan) -> str:
         f"at most {plan.node_hours:,.1f} node-hours (if it runs to its walltime)"
         + (f" for {plan.chain} chained jobs" if plan.chain > 1 else "")
         + (f" per link; chained until complete, at most {plan.max_links} links" if plan.until_complete else ""),
-        f"global batch {plan.global_batch:,} clips ({plan.clips_per_gpu} per GPU"
-        + (f" x {plan.accum_steps} accumulation steps" if plan.accum_steps > 1 else "")
-        + f"), LR {plan.lr:g}, {plan.epochs} epochs with {plan.warmup_epochs:g} warm-up, engine {plan.engine}",
     ]
-    if plan.virtual_nodes != plan.nodes:
+    if not plan.user_command:
+        lines.append(
+            f"global batch {plan.global_batch:,} clips ({plan.clips_per_gpu} per GPU"
+            + (f" x {plan.accum_steps} accumulation steps" if plan.accum_steps > 1 else "")
+            + f"), LR {plan.lr:g}, {plan.epochs} epochs with {plan.warmup_epochs:g} warm-up, engine {plan.engine}")
+    if plan.virtual_nodes != plan.nodes and not plan.user_command:
         lines.append(f"reproduces a {plan.virtual_nodes:,}-node run ({plan.virtual_ranks:,} virtual ranks) exactly")
     if plan.request_kind == "slots":
         lines.append(f"asks for {plan.slots:,} slots ({plan.slots_per_host} per host); ranks started by "
                      f"{plan.launcher}" + (f"; memory {plan.memory}" if plan.memory else ""))
     if plan.user_command:
-        lines.append(f"runs your command on every rank: {shlex.join(plan.trainer_argv)}")
+        lines += _user_command_lines(plan)
     if plan.staging:
         lines.append(f"stages {plan.staging.manifest} to node-local NVMe ({plan.staging.policy})")
+    if not plan.user_command:
+        lines += _method_lines(plan)
+    return "\n".join(lines)
+
+
+def _user_command_lines(plan: Plan) -> List[str]:
+    """What is known of the user's own program: its command and the total it declared (nothing of its
+    batch, LR or epochs, which are its own)."""
+    total = (f"{plan.total_steps:,} steps in all (--total-steps): status shows step/total and an ETA"
+             if plan.total_steps else "no total declared (--total-steps N): status shows the step, no ETA")
+    return [f"runs your command on every rank: {shlex.join(plan.trainer_argv)}", total]
+
+
+def _method_lines(plan: Plan) -> List[str]:
+    """The built-in trainer's methods: optimizer, averaging, compression, fusion, multigrid."""
     methods = ([f"preset {plan.preset}"] if plan.preset else []) + [f"optimizer {plan.optimizer}"]
     if plan.optimizer_sync == "aavg":
         methods.append(f"AAVG model averaging every {plan.avg_interval if plan.avg_interval > 0 else 'epoch'}"
@@ -797,11 +835,45 @@ def describe(plan: Plan) -> str:
         methods.append(f"{plan.compression} gradient compression")
     if "HOROVOD_FUSION_THRESHOLD" in plan.variables:
         methods.append(f"fusion buffer {int(plan.variables['HOROVOD_FUSION_THRESHOLD']):,} bytes")
-    lines.append(", ".join(methods))
+    lines = [", ".join(methods)]
     if plan.multigrid:
         lines.append("multigrid schedule (stage, cycle, frames x size, batch x, LR x, iterations):")
         for p in plan.multigrid:
             cyc = "final" if p["cycle"] < 0 else p["cycle"]
             lines.append(f"  {p['stage']} {cyc}: {p['frames']} x {p['size']}, batch x{p['batch_mult']:g}, "
                          f"LR x{p['lr_mult']:g}, {p['iterations']:,} iterations")
-    return "\n".join(lines)
+    return lines
+
+
+#: Interpreters whose first argument that is not an option names the program (``python3 train.py``).
+_INTERPRETER_RE = re.compile(r"(python|pypy)[0-9.]*|bash|sh|env")
+#: Interpreter options that take the next word as their value (``python -X dev train.py``).
+_VALUE_OPTIONS = ("-X", "-W", "-c")
+
+
+def default_job_name(command: Tuple[str, ...]) -> str:
+    """The job name when --job-name is not given: ``tsm`` for the built-in trainer; for a user's command, its
+    program's name (``train`` for ``python3 train.py``, ``mypkg.train`` for ``python -m mypkg.train``), in the
+    characters LSF job names and file names take, so that bjobs and the output files say what runs."""
+    if not command:
+        return JobOptions.job_name
+    name = re.sub(r"[^A-Za-z0-9._-]+", "_", _program_word(list(command)))
+    name = re.sub(r"^[^A-Za-z0-9]+", "", name)[:128]
+    return name or "job"
+
+
+def _program_word(words: List[str]) -> str:
+    """The word that names what ``words`` runs: past an interpreter (and ``env``) and their options, without
+    a folder or an extension (``.py``, ``.sh``)."""
+    first = words[0].rsplit("/", 1)[-1]
+    rest = list(words[1:]) if _INTERPRETER_RE.fullmatch(first) else []
+    while rest:
+        word = rest.pop(0)
+        if word == "-m" and rest:
+            return rest[0]
+        if word in _VALUE_OPTIONS:
+            rest = rest[1:]
+        elif not word.startswith("-") and not (first == "env" and "=" in word):
+            return _program_word([word] + rest)
+    stem, dot, ext = first.rpartition(".")
+    return stem if dot and stem and ext in ("py", "sh", "bash") else first

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 from summit_jobs.errors import UserError
 from trainer import files
@@ -62,9 +62,15 @@ def _label_once(label: str, seen: set) -> str:
 
 def _draw_panel(ax, panel: Dict) -> None:
     """One panel: its series (dashed or solid, in the run's colour, faint where ``alpha`` says), then the
-    horizontal lines (chance), vertical lines (chain boundaries) and points (the multi-clip test)."""
+    horizontal lines (chance), vertical marks (chain boundaries) and points (the multi-clip test).
+
+    The legend has one entry per series, line and kind of point. Chain boundaries get none: a chain has a
+    boundary per link, and 19 entries hid the curves; they are thin, faint and explained by the figure's
+    note. A series without points gets no entry either (an entry for nothing drawn misleads)."""
     seen: set = set()
     for s in panel["series"]:
+        if not s["x"]:
+            continue
         ax.plot(s["x"], s["y"], marker="o" if len(s["x"]) <= 30 else None,
                 linestyle="--" if s.get("style") == "dashed" else "-", color=s.get("color"),
                 alpha=s.get("alpha", 1.0), label=_label_once(s["label"], seen), markersize=3, linewidth=1.2)
@@ -72,8 +78,8 @@ def _draw_panel(ax, panel: Dict) -> None:
         ax.axhline(h["y"], color=h.get("color", "grey"), linestyle=":", linewidth=1.0,
                    label=_label_once(h["label"], seen))
     for v in panel.get("vlines", []):
-        ax.axvline(v["x"], color=v.get("color", "grey"), linestyle="-.", linewidth=0.8, alpha=0.7,
-                   label=_label_once(v["label"], seen))
+        ax.axvline(v["x"], color=v.get("color", "grey"), linestyle=":", linewidth=0.6, alpha=0.45,
+                   label="_nolegend_", zorder=0)
     for p in panel.get("points", []):
         ax.plot([p["x"]], [p["y"]], marker="*", markersize=9, linestyle="none", color=p.get("color"),
                 markeredgecolor="black", markeredgewidth=0.5, label=_label_once(p["label"], seen))
@@ -89,19 +95,22 @@ def _draw_panel(ax, panel: Dict) -> None:
         ax.legend(fontsize=7)
 
 
-def panels_plot(panels: List[Dict], path: str, title: str) -> None:
+def panels_plot(panels: List[Dict], path: str, title: str, note: Optional[str] = None) -> None:
     """Side-by-side panels of line series and marks, drawn exactly from the data given.
 
     The report keeps the same panel data in its report.json, so what a PNG
     shows can be checked against the metrics without reading pixels. A panel is
     ``{"xlabel", "ylabel", "series": [{"label", "x", "y", "color"?, "style"?, "alpha"?}], "logy"?,
     "ylim"? ([low, high], either None for automatic), "hlines"?: [{"y", "label"}], "vlines"?: [{"x",
-    "label"}], "points"?: [{"x", "y", "label"}]}``.
+    "label", "color"?}] (drawn with no legend entry), "points"?: [{"x", "y", "label"}]}``. ``note``: a line
+    under the panels (what the marks mean).
     """
     plt = _pyplot()
     fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 4), squeeze=False)
     for ax, panel in zip(axes[0], panels):
         _draw_panel(ax, panel)
     fig.suptitle(title)
+    if note:
+        fig.text(0.5, -0.02, note, ha="center", va="top", fontsize=8, color="dimgrey", wrap=True)
     save(fig, path)
     plt.close(fig)

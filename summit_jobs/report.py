@@ -20,12 +20,19 @@ belongs to the report: a new report replaces the previous report's files
 (recognised by its ``report.json``); files of any other origin are never
 replaced without ``--force``.
 
+Why every figure is optional: a user's own program (``submit --command``) writes
+records as small as ``{"kind": "train", "step": ..., "loss": ...}``. A run
+without epochs is drawn against steps, one without times has no time axis, and
+a panel (or a whole plot) with nothing to draw is left out rather than drawn
+empty.
+
 Torch-free (login-node side): metrics are parsed here, not with the trainer's reader.
 """
 from __future__ import annotations
 
 import bisect
 import json
+import math
 import os
 import re
 import textwrap
@@ -43,7 +50,8 @@ from trainer import files, units
 METRICS = rundir.METRICS
 SCALING = "scaling.json"
 GENERATOR = "summit-jobs report"
-#: Everything a report writes (scaling.png only when the run holds scaling.json).
+#: Everything a report writes (scaling.png only when the run holds scaling.json; a plot only when the run's
+#: records have something to draw in it).
 PLOTS = ("loss.png", "accuracy.png", "lr.png", "throughput.png")
 FILES = PLOTS + ("scaling.png", "report.md", "report.json")
 #: A pause longer than this many expected intervals (plus a minute) is a gap between trainer launches.
@@ -58,25 +66,48 @@ _DONE_RE = re.compile(r"all (\d+) epochs done")
 # ---- metrics -------------------------------------------------------------------------------
 
 def parse_metrics(text: str) -> List[Dict]:
-    """Whole JSON records in file order; a torn or foreign line is skipped, as the trainer's reader does."""
-    return rundir.json_records(text, _well_formed)
+    """Whole JSON records in file order; a torn or foreign line is skipped, as the trainer's reader does, and
+    an odd figure (text where a number belongs, a time that is not finite) is left out of its record."""
+    return [_clean(rec) for rec in rundir.json_records(text, _well_formed)]
 
 
-#: Fields the report does arithmetic with: a record whose values are not numbers is not the trainer's.
-_INT_FIELDS = ("step", "epoch")
+#: Fields the report does arithmetic with; any of them may be missing from a record, and one that is not a
+#: finite number (text, NaN, Infinity: JSON lets a writer put them there) is left out of it.
 _NUM_FIELDS = ("time", "loss", "top1", "top5", "lr", "clips_per_s", "data_wait_frac", "step_time", "ranks",
                "accum_steps", "global_batch")
 
 
+def is_count(value: object) -> bool:
+    """A whole number of at least 0 (not a bool: JSON's true would pass for 1)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def is_number(value: object) -> bool:
+    """A finite number (not a bool)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
 def _well_formed(rec: Dict) -> bool:
-    """A record the report can use: a text kind, whole step/epoch, numeric figures (foreign lines are skipped)."""
-    if not isinstance(rec.get("kind"), str) or "step" not in rec:
-        return False
-    for key in _INT_FIELDS:
-        if key in rec and (isinstance(rec[key], bool) or not isinstance(rec[key], int) or rec[key] < 0):
-            return False
-    return all(not isinstance(rec[k], bool) and isinstance(rec[k], (int, float))
-               for k in _NUM_FIELDS if rec.get(k) is not None)
+    """A record the report can use: a text kind and a whole step (foreign lines are skipped)."""
+    return isinstance(rec.get("kind"), str) and is_count(rec.get("step"))
+
+
+def _clean(rec: Dict) -> Dict:
+    """The record without the figures that are not what their name says: a user's program may write any
+    subset of them, and an odd value costs that value, not the whole record."""
+    odd = [k for k in _NUM_FIELDS if k in rec and not is_number(rec[k])]
+    odd += ["epoch"] if "epoch" in rec and not is_count(rec["epoch"]) else []
+    return {k: v for k, v in rec.items() if k not in odd}
+
+
+def has_times(records: List[Dict]) -> bool:
+    """Whether every record says when it was written (the time axis and wall time need them all)."""
+    return bool(records) and all("time" in r for r in records)
+
+
+def has_epochs(records: List[Dict]) -> bool:
+    """Whether every record says its epoch (the epoch axis needs them all; else steps are the axis)."""
+    return bool(records) and all("epoch" in r for r in records)
 
 
 def record_key(rec: Dict) -> Tuple:
@@ -93,8 +124,8 @@ class Metrics:
     test_summary: Optional[Dict]
     launches: int          # trainer launches (a resume starts a new one)
     replayed: int          # train records replaced by a later launch's record for the same step
-    wall_seconds: float    # first to last record, queue waits included
-    active_seconds: float  # the same with the gaps between launches removed
+    wall_seconds: Optional[float]    # first to last record, queue waits included (None: records without times)
+    active_seconds: Optional[float]  # the same with the gaps between launches removed
     launches_estimated: bool = True  # counted from pauses in the records, not from launch events
     test_only: List[Dict] = field(default_factory=list)  # --test-only results, in file order
 
@@ -144,22 +175,27 @@ def deduplicate(records: List[Dict], launch_times: Optional[List[float]] = None)
         if key in kept and rec["kind"] == "train":
             replayed += 1
         kept[key] = (rec, seg)
-    out = _elapsed(sorted(kept.values(), key=lambda rs: float(rs[0].get("time", 0.0))))
+    timed = has_times(records)
+    items = list(kept.values())   # without times: in the order their steps were first written
+    out = _elapsed(sorted(items, key=lambda rs: float(rs[0]["time"])) if timed else items, timed)
     by_kind = {k: sorted((r for r in out if r["kind"] == k and not r.get("summary")), key=lambda r: int(r["step"]))
                for k in ("train", "eval", "test")}
     summaries = [r for r in out if r["kind"] == "test" and r.get("summary")]
-    times = [float(r.get("time", 0.0)) for r in records]
+    times = [float(r["time"]) for r in records] if timed else []
     launches = len(launch_times) if launch_times else (max(segs) + 1) if segs else 0
     return Metrics(train=by_kind["train"], eval=by_kind["eval"], test=by_kind["test"],
                    test_summary=summaries[-1] if summaries else None, launches=launches,
-                   replayed=replayed, wall_seconds=(max(times) - min(times)) if times else 0.0,
-                   active_seconds=out[-1]["elapsed"] if out else 0.0, launches_estimated=not launch_times,
+                   replayed=replayed, wall_seconds=(max(times) - min(times)) if times else None,
+                   active_seconds=out[-1]["elapsed"] if out and timed else None, launches_estimated=not launch_times,
                    test_only=test_only)
 
 
-def _elapsed(items: List[Tuple[Dict, int]]) -> List[Dict]:
+def _elapsed(items: List[Tuple[Dict, int]], timed: bool = True) -> List[Dict]:
     """Copies of the records (in time order, with their launch) with ``elapsed``: active seconds since the
-    first, where the pause between two launches counts as one typical interval."""
+    first, where the pause between two launches counts as one typical interval (None: records without
+    times, which have no time axis)."""
+    if not timed:
+        return [dict(rec, elapsed=None) for rec, _ in items]
     elapsed, prev_t, prev_seg = 0.0, None, None
     intervals = [float(b[0]["time"]) - float(a[0]["time"]) for a, b in zip(items, items[1:]) if a[1] == b[1]]
     typical = statistics.median(intervals) if intervals else 0.0
@@ -211,6 +247,30 @@ class RunData:
     scaling: Optional[List[Dict]] = None
     launches: List[Dict] = field(default_factory=list)  # the trainer's training ``launch`` events, in order
     dataset: Dict[str, int] = field(default_factory=dict)  # "classes" and "missing" where known
+    device: Optional[str] = None   # "gpu" or "cpu" where the run's records say what its ranks ran on
+
+
+def run_device(plan: Optional[Dict], launches: List[Dict]) -> Optional[str]:
+    """"gpu" or "cpu" where the run's records say what its ranks ran on, else None: the newest launch's
+    ``device`` where it has one, else the GPUs plan.json gave each resource set (none: a CPU run, whose
+    throughput per GPU would be a wrong label)."""
+    device = launches[-1].get("device") if launches else None
+    if isinstance(device, str) and device.split(":")[0] in ("cuda", "cpu"):
+        return "gpu" if device.startswith("cuda") else "cpu"
+    jsrun = (plan or {}).get("jsrun")
+    gpus = jsrun.get("g") if isinstance(jsrun, dict) else None
+    return None if not is_count(gpus) else "gpu" if gpus > 0 else "cpu"
+
+
+def rank_unit(device: Optional[str]) -> str:
+    """What one rank is, in words: a GPU, a CPU rank, or (unknown) a rank."""
+    return {"gpu": "GPU", "cpu": "CPU rank"}.get(str(device), "rank")
+
+
+def trainer_plan(plan: Optional[Dict]) -> Dict:
+    """plan.json's figures of the built-in trainer (batch, LR, epochs, accumulation), or {} for a user's own
+    command, whose plan holds the recipe's defaults and not what that program does."""
+    return {} if not plan or plan.get("user_command") else plan
 
 
 def training_launches(events: List[Dict]) -> List[Dict]:
@@ -369,26 +429,29 @@ def load(host, run_dir: str, record: Optional[Dict] = None) -> RunData:
             raise UserError(f"{where}/{SCALING} is not a list of scaling rows (nodes, seconds, efficiency) as "
                             "`summit-jobs scaling --json` prints them; regenerate it or remove it.")
     name = str((record or {}).get("name") or os.path.basename(run_dir.rstrip("/")))
-    return RunData(name=name, location=where, metrics=metrics, plan=plan if isinstance(plan, dict) else None,
+    plan = plan if isinstance(plan, dict) else None
+    return RunData(name=name, location=where, metrics=metrics, plan=plan,
                    record=record, complete=host.exists(host.join(run_dir, rundir.COMPLETE)),
                    jobs=_jobs(host, run_dir, record, events), scaling=scaling, launches=launches,
-                   dataset=dataset_facts(host, launches))
+                   dataset=dataset_facts(host, launches), device=run_device(plan, launches))
 
 
 # ---- figures -------------------------------------------------------------------------------
 
 def shapes(run: RunData) -> Dict[str, object]:
-    """Physical and virtual shapes: from plan.json, else from what the trainer logged."""
-    p = run.plan or {}
+    """Physical and virtual shapes: from plan.json, else from what the trainer logged. ``rank_unit`` says what
+    a rank was (the keys say GPUs, as they always have)."""
+    p, t = run.plan or {}, trainer_plan(run.plan)
     last = run.metrics.train[-1] if run.metrics.train else {}
-    k = int(p.get("accum_steps") or last.get("accum_steps") or 1)
+    k = int(t.get("accum_steps") or last.get("accum_steps") or 1)
     ranks = p.get("ranks") or last.get("ranks")
     out: Dict[str, object] = {"physical_nodes": p.get("nodes"), "physical_gpus": ranks, "accum_steps": k,
                               "ranks_per_node": p.get("ranks_per_node"),
-                              "global_batch": last.get("global_batch") or p.get("global_batch"),
-                              "lr": max((float(r["lr"]) for r in run.metrics.train), default=None)}
-    vnodes = p.get("virtual_nodes") or (p.get("nodes") * k if p.get("nodes") else None)
-    vranks = p.get("virtual_ranks") or (ranks * k if ranks else None)
+                              "global_batch": last.get("global_batch") or t.get("global_batch"),
+                              "lr": max((float(r["lr"]) for r in run.metrics.train if "lr" in r), default=None),
+                              "rank_unit": rank_unit(run.device)}
+    vnodes = t.get("virtual_nodes") or (p.get("nodes") * k if p.get("nodes") else None)
+    vranks = t.get("virtual_ranks") or (ranks * k if ranks else None)
     out.update(virtual_nodes=vnodes, virtual_gpus=vranks, trainer_ranks=last.get("ranks"),
                simulated=bool(k > 1 or (vnodes and p.get("nodes") and vnodes != p.get("nodes"))))
     return out
@@ -399,21 +462,27 @@ def _median(values: List[float]) -> Optional[float]:
     return statistics.median(values) if values else None
 
 
+def _last(records: List[Dict], key: str) -> Optional[float]:
+    """The newest record's ``key``, among the records that have it."""
+    return next((r[key] for r in reversed(records) if key in r), None)
+
+
 def summarize(run: RunData) -> Dict[str, object]:
     """The figures of the summary table (fractions as fractions, times in seconds)."""
     m = run.metrics
-    ev = m.eval
+    ev = [r for r in m.eval if "top1" in r]
     best = max(ev, key=lambda r: r["top1"]) if ev else None
-    epochs_planned = (run.plan or {}).get("epochs")
-    fe = fractional_epochs(m.train)
+    epochs_planned = trainer_plan(run.plan).get("epochs")
+    fe = fractional_epochs(m.train) if has_epochs(m.train) else []
+    last = m.train[-1] if m.train else {}
     out: Dict[str, object] = {
         "run": run.name, "location": run.location, "complete": run.complete,
         "epochs_done": round(fe[-1], 3) if fe else None, "epochs_planned": epochs_planned,
-        "steps": int(m.train[-1]["step"]) if m.train else None,
-        "final_train_loss": m.train[-1]["loss"] if m.train else None,
-        "final_train_top1": m.train[-1]["top1"] if m.train else None,
+        "steps": int(last["step"]) if last else None,
+        "final_train_loss": _last(m.train, "loss"), "final_train_top1": _last(m.train, "top1"),
         "final_eval_top1": ev[-1]["top1"] if ev else None, "final_eval_top5": ev[-1].get("top5") if ev else None,
-        "best_eval_top1": best["top1"] if best else None, "best_eval_epoch": int(best["epoch"]) + 1 if best else None,
+        "best_eval_top1": best["top1"] if best else None,
+        "best_eval_epoch": int(best["epoch"]) + 1 if best and "epoch" in best else None,
         "test_top1_mean": None, "test_top1_std": None, "test_views": None, "test_checkpoints": None,
         "clips_per_s_median": _median([r.get("clips_per_s") for r in m.train]),
         "data_wait_frac_median": _median([r.get("data_wait_frac") for r in m.train]),
@@ -426,7 +495,7 @@ def summarize(run: RunData) -> Dict[str, object]:
     }
     if m.test_summary:
         s = m.test_summary
-        out.update(test_top1_mean=s["top1"], test_top1_std=s.get("top1_std"), test_views=s.get("views"),
+        out.update(test_top1_mean=s.get("top1"), test_top1_std=s.get("top1_std"), test_views=s.get("views"),
                    test_checkpoints=len(s.get("checkpoints") or []))
     if run.scaling:
         out["scaling"] = [{"nodes": r["nodes"], "seconds": r["seconds"], "efficiency": r["efficiency"]}
@@ -507,68 +576,92 @@ def _panel(xlabel: str, ylabel: str, **extra: object) -> Dict:
     return {"xlabel": xlabel, "ylabel": ylabel, "series": [], "vlines": [], "hlines": [], "points": [], **extra}
 
 
-def _panels(unit: str) -> Dict[str, Dict]:
-    time_axis = f"training time ({unit})"
-    return {"loss_e": _panel("epoch", "loss"), "loss_t": _panel(time_axis, "loss"),
-            "acc_e": _panel("epoch", "top-1 (%)", ylim=[0, 100]),
+def _panels(unit: str, by_epoch: bool, per: str) -> Dict[str, Dict]:
+    """The panels, empty. ``by_epoch``: the runs' records all say their epoch (else steps are the axis);
+    ``per``: what one rank is, for the throughput per rank."""
+    time_axis, x = f"training time ({unit})", "epoch" if by_epoch else "step"
+    return {"loss_e": _panel(x, "loss"), "loss_t": _panel(time_axis, "loss"),
+            "acc_e": _panel(x, "top-1 (%)", ylim=[0, 100]),
             "acc_t": _panel(time_axis, "top-1 (%)", ylim=[0, 100]),
-            "top5_e": _panel("epoch", "top-5 (%)", ylim=[0, 100]), "lr": _panel("step", "learning rate"),
+            "top5_e": _panel(x, "top-5 (%)", ylim=[0, 100]), "lr": _panel("step", "learning rate"),
             "speed": _panel("step", "clips/s (all ranks)", ylim=[0, None]),
             "wait": _panel("step", "data wait (% of step time)", ylim=[0, 100]),
-            "per_gpu": _panel("step", "clips/s per GPU", ylim=[0, None])}
+            "per_gpu": _panel("step", f"clips/s per {per}", ylim=[0, None])}
+
+
+def _epoch_axis(run: RunData) -> bool:
+    """Whether the run's train and eval records all say their epoch (a user's program may not)."""
+    return has_epochs(run.metrics.train) and all("epoch" in r for r in run.metrics.eval)
 
 
 class _RunCurves:
-    """One run's lines and marks in the report's panels: one colour per run, train dashed, eval solid."""
+    """One run's lines and marks in the report's panels: one colour per run, train dashed, eval solid.
+    A series is added only where the run has records with its figure: no empty legend entry."""
 
     def __init__(self, panels: Dict[str, Dict], run: RunData, index: int, tag: str, scale: float,
-                 smooth: Optional[int]):
+                 smooth: Optional[int], by_epoch: bool = True, per: str = "GPU"):
         m = run.metrics
-        self.panels, self.run, self.tag, self.color = panels, run, tag, f"C{index % 10}"
+        self.panels, self.run, self.tag, self.color, self.per = panels, run, tag, f"C{index % 10}", per
+        self.by_epoch = by_epoch
         self.steps = [int(r["step"]) for r in m.train]
-        self.axes = {"e": fractional_epochs(m.train), "t": [r["elapsed"] / scale for r in m.train]}
-        self.eval_axes = {"e": [int(r["epoch"]) + 1 for r in m.eval], "t": [r["elapsed"] / scale for r in m.eval]}
+        self.axes = {"e": fractional_epochs(m.train) if by_epoch else [float(s) for s in self.steps]}
+        self.eval_axes = {"e": [float(int(r["epoch"]) + 1 if by_epoch else r["step"]) for r in m.eval]}
+        if m.active_seconds is not None:    # records with times: the time axis
+            self.axes["t"] = [r["elapsed"] / scale for r in m.train]
+            self.eval_axes["t"] = [r["elapsed"] / scale for r in m.eval]
         self.window = smooth_window(m.train, smooth)
 
-    def _train(self, key: str, axis: str, label: str, ys: List[float]) -> None:
-        """The train curve, faint under its moving average when smoothed."""
-        xs, style = self.axes[axis], {"color": self.color, "style": "dashed"}
-        if not self.window:
-            self.panels[key]["series"].append(_series(label, xs, ys, **style))
+    def _add(self, key: str, series: Dict) -> None:
+        if series["x"]:
+            self.panels[key]["series"].append(series)
+
+    def _train(self, key: str, axis: str, label: str, field_: str, scale: float) -> None:
+        """The train curve of ``field_`` over the records that have it, faint under its moving average when
+        smoothed."""
+        train = self.run.metrics.train
+        have = [(x, st, scale * float(r[field_])) for x, st, r in zip(self.axes[axis], self.steps, train)
+                if field_ in r]
+        xs, steps, ys = [h[0] for h in have], [h[1] for h in have], [h[2] for h in have]
+        style = {"color": self.color, "style": "dashed"}
+        if not self.window or not have:
+            self._add(key, _series(label, xs, ys, **style))
             return
-        self.panels[key]["series"] += [
-            _series(label, xs, ys, alpha=0.3, **style),
-            _series(f"{label} ({self.window}-step mean)", xs, moving_average(self.steps, ys, self.window), **style)]
+        self._add(key, _series(label, xs, ys, alpha=0.3, **style))
+        self._add(key, _series(f"{label} ({self.window}-step mean)", xs, moving_average(steps, ys, self.window),
+                               **style))
 
     def curves(self) -> None:
         m, tag, solid = self.run.metrics, self.tag, {"color": self.color, "style": "solid"}
-        for axis in ("e", "t"):
+        for axis in self.axes:
             for key, name, field_, scale in (("loss", "", "loss", 1.0), ("acc", " top-1", "top1", 100.0),
                                              ("top5", " top-5", "top5", 100.0)):
                 if f"{key}_{axis}" not in self.panels:
                     continue
-                self._train(f"{key}_{axis}", axis, f"{tag}train{name}", [scale * float(r.get(field_) or 0.0)
-                                                                         for r in m.train])
-                ev = [r for r in m.eval if r.get(field_) is not None]
-                xs = [x for x, r in zip(self.eval_axes[axis], m.eval) if r.get(field_) is not None]
-                self.panels[f"{key}_{axis}"]["series"].append(
-                    _series(f"{tag}eval{name}", xs, [scale * float(r[field_]) for r in ev], **solid))
-        for key, label, ys in (("lr", "lr", [r["lr"] for r in m.train]),
-                               ("speed", "clips/s", [r["clips_per_s"] for r in m.train]),
-                               ("wait", "data wait", [100 * r["data_wait_frac"] for r in m.train]),
-                               ("per_gpu", "clips/s per GPU", [r["clips_per_s"] / max(int(r.get("ranks") or 1), 1)
-                                                               for r in m.train])):
-            self.panels[key]["series"].append(_series(tag + label, self.steps, ys, **solid))
+                self._train(f"{key}_{axis}", axis, f"{tag}train{name}", field_, scale)
+                have = [(x, scale * float(r[field_])) for x, r in zip(self.eval_axes[axis], m.eval) if field_ in r]
+                self._add(f"{key}_{axis}", _series(f"{tag}eval{name}", [h[0] for h in have], [h[1] for h in have],
+                                                   **solid))
+        for key, label, field_, value in (
+                ("lr", "lr", "lr", lambda r: r["lr"]), ("speed", "clips/s", "clips_per_s", lambda r: r["clips_per_s"]),
+                ("wait", "data wait", "data_wait_frac", lambda r: 100 * r["data_wait_frac"]),
+                ("per_gpu", f"clips/s per {self.per}", "clips_per_s",
+                 lambda r: r["clips_per_s"] / max(int(r.get("ranks") or 1), 1))):
+            have = [(st, value(r)) for st, r in zip(self.steps, m.train) if field_ in r]
+            self._add(key, _series(tag + label, [h[0] for h in have], [h[1] for h in have], **solid))
 
     def marks(self) -> None:
-        """Chain boundaries (vertical), chance (horizontal) and the multi-clip test (points)."""
+        """Chain boundaries (vertical: plots.py draws them as thin marks with no legend entry, since a chain of
+        19 links would bury the curves under 19 entries; the figure's note says what they are), chance
+        (horizontal) and the multi-clip test (points)."""
         for b in chain_boundaries(self.run):
-            label = f"{self.tag}launch {b['launch']} from step {b['step']}"
             for key, panel in self.panels.items():
                 axis = key.rsplit("_", 1)[-1]
+                if axis in ("e", "t") and axis not in self.axes:
+                    continue       # no time axis: records without times
                 x = at_step(b["step"], self.steps, self.axes[axis]) if axis in self.axes else float(b["step"])
                 if x is not None:
-                    panel["vlines"].append({"x": x, "label": label, "color": self.color})
+                    panel["vlines"].append({"x": x, "label": f"{self.tag}launch {b['launch']} from step {b['step']}",
+                                            "color": self.color})
         classes = self.run.dataset.get("classes")
         if classes:
             for key, y in (("acc_e", 100 / classes), ("acc_t", 100 / classes), ("top5_e", min(100.0, 500 / classes))):
@@ -576,26 +669,54 @@ class _RunCurves:
                 if line not in self.panels[key]["hlines"]:
                     self.panels[key]["hlines"].append(line)
         for r in self.run.metrics.test:
+            if self.by_epoch and "epoch" not in r:
+                continue
             label = f"{self.tag}test {test_protocol(r, self.run)}"
+            x = float(int(r["epoch"]) + 1) if self.by_epoch else float(r["step"])
             for key, field_ in (("acc_e", "top1"), ("top5_e", "top5")):
-                if isinstance(r.get(field_), (int, float)):
-                    self.panels[key]["points"].append({"x": float(int(r["epoch"]) + 1), "y": 100 * float(r[field_]),
-                                                       "label": label, "color": self.color})
+                if field_ in r:
+                    self.panels[key]["points"].append({"x": x, "y": 100 * float(r[field_]), "label": label,
+                                                       "color": self.color})
+
+
+def _drawn(panel: Dict) -> bool:
+    """Whether a panel has data to show (chance lines and chain marks alone are no plot)."""
+    return any(s["x"] for s in panel["series"]) or bool(panel["points"])
+
+
+def _title(runs: List[RunData]) -> str:
+    """The runs' names, each run that has no COMPLETE marked as such (its curves stop where it is now)."""
+    return " vs ".join(r.name + ("" if r.complete else " (not complete)") for r in runs)
+
+
+def _note(runs: List[RunData]) -> Optional[str]:
+    """What the figure's marks mean, in a line under it."""
+    bounds = [(r.name, len(chain_boundaries(r))) for r in runs]
+    parts = [f"{name}: {n} chain boundar{'y' if n == 1 else 'ies'}" if len(runs) > 1 else
+             f"{n} chain boundar{'y' if n == 1 else 'ies'}" for name, n in bounds if n]
+    if not parts:
+        return None
+    return "thin vertical marks: where a chain link resumed the run (" + "; ".join(parts) + ")"
 
 
 def figures(runs: List[RunData], smooth: Optional[int] = None) -> Dict[str, Dict]:
-    """The plots' data: file name -> {"title", "panels"}; the first run is the report's, the others compared.
-    ``smooth``: steps of the train curves' moving average (None: 1/SMOOTH_SHARE of each run's steps)."""
-    longest = max(r.metrics.active_seconds for r in runs)
+    """The plots' data: file name -> {"title", "panels", "note"?}; the first run is the report's, the others
+    compared. ``smooth``: steps of the train curves' moving average (None: 1/SMOOTH_SHARE of each run's steps).
+    A panel with nothing to draw is left out, and a plot whose panels all are."""
+    spans = [r.metrics.active_seconds for r in runs]
+    longest = max((s for s in spans if s is not None), default=0.0)
     unit, scale = ("s", 1.0) if longest < 120 else ("min", 60.0) if longest < 7200 else ("h", 3600.0)
-    panels = _panels(unit)
+    by_epoch = all(_epoch_axis(r) for r in runs)
+    units = {rank_unit(r.device) for r in runs}
+    per = units.pop() if len(units) == 1 else "rank"
+    panels = _panels(unit, by_epoch, per)
     for i, run in enumerate(runs):
         name = run.name if run.name not in [r.name for r in runs[:i]] else f"{run.name} #{i + 1}"
-        curves = _RunCurves(panels, run, i, f"{name}: " if len(runs) > 1 else "", scale, smooth)
+        curves = _RunCurves(panels, run, i, f"{name}: " if len(runs) > 1 else "", scale, smooth, by_epoch, per)
         curves.curves()
         curves.marks()
-    title = " vs ".join(r.name for r in runs)
-    return {
+    title, note = _title(runs), _note(runs)
+    figs = {
         "loss.png": {"title": f"Loss: {title}", "panels": [panels["loss_e"], panels["loss_t"]]},
         "accuracy.png": {"title": f"Accuracy: {title}",
                          "panels": [panels["acc_e"], panels["acc_t"], panels["top5_e"]]},
@@ -603,6 +724,12 @@ def figures(runs: List[RunData], smooth: Optional[int] = None) -> Dict[str, Dict
         "throughput.png": {"title": f"Throughput and input pipeline: {title}",
                            "panels": [panels["speed"], panels["wait"], panels["per_gpu"]]},
     }
+    out = {}
+    for name, fig in figs.items():
+        shown = [p for p in fig["panels"] if _drawn(p)]
+        if shown:
+            out[name] = dict(fig, panels=shown, **({"note": note} if note else {}))
+    return out
 
 
 # ---- text ----------------------------------------------------------------------------------
@@ -679,15 +806,16 @@ def _shape_rows(s: Dict[str, object]) -> List[Tuple[str, str]]:
     ran = sh.get("trainer_ranks")
     differs = ran and sh.get("physical_gpus") and ran != sh["physical_gpus"]
     note = f" (the trainer logged {ran} ranks)" if differs else ""
+    unit = str(sh.get("rank_unit") or "rank")   # what the run's records say a rank was
     if sh.get("simulated"):
         out.append(("virtual shape", f"{_count(sh.get('virtual_nodes'), 'node')}, "
-                                     f"{_count(sh.get('virtual_gpus'), 'GPU')}"))
+                                     f"{_count(sh.get('virtual_gpus'), unit)}"))
         out.append(("physical shape", f"{_count(sh.get('physical_nodes'), 'node')}, "
-                                      f"{_count(sh.get('physical_gpus'), 'GPU')}, "
+                                      f"{_count(sh.get('physical_gpus'), unit)}, "
                                       f"k = {sh.get('accum_steps')} accumulation steps{note}"))
     elif sh.get("physical_nodes") or sh.get("physical_gpus"):
         out.append(("shape", f"{_count(sh.get('physical_nodes'), 'node')}, "
-                             f"{_count(sh.get('physical_gpus'), 'GPU')}{note}"))
+                             f"{_count(sh.get('physical_gpus'), unit)}{note}"))
     if sh.get("global_batch"):
         lr = f", peak LR {sh['lr']:.4g}" if sh.get("lr") else ""
         out.append(("global batch", f"{sh['global_batch']} clips{lr}"))
@@ -825,7 +953,7 @@ def _draw(runs: List[RunData], figs: Dict[str, Dict], out: Path, progress: bool)
     files: List[str] = []
     with Progress("report", n, "plots", enabled=progress) as bar:
         for name, fig in list(figs.items()):
-            plots.panels_plot(fig["panels"], str(out / name), fig["title"])
+            plots.panels_plot(fig["panels"], str(out / name), fig["title"], fig.get("note"))
             files.append(name)
             bar.update(len(files), name)
         if runs[0].scaling:
@@ -848,9 +976,10 @@ def write(runs: List[RunData], out: Path, force: bool = False, progress: bool = 
     diff = compare(summaries[0], summaries[1]) if len(runs) > 1 else None
     figs = figures(runs, smooth)
     files = _draw(runs, figs, out, progress)
-    stale = out / "scaling.png"
-    if "scaling.png" not in files and stale.exists():
-        stale.unlink()   # a previous report's projection would otherwise pass for this run's
+    for name in PLOTS + ("scaling.png",):
+        stale = out / name
+        if name not in files and stale.exists():
+            stale.unlink()   # a previous report's plot (or projection) would otherwise pass for this run's
     doc = {"generator": GENERATOR, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "summary": summaries[0],
            "compare": summaries[1:] and summaries[1] or None, "difference": diff,
            "verdict": verdict(summaries, diff) if diff else None, "files": files + ["report.md"],

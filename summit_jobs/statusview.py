@@ -12,9 +12,16 @@ the trainer's ``launch`` events (one per start, with the job id and the time)
 cut the records into one stretch per job. The ETA is the steps left divided
 by the steps per second over the newest records of the newest stretch (a
 stretch never spans the pause between two links).
+
+A user's own program (``submit --command``) writes no ``launch`` event and
+records as little as ``{"kind": "train", "step": ..., "loss": ...}``: its
+records belong to the newest job of its run that has started, a rate needs
+records with a ``time``, and its total is the one declared at submit
+(``--total-steps``, in plan.json).
 """
 from __future__ import annotations
 
+import bisect
 import calendar
 import math
 import re
@@ -26,6 +33,11 @@ from trainer import rundir
 
 #: Records the steps-per-second rate is measured over (the newest of the job's stretch).
 RATE_WINDOW = 20
+#: A pause between two records longer than this many of their usual intervals (plus a minute) is a queue
+#: wait between two links: the rate is measured after it.
+PAUSE_FACTOR, PAUSE_SLACK_S = 3.0, 60.0
+#: LSF states of a job whose program runs (or is suspended while running).
+RUNNING = ("RUN", "USUSP", "SSUSP")
 #: Columns of the table, in order; the optional ones are dropped first on a narrow terminal.
 COLUMNS = ("RUN", "JOB", "LINK", "STATE", "EPOCH", "STEP", "CLIPS/S", "ETA", "LAST EVENT")
 OPTIONAL = ("CLIPS/S", "EPOCH", "ETA")
@@ -51,10 +63,16 @@ def is_time(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
+def is_count(value: object) -> bool:
+    """A whole number of at least 0 (not a bool: JSON's true would pass for 1)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
 def keep_record(rec: Dict) -> bool:
-    """A metrics record status can use: a train or eval record with a whole step and a time."""
-    return (rec.get("kind") in ("train", "eval") and isinstance(rec.get("step"), int)
-            and not isinstance(rec.get("step"), bool) and is_time(rec.get("time")))
+    """A metrics record status can use: a train or eval record with a whole step. Every other figure is
+    optional (a user's program may write only the step and loss) and read only where it is a number: a
+    record without a usable time counts for the step, not for the rate."""
+    return rec.get("kind") in ("train", "eval") and is_count(rec.get("step"))
 
 
 def keep_event(rec: Dict) -> bool:
@@ -80,26 +98,46 @@ def train_launches(events: Sequence[Dict]) -> List[Dict]:
     return sorted(out, key=lambda e: e["time"])
 
 
-def stretches(files: RunFiles) -> Dict[str, List[Dict]]:
-    """Records by the job that wrote them: each record goes to the newest launch before it."""
+def stretches(files: RunFiles, newest_job: Optional[str] = None) -> Dict[str, List[Dict]]:
+    """Records by the job that wrote them, in file order: each record goes to the newest launch before it (a
+    record without a time to the same job as the record before it). A run without launch events (a user's
+    own program) gives all its records to ``newest_job``, the newest job of the run that has started."""
     starts = train_launches(files.events)
+    if not starts:
+        return {newest_job: list(files.records)} if newest_job and files.records else {}
+    times = [s["time"] for s in starts]
     out: Dict[str, List[Dict]] = {}
-    i = -1
-    for rec in sorted(files.records, key=lambda r: r["time"]):
-        while i + 1 < len(starts) and starts[i + 1]["time"] <= rec["time"]:
-            i += 1
-        if i >= 0:
-            out.setdefault(str(starts[i].get("job", "")), []).append(rec)
+    job: Optional[str] = None
+    for rec in files.records:
+        if is_time(rec.get("time")):
+            i = bisect.bisect_right(times, rec["time"]) - 1
+            job = str(starts[i].get("job", "")) if i >= 0 else None
+        if job is not None:
+            out.setdefault(job, []).append(rec)
     return out
 
 
+def newest_started(rows: Sequence[Dict], chain_ids: Sequence[str]) -> Optional[str]:
+    """The job id of the newest link that has started: a running one, else the newest that ended."""
+    order = {jid: i for i, jid in enumerate(chain_ids)}
+    ordered = sorted(rows, key=lambda r: order.get(str(r.get("job_id")), len(order)))
+    for states in (RUNNING, ("DONE", "EXIT", "UNKNOWN")):
+        found = [r for r in ordered if r.get("state") in states]
+        if found:
+            return str(found[-1].get("job_id"))
+    return None
+
+
 def total_steps(files: RunFiles) -> Optional[int]:
-    """The run's last step: the newest launch's ``total_steps`` (or, for runs written before it, the
-    first finished epoch's length times the epochs), at most ``--max-steps``."""
+    """The run's last step: the newest launch's ``total_steps``, else the total a user's command declared
+    (``--total-steps``, in plan.json), else (runs written before launches said it) the first finished epoch's
+    length times the epochs; at most ``--max-steps``."""
     starts = train_launches(files.events)
     newest = starts[-1] if starts else {}
     options = newest.get("options") if isinstance(newest.get("options"), dict) else {}
     total = newest.get("total_steps")
+    if not isinstance(total, int) or isinstance(total, bool) or total <= 0:
+        total = files.plan.get("total_steps")
     if not isinstance(total, int) or isinstance(total, bool) or total <= 0:
         total = _total_from_epochs(files.records, epochs_of(files))
     limit = options.get("max_steps")
@@ -110,8 +148,7 @@ def total_steps(files: RunFiles) -> Optional[int]:
 
 def _total_from_epochs(records: Sequence[Dict], epochs: Optional[int]) -> Optional[int]:
     """Steps of the first epoch (its last train record's step) times the epochs, once that epoch ended."""
-    train = [r for r in records if r.get("kind") == "train" and isinstance(r.get("epoch"), int)
-             and not isinstance(r.get("epoch"), bool)]
+    train = [r for r in records if r.get("kind") == "train" and is_count(r.get("epoch"))]
     if not epochs or not any(r["epoch"] > 0 for r in train):
         return None
     first = max(r["step"] for r in train if r["epoch"] == 0) if any(r["epoch"] == 0 for r in train) else 0
@@ -119,24 +156,39 @@ def _total_from_epochs(records: Sequence[Dict], epochs: Optional[int]) -> Option
 
 
 def epochs_of(files: RunFiles) -> Optional[int]:
-    """The run's epochs: the newest launch's ``--epochs``, else the plan's."""
+    """The run's epochs: the newest launch's ``--epochs``, else the plan's (not for a user's own command:
+    the plan's epochs are then the built-in recipe's, not the program's)."""
     starts = train_launches(files.events)
     options = starts[-1].get("options") if starts else None
     value = options.get("epochs") if isinstance(options, dict) else None
-    if not isinstance(value, int):
+    if not isinstance(value, int) and not files.plan.get("user_command"):
         value = files.plan.get("epochs")
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
 # -- rate and ETA ------------------------------------------------------------------------------------
 def steps_per_second(train: Sequence[Dict], window: int = RATE_WINDOW) -> Optional[float]:
-    """Steps per second over the newest ``window`` train records of one job (None below two records)."""
-    recent = list(train)[-window:]
+    """Steps per second over the newest ``window`` train records of one job that have a time (None below two
+    records)."""
+    recent = [r for r in train if is_time(r.get("time"))][-window:]
     if len(recent) < 2:
         return None
     steps = recent[-1]["step"] - recent[0]["step"]
     seconds = recent[-1]["time"] - recent[0]["time"]
     return steps / seconds if steps > 0 and seconds > 0 else None
+
+
+def since_pause(train: Sequence[Dict]) -> List[Dict]:
+    """The records with times after the last pause much longer than their usual interval: the queue wait
+    between two links, when one job's records span both (a user's program writes no launch event to cut
+    them, and a rate across the wait would be far too low)."""
+    timed = [r for r in train if is_time(r.get("time"))]
+    gaps = [b["time"] - a["time"] for a, b in zip(timed, timed[1:])]
+    if len(gaps) < 2:
+        return timed
+    usual = sorted(gaps)[len(gaps) // 2]
+    cuts = [i + 1 for i, g in enumerate(gaps) if g > PAUSE_FACTOR * usual + PAUSE_SLACK_S]
+    return timed[cuts[-1]:] if cuts else timed
 
 
 def eta_seconds(train: Sequence[Dict], total: Optional[int]) -> Optional[float]:
@@ -170,6 +222,8 @@ def event_text(e: Dict) -> str:
         return f"checkpoint at step {step}"
     if kind == "exit":
         return f"ended with exit code {e.get('code')}" if e.get("code") is not None else "ended"
+    if kind == "chain_stopped":
+        return f"chain stopped before COMPLETE: {e.get('reason') or 'no reason recorded'}"
     return str(kind)
 
 
@@ -179,6 +233,10 @@ def _stop_reason(reason: str) -> str:
     if reason.startswith("signal "):
         return reason[len("signal "):]
     return f"{reason} reached" if reason else "stopped"
+
+
+#: Events that say how a job ended, kept over the bare "ended with exit code" once LSF reports the end.
+FINAL_EVENTS = ("stopped", "complete", "already_complete", "chain_stopped")
 
 
 def last_event(job: str, files: RunFiles, mine: Sequence[Dict], row: Dict) -> Optional[Dict]:
@@ -191,10 +249,10 @@ def last_event(job: str, files: RunFiles, mine: Sequence[Dict], row: Dict) -> Op
     found = [e for e in rundir.job_events(files.events, job) if is_time(e.get("time"))]
     newest = max(found, key=lambda e: e["time"]) if found else None
     ckpt = _checkpoint_event(files.checkpoints, mine)
-    if ckpt is not None and (newest is None or ckpt["time"] > newest["time"]):
+    if ckpt is not None and (newest is None or (is_time(ckpt["time"]) and ckpt["time"] > newest["time"])):
         newest = ckpt
     ended = row.get("state") in ("DONE", "EXIT")
-    if ended and (newest is None or newest.get("event") not in ("stopped", "complete", "already_complete")):
+    if ended and (newest is None or newest.get("event") not in FINAL_EVENTS):
         newest = {"event": "exit", "code": row.get("exit_code"), "time": parse_lsf_time(row.get("finish_time"))}
     if newest is None:
         return None
@@ -202,12 +260,14 @@ def last_event(job: str, files: RunFiles, mine: Sequence[Dict], row: Dict) -> Op
 
 
 def _checkpoint_event(checkpoints: Sequence[int], mine: Sequence[Dict]) -> Optional[Dict]:
-    """The newest checkpoint, when this job wrote it: the job's newest record at that step gives its time."""
+    """The newest checkpoint, when this job wrote it: the job's newest record at that step gives its time
+    (None when that record has none)."""
     if not checkpoints or not mine:
         return None
     step = max(checkpoints)
     at = [r for r in mine if r["step"] == step]
-    return {"event": "checkpoint", "step": step, "time": at[-1]["time"]} if at else None
+    when = at[-1].get("time") if at else None
+    return {"event": "checkpoint", "step": step, "time": when if is_time(when) else None} if at else None
 
 
 def parse_lsf_time(text: object, now: Optional[float] = None) -> Optional[float]:
@@ -232,10 +292,11 @@ def parse_lsf_time(text: object, now: Optional[float] = None) -> Optional[float]
 # -- the facts added to each row (the JSON keys) -----------------------------------------------------
 def add_facts(rows: Sequence[Dict], files: RunFiles) -> None:
     """Add to each row of one run: ``link``, ``links``, ``more_links``, ``epoch``, ``epochs``, ``step``,
-    ``total_steps``, ``clips_per_s``, ``eta_s`` and ``last_event`` (None where unknown)."""
-    by_job = stretches(files)
-    total, epochs = total_steps(files), epochs_of(files)
+    ``total_steps``, ``clips_per_s``, ``steps_per_s``, ``eta_s`` and ``last_event`` (None where unknown)."""
     ids = list(files.chain_ids)
+    by_job = stretches(files, newest_started(rows, ids))
+    total, epochs = total_steps(files), epochs_of(files)
+    launched = bool(train_launches(files.events))
     last_open = any(r.get("state") in ("PEND", "RUN", "PSUSP", "USUSP", "SSUSP") for r in rows
                     if ids and r.get("job_id") == ids[-1])
     more = bool(files.plan.get("until_complete")) and not files.complete and last_open
@@ -248,19 +309,32 @@ def add_facts(rows: Sequence[Dict], files: RunFiles) -> None:
         row["links"] = len(ids) if jid in ids else None
         row["more_links"] = more if jid in ids else False
         epoch = newest.get("epoch") if newest else None
-        row["epoch"] = epoch + 1 if isinstance(epoch, int) and not isinstance(epoch, bool) else None
+        row["epoch"] = epoch + 1 if is_count(epoch) else None
         row["epochs"] = epochs
         row["step"] = newest["step"] if newest else None
         row["total_steps"] = total
         rate = newest.get("clips_per_s") if newest else None
         row["clips_per_s"] = round(float(rate), 2) if is_time(rate) else None
+        paced = train if launched else since_pause(train)   # the newest link's records, without launches
+        steps = steps_per_second(paced)
+        row["steps_per_s"] = round(steps, 3) if steps is not None else None
         row["last_event"] = last_event(jid, files, mine, row)
-        row["eta_s"] = _eta(row, train, total, files.complete)
+        row["chain_stopped"] = chain_stop_reason(jid, files)
+        row["eta_s"] = _eta(row, paced, total, files.complete)
+
+
+def chain_stop_reason(job: str, files: RunFiles) -> Optional[str]:
+    """Why the chain ended at this link before COMPLETE (its ``chain_stopped`` event), or None: a chain
+    that stops early must never look like one that finished."""
+    stops = [e for e in rundir.job_events(files.events, job) if e.get("event") == "chain_stopped"]
+    if not stops or files.complete:
+        return None
+    return str(stops[-1].get("reason") or "no reason recorded")
 
 
 def _eta(row: Dict, train: Sequence[Dict], total: Optional[int], complete: bool) -> Optional[float]:
     """The ETA of a job that is training (a finished, waiting or stopping one has none)."""
-    ended = (row.get("last_event") or {}).get("event") in ("stopped", "complete", "already_complete")
+    ended = (row.get("last_event") or {}).get("event") in FINAL_EVENTS
     if row.get("state") != "RUN" or complete or ended:
         return None
     eta = eta_seconds(train, total)
@@ -269,7 +343,8 @@ def _eta(row: Dict, train: Sequence[Dict], total: Optional[int], complete: bool)
 
 def blank_facts(row: Dict) -> None:
     """The keys add_facts gives, for a job of no known run (named by its id alone)."""
-    for key in ("link", "links", "epoch", "epochs", "step", "total_steps", "clips_per_s", "eta_s", "last_event"):
+    for key in ("link", "links", "epoch", "epochs", "step", "total_steps", "clips_per_s", "steps_per_s", "eta_s",
+                "last_event", "chain_stopped"):
         row.setdefault(key, None)
     row.setdefault("more_links", False)
 
@@ -316,27 +391,49 @@ def event_cell(row: Dict, now: float) -> str:
     if row.get("state") == "PEND" and not ev:
         return f"waiting: {row.get('reason')}" if row.get("reason") else "waiting"
     if not ev:
-        return "running; the trainer has recorded nothing yet" if row.get("state") == "RUN" else "-"
+        if row.get("state") != "RUN":
+            return "-"
+        # a user's program writes metrics and no events: its step is in the STEP column
+        return "running; no events recorded" if row.get("step") is not None else \
+            "running; nothing recorded yet"
     when = ev.get("time")
     # the age first: on a narrow terminal the cell is cut at its end, and the age is the short part
     return (f"{age(now - when)} ago: " if is_time(when) else "") + ev["text"]
 
 
-def cells(row: Dict, now: float) -> Dict[str, str]:
-    """One row's text per column."""
+def rate_header(rows: Sequence[Dict]) -> str:
+    """The rate column's heading: CLIPS/S (the built-in trainer's records say it), STEPS/S (a user's program
+    whose records say no clips/s), or RATE when the table holds both kinds, each cell then with its unit."""
+    kinds = {"clips" if r.get("clips_per_s") is not None else "steps" for r in rows if r.get("step") is not None}
+    return "RATE" if len(kinds) > 1 else "STEPS/S" if kinds == {"steps"} else "CLIPS/S"
+
+
+def rate_cell(row: Dict, units: bool = False) -> str:
+    """Clips per second where the records say it, else steps per second (``units``: with the unit)."""
+    clips, steps = row.get("clips_per_s"), row.get("steps_per_s")
+    if clips is not None:
+        return f"{clips:.1f}" + (" clips/s" if units else "")
+    if steps is not None:
+        return (f"{steps:.1f}" if steps >= 1 else f"{steps:.2g}") + (" steps/s" if units else "")
+    return "-"
+
+
+def cells(row: Dict, now: float, units: bool = False) -> Dict[str, str]:
+    """One row's text per column (``units``: the rate with its unit, for a table of both kinds)."""
     link = "-" if row.get("link") is None else f"{row['link']}/{row['links']}" + ("+" if row.get("more_links") else "")
-    rate = row.get("clips_per_s")
     return {"RUN": str(row.get("run")), "JOB": str(row.get("job_id")), "LINK": link, "STATE": state_text(row),
             "EPOCH": _of(row.get("epoch"), row.get("epochs")), "STEP": _of(row.get("step"), row.get("total_steps")),
-            "CLIPS/S": "-" if rate is None else f"{rate:.1f}", "ETA": age(row.get("eta_s")),
-            "LAST EVENT": event_cell(row, now)}
+            "CLIPS/S": rate_cell(row, units), "ETA": age(row.get("eta_s")), "LAST EVENT": event_cell(row, now)}
 
 
 def notes(rows: Sequence[Dict]) -> List[str]:
     """A line per job whose state has an explanation (a failure, a cancel, UNKNOWN): LSF's or this tool's
     reason, which the table has no room for. A waiting job's reason is in its event column instead."""
-    return [f"job {r.get('job_id')}: {r.get('reason')}" for r in rows
-            if r.get("reason") and r.get("state") != "PEND"]
+    lines = [f"job {r.get('job_id')}: {r.get('reason')}" for r in rows
+             if r.get("reason") and r.get("state") != "PEND"]
+    return lines + [f"job {r.get('job_id')}: the chain stopped before COMPLETE: {r['chain_stopped']}; "
+                    f"submit again with the same --run-dir and --until-complete to go on from the last checkpoint"
+                    for r in rows if r.get("chain_stopped")]
 
 
 # -- the table -----------------------------------------------------------------------------------------
@@ -377,12 +474,13 @@ def table(rows: Sequence[Dict], now: float, width: Optional[int] = None, colour:
           ellipsis: str = "\u2026") -> List[str]:
     """The table's lines: a header, a line per job, then the notes. ``width``: fit a terminal that wide
     (no line longer; the run name and the event cut with an ellipsis); None: every value whole (logs)."""
-    body = [cells(r, now) for r in rows]
-    natural = {c: max([len(c)] + [len(b[c]) for b in body]) for c in COLUMNS}
+    heads = dict({c: c for c in COLUMNS}, **{"CLIPS/S": rate_header(rows)})
+    body = [cells(r, now, heads["CLIPS/S"] == "RATE") for r in rows]
+    natural = {c: max([len(heads[c])] + [len(b[c]) for b in body]) for c in COLUMNS}
     widths = natural if width is None else fit(natural, width)
     if width is not None and sum(widths.values()) + len(GAP) * (len(widths) - 1) > width:
         colour = False   # the lines are cut at the width: no escape code may be cut in half
-    lines = [_line({c: c for c in widths}, widths, ellipsis, None)]
+    lines = [_line({c: heads[c] for c in widths}, widths, ellipsis, None)]
     lines += [_line(b, widths, ellipsis, COLOURS.get(str(r.get("state"))) if colour else None)
               for b, r in zip(body, rows)]
     lines += notes(rows)

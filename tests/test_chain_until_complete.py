@@ -178,6 +178,13 @@ def test_a_link_whose_next_bsub_is_refused_ends_non_zero_and_says_why(lsf_env, t
     stopped = [e for e in events if e["event"] == "chain_stopped"]
     assert len(stopped) == 1 and stopped[0]["exit"] == 1 and stopped[0]["job"] == first[0], events
     assert "Request aborted by esub. Job not submitted." in stopped[0]["reason"]
+    # status says it, in the table and in --json: a chain that stopped early never looks finished
+    assert "Request aborted by esub" in rows[0]["chain_stopped"]
+    assert rows[0]["last_event"]["event"] == "chain_stopped" and rows[0]["more_links"] is False
+    table = cli(["status", str(run_dir)], env, timeout=60)
+    assert table.returncode == 0, table.stderr
+    assert f"job {first[0]}: the chain stopped before COMPLETE: " in table.stdout, table.stdout
+    assert "--until-complete" in table.stdout
     logs = cli(["logs", str(run_dir)], env, timeout=60)
     assert logs.stdout.count("bsub did not queue the next link") + logs.stderr.count(
         "bsub did not queue the next link") == 4

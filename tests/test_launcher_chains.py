@@ -7,9 +7,10 @@ delivers it as LSF's -wa action does (to every process of the job, ``state.signa
 of links does not depend on this machine's speed (the -wa timing itself is tested in
 test_warning_paths.py). Then, for every link:
 - the ranks agree on a step, checkpoint, and exit 0; the link queues the next one; the last writes COMPLETE;
-- once bjobs says the job ended, no process of it is alive: every process whose command line names the
-  cell's own folder (launchers, torchrun's agents, ranks) was recorded while the link ran, and each pid is
-  checked to be gone (or a zombie, which has nothing left to run);
+- once bjobs says the job ended, no process of it is alive: every process carrying the job's LSB_JOBID,
+  or naming the cell's own folder without another job's (launchers, torchrun's agents, ranks), was
+  recorded while the link ran, and each pid is checked to be gone (or a zombie, which has nothing left
+  to run);
 - all ranks hold the same weights: the trainer's stopped and complete events carry ``weights_agree``, and
   the DDP script writes every rank's final weights, compared tensor by tensor.
 """
@@ -78,29 +79,37 @@ def _steps(run_dir: Path) -> int:
     return best
 
 
-def _processes_naming(text: str) -> Set[int]:
-    """Live processes whose command line contains ``text``."""
+def _job_processes(jid: str, lsf_home: str, cell: Path) -> Set[int]:
+    """Live processes of job ``jid``: those carrying its LSB_JOBID and this test's LSF home (LSF's process
+    tracking), and those whose command line names the cell's folder and carry no other job's LSB_JOBID.
+    Not the folder alone: the chain's next link (same folder) can start between two looks, and its
+    processes are not this link's leftovers."""
     found = set()
-    needle = text.encode()
+    home = f"SUMMIT_JOBS_LSF_HOME={lsf_home}".encode()
+    mine, needle = f"LSB_JOBID={jid}".encode(), str(cell).encode()
     for entry in os.listdir("/proc"):
-        if entry.isdecimal():
-            try:
-                with open(f"/proc/{entry}/cmdline", "rb") as fh:
-                    if needle in fh.read():
-                        found.add(int(entry))
-            except OSError:
-                pass
+        if not entry.isdecimal():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as fh:
+                env = fh.read().split(b"\0")
+            with open(f"/proc/{entry}/cmdline", "rb") as fh:
+                cmdline = fh.read()
+        except OSError:
+            continue
+        jobs = [w for w in env if w.startswith(b"LSB_JOBID=")]
+        ours = mine in env and home in env
+        names_cell = needle in cmdline and all(w == mine for w in jobs)
+        if (ours or names_cell) and _alive(int(entry)):
+            found.add(int(entry))
     return found
 
 
-def _alive(pid: int, text: str) -> bool:
-    """Whether ``pid`` still runs the same command line (a zombie has nothing left to run)."""
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` still runs (a zombie has nothing left to run)."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as fh:
-            if fh.read().rsplit(b")", 1)[-1].split()[0] in (b"Z", b"X"):
-                return False
-        with open(f"/proc/{pid}/cmdline", "rb") as fh:
-            return text.encode() in fh.read()
+            return fh.read().rsplit(b")", 1)[-1].split()[0] not in (b"Z", b"X")
     except OSError:
         return False
 
@@ -111,7 +120,7 @@ def _drive_link(env: Dict[str, str], jid: str, cell: Path, run_dir: Path) -> Set
     start, pids, warned = _steps(run_dir), set(), False
     deadline = time.time() + 300
     while time.time() < deadline:
-        pids |= _processes_naming(str(cell))
+        pids |= _job_processes(jid, env["SUMMIT_JOBS_LSF_HOME"], cell)
         stat = bjobs_state(jid, env)["STAT"]
         if stat in ("DONE", "EXIT"):
             break
@@ -122,10 +131,19 @@ def _drive_link(env: Dict[str, str], jid: str, cell: Path, run_dir: Path) -> Set
         time.sleep(0.1)
     else:
         raise AssertionError(f"job {jid} did not end within 300 s")
-    assert pids, f"no process of job {jid} was seen"
-    left = sorted(p for p in pids if _alive(p, str(cell)))
-    assert not left, f"job {jid} ended, but its processes {left} are alive"
+    assert len(pids) > 2, f"too few processes of job {jid} were seen: {sorted(pids)}"
+    left = sorted(p for p in pids | _job_processes(jid, env["SUMMIT_JOBS_LSF_HOME"], cell) if _alive(p))
+    assert not left, f"job {jid} ended, but its processes {left} are alive: " + "; ".join(
+        _cmdline(p) for p in left)
     return pids
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            return fh.read().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return "(gone)"
 
 
 def _chain(env: Dict[str, str], first: str, cell: Path) -> List[str]:

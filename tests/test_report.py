@@ -160,8 +160,9 @@ def test_chained_run_reads_as_one_run(runs):
 def test_simulated_run_shows_virtual_and_physical_shapes(runs):
     out = run_report(["report", str(runs["sim"]), "--out", str(runs["tmp"] / "sim-report")], env=runs["env"])
     assert out.returncode == 0, out.stderr
-    assert "virtual shape" in out.stdout and "4 nodes, 8 GPUs" in out.stdout
-    assert "physical shape" in out.stdout and "2 nodes, 4 GPUs, k = 2 accumulation steps" in out.stdout
+    # The plan (submit's JSON summary) does not say what a rank ran on: ranks, not GPUs.
+    assert "virtual shape" in out.stdout and "4 nodes, 8 ranks" in out.stdout and "GPU" not in out.stdout
+    assert "physical shape" in out.stdout and "2 nodes, 4 ranks, k = 2 accumulation steps" in out.stdout
     doc = json.loads((runs["tmp"] / "sim-report" / "report.json").read_text())
     sh = doc["summary"]["shapes"]
     assert (sh["virtual_nodes"], sh["virtual_gpus"], sh["physical_nodes"], sh["physical_gpus"],
@@ -191,6 +192,74 @@ def test_compare_puts_both_runs_in_plots_and_table(runs):
     text = run_report(["report", str(runs["chained"]), "--compare", str(runs["noshift"]), "--out", str(out_dir)],
                       env=runs["env"])
     assert text.returncode == 0 and "difference" in text.stdout and "points" in text.stdout
+
+
+def legend_labels(panel) -> list:
+    """The legend entries matplotlib makes of a panel of report.json, drawn as plots.py draws it."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from summit_jobs import plots
+    fig, ax = plt.subplots()
+    plots._draw_panel(ax, panel)
+    labels = ax.get_legend_handles_labels()[1]
+    plt.close(fig)
+    return labels
+
+
+def test_the_simulated_run_beside_the_real_one(runs):
+    """simulate's run (k = 2) drawn with a real run beside it: both in every plot, each series with points
+    and one legend entry, chain boundaries as marks with no entry, the GPU-less runs' throughput per rank."""
+    out_dir = runs["tmp"] / "sim-vs-real"
+    out = run_report(["report", str(runs["sim"]), "--compare", str(runs["chained"]), "--out", str(out_dir), "--quiet"],
+                     env=runs["env"])
+    assert out.returncode == 0, out.stderr
+    doc = json.loads((out_dir / "report.json").read_text())
+    assert set(doc["files"]) == set(report.PLOTS) | {"report.md"}
+    for name, fig in doc["figures"].items():
+        check_png(out_dir / name)
+        assert fig["note"] == "thin vertical marks: where a chain link resumed the run (tsm-chained: 1 chain boundary)"
+        for panel in fig["panels"]:
+            labels = [s["label"] for s in panel["series"]]
+            assert all(s["x"] for s in panel["series"]) and len(labels) == len(set(labels)), labels
+            assert {label.split(": ")[0] for label in labels} == {"tsm-simulated", "tsm-chained"}, labels
+            drawn = legend_labels(panel)
+            assert len(drawn) == len(set(drawn)) == len(labels) + len({h["label"] for h in panel["hlines"]}) + len(
+                {p["label"] for p in panel["points"]}), drawn
+    assert doc["figures"]["throughput.png"]["panels"][2]["ylabel"] == "clips/s per rank"
+
+
+def test_a_chain_of_many_links_keeps_its_legend_to_the_series(runs, tmp_path):
+    """19 launches: 18 boundaries in every panel, none in a legend; a run without COMPLETE says so; a run whose
+    plan gave its ranks no GPU draws its throughput per CPU rank."""
+    run = tmp_path / "long-chain"
+    run.mkdir()
+    records, events, t = [], [], 1_700_000_000.0
+    for link in range(19):
+        events.append({"event": "launch", "job": str(100 + link), "time": t - 1, "mode": "train", "step": 4 * link,
+                       **({"resumed_from": "ckpt"} if link else {})})
+        for step in range(4 * link + 1, 4 * link + 5):
+            records.append({"kind": "train", "step": step, "epoch": (step - 1) // 8, "time": t, "loss": 3.0 / step,
+                            "top1": step / 100, "lr": 0.1, "clips_per_s": 8.0, "data_wait_frac": 0.1, "ranks": 2})
+            t += 1.0
+        t += 600.0
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    (run / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    (run / "plan.json").write_text(json.dumps({"nodes": 1, "ranks": 2, "jsrun": {"g": 0}}))
+    out = run_report(["report", str(run), "--quiet"], env=runs["env"])
+    assert out.returncode == 0, out.stderr
+    assert "1 node, 2 CPU ranks" in out.stdout
+    doc = json.loads((run / "report" / "report.json").read_text())
+    loss = doc["figures"]["loss.png"]
+    assert loss["title"] == "Loss: long-chain (not complete)"
+    assert loss["note"] == "thin vertical marks: where a chain link resumed the run (18 chain boundaries)"
+    for fig in doc["figures"].values():
+        for panel in fig["panels"]:
+            assert len(panel["vlines"]) == 18
+            assert legend_labels(panel) == [s["label"] for s in panel["series"]]
+    assert doc["figures"]["throughput.png"]["panels"][2]["ylabel"] == "clips/s per CPU rank"
+    assert series(doc, "throughput.png", 2, "clips/s per CPU rank")["y"] == [4.0] * len(records)
 
 
 def test_scaling_projection_plot(runs, tmp_path):

@@ -65,7 +65,7 @@ def test_janelia_header_matches_its_guide(cli_env, tmp_path):
     assert gpu_words(opts["-gpu"][0]) == {"num": "8", "mode": "exclusive_process"}
     assert "span[ptile=96]" in opts["-R"]
     assert opts["-P"] == ["mylab"]
-    launch = next(line for line in proc.stdout.splitlines() if "trainer.agent" in line)
+    launch = next(line for line in proc.stdout.splitlines() if "trainer.agent --nnodes" in line)
     assert re.search(r"\bblaunch (-no-shell )?-z ", launch)
     for words in ("--nnodes 3", "--nproc-per-node 8", "--rdzv-backend c10d"):
         assert words in launch
