@@ -18,7 +18,9 @@ job as EXIT (TERM_ORPHAN_SYSTEM) as soon as its dependency can never be
 satisfied, instead of leaving it pending. A dependency that cannot be read, or
 names a job LSF does not know, is refused with LSF's words ("Dependency
 condition syntax error", "No matching job found"). A refused bsub uses up no
-job id: the id is committed only once the job is accepted.
+job id: the id is committed only once the job is accepted. Ids come from a
+counter shared by every LSF home of this machine (state.machine_ids), so two
+homes never hand out the same one.
 """
 from __future__ import annotations
 
@@ -350,18 +352,21 @@ def submit(opts: Dict[str, object], command: List[str], script: Optional[str],
 
     The job is checked with the id it would get before that id is committed,
     and a job folder left half-written by a failure is removed, so a refused
-    or failed bsub leaves neither a used-up id nor a partial job behind.
+    or failed bsub leaves neither a used-up id nor a partial job behind. The
+    machine-wide id counter (state.machine_ids) is held from the peek to the
+    commit, so a bsub of another LSF home cannot take the same id meanwhile;
+    always after this home's lock, so two bsubs never wait for each other's.
     """
     lsf_home = state.home()
-    with state.locked(lsf_home):
+    with state.locked(lsf_home), state.machine_ids() as counter:
         state.clean_leftovers(lsf_home)
-        job_id = state.peek_job_id(lsf_home)
+        job_id = state.peek_job_id(lsf_home, counter)
         job = build_job(opts, command, script, lsf_home, job_id, typed)
         jdir = state.job_dir(lsf_home, job_id)
         jdir.mkdir(parents=True, exist_ok=False, mode=0o700)
         try:
             _record(lsf_home, jdir, job, script)
-            state.commit_job_id(lsf_home, job_id)
+            state.commit_job_id(lsf_home, job_id, counter)
             job["supervisor_pid"] = _start_supervisor(lsf_home, jdir, job_id)
             state.save_job(lsf_home, job)
         except BaseException:

@@ -45,13 +45,21 @@ Settings (environment variables, read by each command):
 ``SUMMIT_JOBS_LSF_FIRST_ID``
     Lowest job id to hand out (1 to 2147483646, LSF's largest). Without it the
     floor is time-based (one id per 6 seconds since 2024), so ids keep growing
-    even when the whole state folder is deleted.
+    even when the whole state folder is deleted. With it the home numbers its
+    jobs on its own from that id (for tests that need known ids): another home
+    may then hand out the same ids.
+``SUMMIT_JOBS_LSF_ID_FILE``
+    The machine-wide job-id counter that every home of this user draws from
+    (default ``/tmp/summit-jobs-<uid>/job-ids``).
 
-Job ids are never reused: the next id is the largest of the counter in the
-state folder, a high-water mark kept *beside* the folder (it survives deleting
-the folder mid-job), the largest job folder present, and the floor above. A
-reused id would let ``summit-jobs cancel`` of an old run kill a new, unrelated
-job.
+Job ids are never reused, and two homes of one machine never hand out the
+same id: the next id is the largest of the counter in the state folder, a
+high-water mark kept *beside* the folder (it survives deleting the folder
+mid-job), the largest job folder present, the floor above, and one more than
+the machine-wide counter, read and written under its own lock (machine_ids).
+A reused id would let ``summit-jobs cancel`` of an old run kill a new,
+unrelated job; an id shared by two homes gave their torchrun jobs one
+rendezvous.
 """
 from __future__ import annotations
 
@@ -63,9 +71,10 @@ import math
 import os
 import re
 import signal
+import sys
 import time
 from pathlib import Path
-from typing import Dict, Iterator, List, Optional
+from typing import Dict, Iterator, List, Mapping, Optional
 
 LAUNCH_NODE = "batch1"
 FINISHED = ("DONE", "EXIT")
@@ -83,14 +92,22 @@ class LsfError(Exception):
     """A setting or state problem the embedded LSF commands report in one line (no traceback)."""
 
 
+def home_path(environ: Optional[Mapping[str, str]] = None) -> Path:
+    """The state folder that ``environ`` (default: this process's) selects; nothing is created.
+
+    Apart from home() so that the CLI can tell which embedded LSF a job id belongs to without making one.
+    """
+    env = os.environ if environ is None else environ
+    explicit = env.get("SUMMIT_JOBS_LSF_HOME")
+    if explicit:
+        return Path(explicit)
+    data = env.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
+    return Path(data) / "summit-jobs" / "lsf"
+
+
 def home() -> Path:
     """The state folder, created private (0700): job records hold the submission environment."""
-    explicit = os.environ.get("SUMMIT_JOBS_LSF_HOME")
-    if explicit:
-        base = Path(explicit)
-    else:
-        data = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
-        base = Path(data) / "summit-jobs" / "lsf"
+    base = home_path()
     if not base.is_dir():
         base.mkdir(parents=True, exist_ok=True, mode=0o700)
     (base / "jobs").mkdir(exist_ok=True, mode=0o700)
@@ -217,14 +234,23 @@ def node_tmp_dir(lsf_home: Path, job_id: object, node: str) -> Path:
     is refused rather than used.
     """
     path = job_tmp_root(lsf_home, job_id) / node
-    top = path.parent.parent
+    private_dir(path.parent.parent, "set SUMMIT_JOBS_LSF_TMP to another folder")
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return path
+
+
+def private_dir(top: Path, fix: str) -> Path:
+    """``top`` made if missing and checked to be this user's own private folder (0700, not a link).
+
+    It sits in a folder every user can write (/tmp), where another user could have put a folder or a link of
+    theirs first; such a folder is refused (OSError naming ``fix``) rather than used.
+    """
     top.mkdir(mode=0o700, parents=True, exist_ok=True)
     info = os.lstat(top)
     if not os.path.isdir(top) or os.path.islink(top) or info.st_uid != os.getuid() or info.st_mode & 0o077:
         raise OSError(f"{top} is not a private folder of this user (a link, another user's, or open to others): "
-                      "remove it, or set SUMMIT_JOBS_LSF_TMP to another folder")
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    return path
+                      f"remove it, or {fix}")
+    return top
 
 
 @contextlib.contextmanager
@@ -324,6 +350,57 @@ def high_water_path(lsf_home: Path) -> Path:
     return resolved.parent / f".{resolved.name}.last-job-id"
 
 
+def id_counter_path() -> Path:
+    """The machine-wide job-id counter: SUMMIT_JOBS_LSF_ID_FILE, else ``/tmp/summit-jobs-<uid>/job-ids``.
+
+    Fixed ``/tmp``, not TMPDIR: a job's TMPDIR is a folder of its own (node_tmp_dir), and a chain link that
+    runs bsub inside a job must count on the same counter as the bsub that submitted it.
+    """
+    raw = (os.environ.get("SUMMIT_JOBS_LSF_ID_FILE") or "").strip()
+    return Path(raw) if raw else Path("/tmp") / f"summit-jobs-{os.getuid()}" / "job-ids"
+
+
+@contextlib.contextmanager
+def machine_ids() -> Iterator[Optional[Path]]:
+    """Hold the machine-wide job-id counter (its lock) while a bsub numbers its job; yields its path.
+
+    Why: every LSF home counts its own jobs, but the homes of one machine share its processes and ports. Two
+    homes that handed out the same id gave three torchrun jobs one rendezvous (the port and the rendezvous id
+    come from the job id), and a job id named to ``summit-jobs cancel`` could belong to any of them. So all
+    homes of this user draw from one counter. Yields None, and the home numbers its jobs alone, when
+    SUMMIT_JOBS_LSF_FIRST_ID asks for a numbering of its own, or when the counter cannot be used (said on
+    stderr: ids are then unique within the home only).
+    """
+    if (os.environ.get("SUMMIT_JOBS_LSF_FIRST_ID") or "").strip():
+        yield None
+        return
+    path = id_counter_path()
+    fd = _open_counter_lock(path)
+    if fd is None:
+        yield None
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield path
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+
+def _open_counter_lock(path: Path) -> Optional[int]:
+    """The counter's lock file, opened (its folder made private first unless SUMMIT_JOBS_LSF_ID_FILE chose
+    it); None, with a warning on stderr, when it cannot be."""
+    try:
+        if not (os.environ.get("SUMMIT_JOBS_LSF_ID_FILE") or "").strip():
+            private_dir(path.parent, "set SUMMIT_JOBS_LSF_ID_FILE to a file in a folder of your own")
+        return os.open(path.with_name(path.name + ".lock"), os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError as exc:
+        print(f"bsub: warning: the machine-wide job-id counter {path} cannot be used ({exc.strerror or exc}); "
+              "this LSF home numbers its jobs alone, so another home may hand out the same ids",
+              file=sys.stderr)
+        return None
+
+
 def _read_id(path: Path) -> int:
     try:
         text = path.read_text().strip()
@@ -332,28 +409,32 @@ def _read_id(path: Path) -> int:
     return int(text) if text.isdecimal() else 0
 
 
-def peek_job_id(lsf_home: Path) -> int:
-    """The id the next accepted job will get (caller holds the lock); nothing is written.
+def peek_job_id(lsf_home: Path, counter: Optional[Path] = None) -> int:
+    """The id the next accepted job will get (caller holds the lock, and machine_ids' when ``counter``).
 
-    bsub validates a job with this id (for ``%J`` in file names) and only
-    commits it (commit_job_id) once the job is accepted: a rejected bsub must
-    not use up an id, as in LSF.
+    The largest of: this home's counter, its high-water mark + 1, its job folders + 1 (so ids grow within a
+    home), the floor (first_id), and the machine-wide ``counter`` + 1 (so no other home has handed it out).
+    Nothing is written: bsub validates a job with this id (for ``%J`` in file names) and only commits it
+    (commit_job_id) once the job is accepted: a rejected bsub must not use up an id, as in LSF.
     """
     seen = [int(e.name) for e in (lsf_home / "jobs").iterdir() if e.name.isdecimal()]
+    shared = [_read_id(counter) + 1] if counter is not None else []
     value = max([_read_id(lsf_home / "next_id"), _read_id(high_water_path(lsf_home)) + 1, first_id()]
-                + [s + 1 for s in seen])
+                + shared + [s + 1 for s in seen])
     if value > MAX_JOB_ID:
+        marks = f"{high_water_path(lsf_home)}" + (f" and {counter}" if counter is not None else "")
         raise LsfError(f"job ids are used up (next would be {value}, LSF's largest is {MAX_JOB_ID}); "
-                       f"set SUMMIT_JOBS_LSF_FIRST_ID lower and remove {high_water_path(lsf_home)}")
+                       f"set SUMMIT_JOBS_LSF_FIRST_ID lower and remove {marks}")
     return value
 
 
-def commit_job_id(lsf_home: Path, value: int) -> None:
-    """Record ``value`` as handed out (caller holds the lock): counter in the folder and the mark beside it."""
+def commit_job_id(lsf_home: Path, value: int, counter: Optional[Path] = None) -> None:
+    """Record ``value`` as handed out (caller holds the locks): this home's counter, the mark beside it, and
+    the machine-wide ``counter``."""
+    if counter is not None:         # first: a failure here leaves this home's numbering untouched
+        write_bytes(counter, str(value).encode(), 0o600)
     write_bytes(lsf_home / "next_id", str(value + 1).encode())
     write_bytes(high_water_path(lsf_home), str(value).encode())
-
-
 
 
 def pid_alive(pid: Optional[int]) -> bool:
