@@ -77,9 +77,10 @@ def wait_seconds() -> float:
         return 600.0
 
 
-def _candidates(derived: int):
+def _candidates(derived: int, stride: int = 1):
+    """``derived``, then every ``stride``-th second port after it (wrapping within the range)."""
     for i in range(TRIES):
-        yield PORT_BASE + (derived - PORT_BASE + 2 * i) % PORT_SPAN
+        yield PORT_BASE + (derived - PORT_BASE + 2 * stride * i) % PORT_SPAN
 
 
 def _in_use(exc: BaseException) -> bool:
@@ -272,11 +273,21 @@ def done(folder: os.PathLike, job: str, rank: int) -> None:
             pass
 
 
+#: free_port's step between candidates, in job ids (odd, so 64 steps never meet again within the range).
+FREE_PORT_STRIDE = 1777
+
+
 def free_port(job: str) -> int:
     """A port for a launcher's own rendezvous (torchrun's c10d store): derived from the job id, half the
-    range away from the trainer's own (so the two never meet), the next free one if taken."""
+    range away from the trainer's own (so the two never meet); if taken, the next free one FREE_PORT_STRIDE
+    ids' ports on.
+
+    Why the stride: this only probes; the launcher binds the port seconds later. Jobs submitted together
+    get consecutive ids, hence neighbouring ports, and a job whose port was taken moved onto the next
+    job's, which that job's probe still found free: both launchers then met in one store.
+    """
     derived = PORT_BASE + (int(job) * 2 + PORT_SPAN // 2) % PORT_SPAN if job.isdecimal() else PORT_BASE + 1
-    for port in _candidates(derived):
+    for port in _candidates(derived, FREE_PORT_STRIDE):
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
             try:
                 probe.bind(("", port))
