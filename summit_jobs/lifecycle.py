@@ -61,7 +61,8 @@ def targets(state, target: Optional[str]) -> List[Tuple[Optional[Dict], List[str
 def host_key(record: Optional[Dict]) -> str:
     ssh = (record or {}).get("ssh")
     if not ssh:
-        return "local"
+        home = (record or {}).get("lsf_home")
+        return f"local:{home}" if home else "local"
     return f"{ssh.get('user')}@{ssh['host']}:{ssh.get('port')}"
 
 
@@ -79,7 +80,8 @@ class Hosts:
             if record is None:
                 self.open[key] = hosts.for_profile(self.state.profile, self.state.ssh_options)
             else:
-                self.open[key] = hosts.from_record(record, self.state.ssh_options, self._vouched(record))
+                self.open[key] = _in_own_lsf(hosts.from_record(record, self.state.ssh_options,
+                                                                self._vouched(record)), record)
         return self.open[key]
 
     def _vouched(self, record: Dict) -> List[str]:
@@ -100,6 +102,15 @@ class Hosts:
     def close(self) -> None:
         for h in self.open.values():
             h.close()
+
+
+def _in_own_lsf(host, record: Dict):
+    """``host`` set to ask the embedded LSF the run was submitted to (its recorded home), whichever
+    SUMMIT_JOBS_LSF_HOME this invocation has: another home may have a job of the same id."""
+    home = record.get("lsf_home")
+    if home and not host.is_remote and getattr(host, "embedded", False):
+        host.env["SUMMIT_JOBS_LSF_HOME"] = str(home)
+    return host
 
 
 class Reconnect:

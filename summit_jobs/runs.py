@@ -95,7 +95,7 @@ def create(host: Host, plan, profile, script: str, *, force: bool, ssh: Optional
         "host": host.label, "ssh": ssh, "embedded": profile.scheduler.embedded,
         "virtual_nodes": profile.scheduler.virtual_nodes, "cores": profile.node.cores,
         "submit_mode": plan.submit_mode, "chain": plan.chain, "job_name": plan.job_name,
-        "job_ids": previous, "previous_job_ids": previous,
+        "job_ids": previous, "previous_job_ids": previous, "lsf_home": embedded_home(host),
     }
     host.write_file(join(run_dir, SCRIPT), script, force=force)
     host.write_file(join(run_dir, "plan.json"), json.dumps(plan.to_dict(), indent=2, default=str), force=force)
@@ -104,6 +104,39 @@ def create(host: Host, plan, profile, script: str, *, force: bool, ssh: Optional
                     yaml.safe_dump(_plain(dataclasses.asdict(profile)), sort_keys=False), force=force)
     save(host, record)
     return record
+
+
+def embedded_home(host: Host) -> Optional[str]:
+    """The state folder of the embedded LSF that ``host`` submits to, as an absolute path; None for a real
+    LSF or over SSH (the far side's environment decides there).
+
+    Why recorded: every test, the demo and a user's own experiments may each run an embedded LSF of their
+    own (SUMMIT_JOBS_LSF_HOME) while one run index lists all their runs. A job id means something only
+    within the LSF that gave it, so the lifecycle commands ask that LSF about a run's jobs, and resolve a
+    bare job id only among the runs of the LSF in use (find).
+    """
+    if host.is_remote or not getattr(host, "embedded", False):
+        return None
+    from summit_jobs.embedded import state
+    return os.path.realpath(state.home_path(getattr(host, "env", None)))
+
+
+def current_embedded_home() -> str:
+    """The embedded LSF this invocation uses (SUMMIT_JOBS_LSF_HOME or its default), as an absolute path."""
+    from summit_jobs.embedded import state
+    return os.path.realpath(state.home_path())
+
+
+def in_lsf_home(record: Dict[str, object], lsf_home: str) -> bool:
+    """Whether a run's job ids are ids of the embedded LSF at ``lsf_home``.
+
+    A run without a recorded LSF home (on a real LSF, over SSH, or recorded before homes were) passes: its
+    ids are the only ones its LSF knows.
+    """
+    home = record.get("lsf_home")
+    if not home or record.get("ssh"):
+        return True
+    return os.path.realpath(str(home)) == lsf_home
 
 
 def _plain(value):
@@ -177,6 +210,10 @@ def check_record(rec: object, where: str) -> Dict[str, object]:
     _check_ids(rec, "job_ids", where, required=True)
     _check_ids(rec, "cancelled", where, required=False)
     _check_ssh(rec.get("ssh"), where)
+    home = rec.get("lsf_home")
+    if home is not None and not (isinstance(home, str) and os.path.isabs(home)):
+        raise UserError(f"{where}: 'lsf_home' {home!r} must be null or an absolute folder name; the run record "
+                        "is damaged.")
     return rec
 
 
@@ -218,7 +255,10 @@ def find(target: str) -> List[Dict[str, object]]:
         return [rec]
     records = indexed()
     if target.isdecimal():
-        return [r for r in records if target in [str(j) for j in r.get("job_ids") or []]]
+        # Only the runs of the LSF in use: another embedded LSF's run may hold the same id (in_lsf_home).
+        here = current_embedded_home()
+        return [r for r in records
+                if target in [str(j) for j in r.get("job_ids") or []] and in_lsf_home(r, here)]
     stripped = target.rstrip("/")
     return [r for r in records if r.get("name") == stripped or r.get("run_dir") == stripped]
 
