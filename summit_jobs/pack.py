@@ -132,9 +132,9 @@ def list_rawframes(src: Path, classes: Optional[List[str]]) -> Tuple[List[Sample
             if len(parts) < 3 or not parts[-1].lstrip("-").isdecimal() or not parts[-2].isdecimal():
                 raise UserError(f"{lst}:{n}: expected '<folder> <num_frames> <label>', got {line!r}.")
             folder, nf, label = " ".join(parts[:-2]), int(parts[-2]), int(parts[-1])
-            if label < 0 or (classes is not None and label >= len(classes)):
-                raise UserError(f"{lst}:{n}: label {label} is outside the {len(classes or [])} classes of the "
-                                "class list.")
+            if label < 0:
+                raise UserError(f"{lst}:{n}: label {label} must be at least 0 (labels count classes from 0).")
+            datalists.check_label(label, f"{lst}:{n}", classes)
             max_label = max(max_label, label)
             samples.append(Sample(split, sample_key(folder), label, "rawframes", str(src / folder), nf))
     if not found:
