@@ -370,6 +370,9 @@ def build_job(state: State, kw: dict, *, accum_steps: int = 1, virtual_nodes: Op
     opts = job_options(state, kw, profile, accum_steps=accum_steps, virtual_nodes=virtual_nodes,
                        template_dir=template_dir)
     plan = plan_mod.make_plan(profile, opts)
+    if plan.staging:                      # a manifest readable here is checked before anything is queued
+        from summit_jobs import staging
+        staging.check_job_manifest(plan.staging.manifest, plan.nodes, plan.staging.policy)
     return profile, plan, render.render(plan, template_dir)
 
 

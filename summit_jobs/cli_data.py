@@ -111,7 +111,10 @@ def synth_cmd(out: str, videos_per_class: int, val_fraction: float, frames: int,
               help="Shard hash recorded in the manifest. blake3 is about 5x faster to verify on x86 "
                    "(staging is then limited by the disks, not the CPU) but needs the blake3 package "
                    "wherever the data is staged; sha256 needs nothing.")
-@click.option("--force", is_flag=True, help="Pack again into an OUT that holds a finished or different pack.")
+@click.option("--force", is_flag=True,
+              help="Pack again into an OUT that holds a finished or different pack. Over a finished pack the new "
+                   "one is built in OUT/.pack-next and swapped in once complete: the old one stays usable until "
+                   "then (OUT needs room for both).")
 @click.option("--quiet", is_flag=True, help="No progress output (a bar on a terminal, plain lines in logs).")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 def pack_cmd(paths: Tuple[str, ...], layout: str, annotations: Tuple[str, ...], videos: Optional[str],

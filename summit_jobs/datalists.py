@@ -42,6 +42,10 @@ VIDEO_EXTS = (".mp4", ".avi", ".mkv", ".webm", ".mov")
 #: The split column's values in the Kinetics CSVs (K700-2020 says "validate", K400/K600 "val").
 KINETICS_SPLITS = {"train": "train", "val": "val", "validate": "val", "validation": "val", "test": "test"}
 KINETICS_COLUMNS = ("youtube_id", "time_start", "time_end", "split")
+#: The most classes a pack names from numeric labels alone (class_000, class_001, ...): Kinetics has 700
+#: and the largest video sets a few thousand. A label above this is a typo or another column, and naming
+#: every class up to it would take memory without bound.
+MAX_CLASSES = 100_000
 
 
 @dataclass(frozen=True)
@@ -128,6 +132,23 @@ def _int_field(text: str, where: str, what: str, low: int = 0) -> int:
     if value < low:
         raise UserError(f"{where}: {what} {value} must be at least {low}.")
     return value
+
+
+def check_label(label: int, where: str, classes: Optional[List[str]]) -> None:
+    """A numeric label within the class list, or, without one, below MAX_CLASSES.
+
+    Why the second bound: without a class list the classes are named class_000 up
+    to the largest label, so one label of 99999999999 would build a list of that
+    many names before anything is packed.
+    """
+    if classes is not None:
+        if label >= len(classes):
+            raise UserError(f"{where}: label {label} is outside the {len(classes)} classes of the class list "
+                            f"(0 to {len(classes) - 1}).")
+        return
+    if label >= MAX_CLASSES:
+        raise UserError(f"{where}: label {label} is above {MAX_CLASSES - 1}, the largest class number pack takes: "
+                        "labels count classes from 0 (check the label field of that line).")
 
 
 def _present(s: Sample) -> bool:
@@ -319,9 +340,7 @@ def list_entries(split: str, path: Path, root: Path, classes: Optional[List[str]
             raise UserError(f"{where}: {len(fields)} fields, but line {first} made {path.name} a {kind} list "
                             f"({shape} on every line).")
         label = _int_field(fields[-1], where, "label")
-        if classes is not None and label >= len(classes):
-            raise UserError(f"{where}: label {label} is outside the {len(classes)} classes of the class list "
-                            f"(0 to {len(classes) - 1}).")
+        check_label(label, where, classes)
         frames = _int_field(fields[1], where, "num_frames", 1) if kind == "rawframes" else 0
         full = fields[0] if os.path.isabs(fields[0]) else str(root / fields[0])
         sample = Sample(split, sample_key(fields[0]), label, kind, full, frames)

@@ -32,10 +32,16 @@ Why it is built this way:
   (``flow_x_00001.jpg`` + ``flow_y_00001.jpg``: a rawframe list with a two-field
   ``--filename-tmpl``, the default for flow). A clip of one frame has no motion:
   skipped and reported like an undecodable one.
-- ``--force`` over a finished pack removes its manifest before the first shard
-  is rewritten (the new shards reuse the names), so a kill never leaves a
-  manifest whose hashes describe other bytes. One pack at a time per folder
-  (a FolderLock): a second is refused, naming the first.
+- ``--force`` over a finished pack builds the new one beside it, in
+  ``OUT/.pack-next`` (resumable there like any pack), and swaps it in only once
+  it is complete: until then the old pack stays whole and readable, so a killed
+  or failed ``--force`` never leaves OUT without a usable dataset. The swap
+  removes the old manifest first (the new shards reuse the names, so it would
+  lie), renames the new shards over the old ones and writes the new manifest
+  last; a kill in those few renames leaves the finished replacement's
+  manifest in ``.pack-next``, and the next run completes the swap before
+  anything else. Until the swap OUT needs room for both packs. One pack at a
+  time per folder (a FolderLock): a second is refused, naming the first.
 """
 from __future__ import annotations
 
@@ -46,6 +52,7 @@ import multiprocessing
 import os
 import random
 import re
+import shutil
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -59,6 +66,8 @@ from trainer import shards
 from trainer import files, units
 
 STATE_NAME = ".pack-state.json"
+#: Where ``--force`` builds the replacement of a finished pack, inside OUT (same file system: the swap renames).
+NEXT_DIR = ".pack-next"
 REPORT_NAME = "pack-report.json"
 __all__ = ["Inputs", "PackOptions", "Sample", "VIDEO_EXTS", "pack", "parse_size", "read_text"]
 
@@ -132,9 +141,9 @@ def list_rawframes(src: Path, classes: Optional[List[str]]) -> Tuple[List[Sample
             if len(parts) < 3 or not parts[-1].lstrip("-").isdecimal() or not parts[-2].isdecimal():
                 raise UserError(f"{lst}:{n}: expected '<folder> <num_frames> <label>', got {line!r}.")
             folder, nf, label = " ".join(parts[:-2]), int(parts[-2]), int(parts[-1])
-            if label < 0 or (classes is not None and label >= len(classes)):
-                raise UserError(f"{lst}:{n}: label {label} is outside the {len(classes or [])} classes of the "
-                                "class list.")
+            if label < 0:
+                raise UserError(f"{lst}:{n}: label {label} must be at least 0 (labels count classes from 0).")
+            datalists.check_label(label, f"{lst}:{n}", classes)
             max_label = max(max_label, label)
             samples.append(Sample(split, sample_key(folder), label, "rawframes", str(src / folder), nf))
     if not found:
@@ -474,24 +483,60 @@ def _list_samples(o: PackOptions, inputs: Inputs, classes_file: Optional[str]) -
     return layout, listing
 
 
-def _open_output(out: Path, fp: str, force: bool) -> Dict[str, object]:
-    """The resume state, after clearing what a killed run left (the caller holds out's lock).
-
-    Packing again over a finished pack (``--force``) removes its manifest FIRST:
-    the shards about to be rewritten keep their names, and a manifest left in
-    place by a kill would list the old hashes over the new bytes.
-    """
-    shards.remove_stale_tmp(out)
-    for stray in out.glob("*.tar.partial"):
+def _clear_strays(folder: Path) -> None:
+    """Remove the temporary files and partial shards a killed run left (the caller holds OUT's lock)."""
+    shards.remove_stale_tmp(folder)
+    for stray in folder.glob("*.tar.partial"):
         stray.unlink(missing_ok=True)
+
+
+def _open_output(out: Path, fp: str, force: bool) -> Tuple[Path, Dict[str, object]]:
+    """(the folder the shards are written into, its resume state), after clearing what a killed run left.
+
+    Over a finished pack (``--force``) that folder is ``OUT/.pack-next``: the old
+    pack is left whole until the new one is complete (see the module docstring).
+    A replacement a killed run had finished is swapped in first.
+    """
+    next_dir = out / NEXT_DIR
+    if (next_dir / shards.MANIFEST_NAME).exists():
+        _swap_in(out, next_dir)
+    _clear_strays(out)
     manifest_path = out / shards.MANIFEST_NAME
     if manifest_path.exists():
         if not force:
-            raise UserError(f"{manifest_path} already exists: {out} holds a finished pack. Pass --force to pack "
-                            "again into it, or choose another output folder.")
-        manifest_path.unlink()
-        (out / STATE_NAME).unlink(missing_ok=True)
-    return _load_state(out, fp, force)
+            pending = (f" (an unfinished replacement is in {next_dir}: the same command with --force continues it)"
+                       if (next_dir / STATE_NAME).exists() else "")
+            raise UserError(f"{manifest_path} already exists: {out} holds a finished pack{pending}. Pass --force "
+                            "to pack again into it, or choose another output folder.")
+        next_dir.mkdir(exist_ok=True)
+        _clear_strays(next_dir)
+        return next_dir, _load_state(next_dir, fp, force)
+    if next_dir.exists():                  # no finished pack left to keep: a replacement of it is moot
+        shutil.rmtree(next_dir)
+    return out, _load_state(out, fp, force)
+
+
+def _swap_in(out: Path, new: Path) -> None:
+    """Move the finished pack in ``new`` (its manifest written last) over the pack in ``out``.
+
+    The old manifest goes first: once one shard is replaced it would list other
+    bytes. The new manifest is written last, then ``new`` is removed. Every step
+    can be repeated, so a run killed half-way is completed by the next one.
+    """
+    try:
+        manifest = shards.read_manifest(new)
+    except shards.ShardError as exc:
+        raise UserError(f"{exc}; remove {new} and pack again.") from None
+    (out / shards.MANIFEST_NAME).unlink(missing_ok=True)
+    for entry in manifest["shards"]:
+        moved = new / str(entry["name"])
+        if moved.exists():
+            os.replace(moved, out / str(entry["name"]))
+    if (new / REPORT_NAME).exists():
+        os.replace(new / REPORT_NAME, out / REPORT_NAME)
+    _commit(out, manifest)
+    (new / shards.MANIFEST_NAME).unlink()
+    shutil.rmtree(new)
 
 
 def _ignore_interrupts(parent: int) -> None:
@@ -511,8 +556,9 @@ def _ignore_interrupts(parent: int) -> None:
 class _Packer:
     """The parent side of a pack: writes shards in input order and records progress after each."""
 
-    def __init__(self, o: PackOptions, samples: List[Sample], fp: str, state: Dict[str, object], progress: bool):
-        self.o, self.samples, self.fp, self.out = o, samples, fp, Path(o.out)
+    def __init__(self, o: PackOptions, samples: List[Sample], fp: str, state: Dict[str, object], progress: bool,
+                 folder: Path):
+        self.o, self.samples, self.fp, self.out = o, samples, fp, folder
         kept = state.get("kept", [])
         self.resumed = len(kept)
         self.entries = [k[0] for k in kept]
@@ -583,6 +629,11 @@ class _Packer:
 def _finish(out: Path, manifest: Dict[str, object], report: Dict[str, object]) -> None:
     """Report, manifest (the commit point), then the resume state and shards no manifest lists."""
     _write_json(out / REPORT_NAME, report)
+    _commit(out, manifest)
+
+
+def _commit(out: Path, manifest: Dict[str, object]) -> None:
+    """Write the manifest (the commit point), then drop the resume state and the shards it does not list."""
     shards.write_manifest(out / shards.MANIFEST_NAME, manifest)
     (out / STATE_NAME).unlink(missing_ok=True)
     listed = {e["name"] for e in manifest["shards"]}
@@ -637,7 +688,8 @@ def pack(o: PackOptions, *, force: bool = False, progress: bool = True, classes_
     except shards.FolderBusy as exc:
         raise UserError(f"{exc}.") from None
     try:
-        packer = _Packer(o, samples, fp, _open_output(out, fp, force), progress)
+        folder, state = _open_output(out, fp, force)
+        packer = _Packer(o, samples, fp, state, progress, folder)
         workers = o.workers or os.cpu_count() or 1
         t0 = time.monotonic()
         packer.run(workers)
@@ -645,9 +697,11 @@ def pack(o: PackOptions, *, force: bool = False, progress: bool = True, classes_
         if not packer.entries:
             raise UserError(f"none of the {len(samples)} samples of {o.src} could be decoded; nothing was packed "
                             f"(first error: {skipped[0]['error'] if skipped else 'none'}).")
-        _finish(out, _manifest(o, listing, packer.entries, inputs.kind != "folder"),
+        _finish(folder, _manifest(o, listing, packer.entries, inputs.kind != "folder"),
                 {"samples": len(samples), "packed": len(samples) - len(skipped), "skipped": skipped,
                  "missing": missing})
+        if folder != out:
+            _swap_in(out, folder)          # the replacement is complete: only now does the old pack go
     finally:
         lock.release()
     entries = packer.entries

@@ -68,6 +68,31 @@ def load_manifest(path: str) -> Tuple[Path, Dict[str, object]]:
         raise UserError(f"{exc}. Give --manifest the manifest.json written by `summit-jobs pack`.") from None
 
 
+def check_job_manifest(manifest: str, nodes: int, policy: str) -> None:
+    """``submit --data`` (dry run too): a manifest readable here is parsed and checked before anything is queued.
+
+    Why: the job's staging step would find the same fault only once the job runs,
+    after its wait in the queue. The checks are the staging step's own
+    (trainer.stage.check: readable, well formed, enough training shards for a
+    partition over ``nodes``). A path that does not exist here names a file on the
+    machine that runs the job, and is left to the job's staging step.
+    """
+    path = Path(manifest)
+    if not path.exists():
+        return
+    try:
+        data = shards.read_manifest(path)
+    except shards.ShardError as exc:
+        text = str(exc) if str(exc).startswith("manifest ") else f"manifest {exc}"
+        raise UserError(f"--data: {text}. Nothing was submitted: give --data a whole manifest.json as `summit-jobs "
+                        "pack` or `stage-data` writes it (run that again if it was cut short).") from None
+    try:
+        node_stage.placement(data, nodes, policy)
+    except node_stage.StageError as exc:
+        text = str(exc).replace("use --policy replicate", "use --stage-policy replicate")
+        raise UserError(f"--data: manifest {path}: {text}. Nothing was submitted.") from None
+
+
 # ---- placement plan ---------------------------------------------------------------------------
 
 @dataclass(frozen=True)

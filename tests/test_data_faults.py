@@ -71,10 +71,15 @@ def wait_for(cond, timeout: float = 60, p: subprocess.Popen = None) -> bool:
 
 
 def state_shards(out: Path) -> int:
-    try:
-        return len(json.loads((out / ".pack-state.json").read_text())["shards"])
-    except (OSError, ValueError, KeyError):
-        return 0
+    """Shards a pack into ``out`` recorded as finished: in ``out``, or in ``out/.pack-next`` where --force
+    builds the replacement of a finished pack."""
+    n = 0
+    for state in (out / ".pack-state.json", out / ".pack-next" / ".pack-state.json"):
+        try:
+            n = max(n, len(json.loads(state.read_text())["shards"]))
+        except (OSError, ValueError, KeyError):
+            pass
+    return n
 
 
 def verifies(path: Path, entry: dict) -> bool:
@@ -264,6 +269,61 @@ def test_pack_force_over_a_finished_pack_killed_never_leaves_a_lying_manifest(fr
     clean_rerun(["pack", str(src), str(out), "--force", *PACK_OPTS], env)
     same_as_reference(out, ref)                    # and the old pack's extra shards are gone
     assert old_count > len(shards.read_manifest(out)["shards"])
+    assert not leftovers(out)
+
+
+def assert_reads_completely(out: Path, manifest: dict) -> None:
+    """``out`` holds exactly the pack ``manifest`` describes: every shard verifies, every frame of every
+    sample reads back as a JPEG."""
+    assert shards.read_manifest(out) == manifest
+    for e in manifest["shards"]:
+        assert verifies(out / e["name"], e), f"{e['name']} does not verify"
+    for split in {e["split"] for e in manifest["shards"]}:
+        ds = shards.ShardDataset(out, split)
+        assert len(ds) == sum(e["samples"] for e in manifest["shards"] if e["split"] == split)
+        for i in range(len(ds)):
+            assert all(f[:2] == b"\xff\xd8" for f in ds.frames(i, range(ds.num_frames(i))))
+        ds.close()
+
+
+def test_pack_force_killed_part_way_keeps_the_old_pack_whole(frames, tmp_path):
+    """--force builds the new pack beside the old one: killed part-way (twice), the old pack still reads and
+    verifies completely; a rerun resumes the replacement, swaps it in and leaves nothing behind."""
+    src, ref, env = frames
+    out = tmp_path / "out"
+    clean_rerun(["pack", str(src), str(out), "--shard-size", "40KB", "--short-side", "64", "--quiet"], env)
+    old = shards.read_manifest(out)
+    argv = PY + ["summit_jobs", "pack", str(src), str(out), "--force", *PACK_OPTS]
+    for when in (3, 20):
+        p = start(argv, env, tmp_path / "pack.log")
+        assert wait_for(lambda: state_shards(out) >= when, p=p), (tmp_path / "pack.log").read_text()[-2000:]
+        kill_group(p)
+        assert_reads_completely(out, old)
+    r = run_cli(["pack", str(src), str(out), *PACK_OPTS], env)
+    assert r.returncode == 2 and "unfinished replacement" in r.stderr and "--force" in r.stderr, r.stderr
+    assert_reads_completely(out, old)
+    summary = json.loads(clean_rerun(argv[3:] + ["--json"], env).stdout)
+    assert summary["resumed_shards"] >= 20
+    same_as_reference(out, ref)
+    assert_reads_completely(out, shards.read_manifest(ref))
+    assert not leftovers(out) and not (out / ".pack-next").exists()
+
+
+def test_pack_force_killed_during_the_swap_is_completed_by_the_next_run(frames, tmp_path):
+    """The few renames of the swap, cut short: the old manifest gone, some new shards moved. The finished
+    replacement's manifest is still in .pack-next, and the next pack into OUT completes the swap first."""
+    src, ref, env = frames
+    out = tmp_path / "out"
+    clean_rerun(["pack", str(src), str(out), "--shard-size", "40KB", "--short-side", "64", "--quiet"], env)
+    shutil.copytree(ref, out / ".pack-next")           # a finished replacement, as --force builds it
+    new = shards.read_manifest(out / ".pack-next")
+    (out / "manifest.json").unlink()
+    for e in new["shards"][: len(new["shards"]) // 2]:
+        os.replace(out / ".pack-next" / e["name"], out / e["name"])
+    r = run_cli(["pack", str(src), str(out), *PACK_OPTS], env)
+    assert r.returncode == 2 and "already exists" in r.stderr, r.stderr    # finished, and not packed again
+    same_as_reference(out, ref)
+    assert_reads_completely(out, new)
     assert not leftovers(out)
 
 

@@ -4,10 +4,18 @@ Why this format: HPSS and parallel file systems want few, large files, so
 samples are packed into tar shards (webdataset naming: ``<key>.json`` and
 ``<key>.<frame:05d>.jpg`` members). Training on node-local NVMe wants random
 access, which plain webdataset streaming does not give, so every shard ends
-with an ``__index__.json`` member listing each sample's frames as byte ranges
+with an ``__index__`` member (JSON) listing each sample's frames as byte ranges
 inside the tar; the manifest records where that index starts. A reader seeks
 straight to a frame (``os.pread``) without scanning the shard, and the file is
 still an ordinary tar that ``tar -xf`` or webdataset can read.
+
+Why ``__index__`` and no extension: webdataset skips members named
+``__...__`` (its metadata convention), so ``webdataset.WebDataset`` over a pack
+yields exactly the samples. Packs written before ended with
+``__index__.json``, which webdataset yields as one extra sample per shard keyed
+``__index__``; this reader finds the index through the manifest's
+``index_offset``, never by name, so those packs read as before (drop the extra
+sample in webdataset with ``.select(lambda s: s["__key__"] != "__index__")``).
 
 A pack of optical flow (manifest ``"modality": "flow"``) holds, per sample,
 ``<key>.<t:05d>.x.jpg`` and ``<key>.<t:05d>.y.jpg``: the grayscale flow_x and
@@ -37,7 +45,10 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 from .files import discard, named, write_atomic  # noqa: F401 - the one atomic-write helper (trainer.files)
 
 FORMAT = "summit-jobs-shards/1"
-INDEX_MEMBER = "__index__.json"
+#: The index member: a ``__...__`` name, which webdataset skips as metadata (see the module docstring).
+INDEX_MEMBER = "__index__"
+#: What packs written before named it: webdataset yields it as a sample keyed ``__index__``.
+OLD_INDEX_MEMBER = "__index__.json"
 MANIFEST_NAME = "manifest.json"
 HASH_ALGO = "sha256"
 KEY_RE = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,79}$")

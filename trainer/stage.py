@@ -23,8 +23,12 @@ Why it is shaped this way:
   written last, and one run at a time holds the folder (a FolderLock): a full,
   read-only or busy folder fails with one line naming it, never a traceback.
 
-Also: ``python -m trainer.stage collect --src S --dest D`` copies what a rank
-left on NVMe (checkpoints, logs) to D/<node name> before the NVMe is erased.
+Also: ``python -m trainer.stage check --manifest M --nodes N --policy P`` checks
+the manifest alone (readable, well formed, enough training shards for N nodes)
+in one process: the job script runs it before the ranks start, so a fault of the
+manifest is reported as one, naming it, and not as a missing or corrupt shard.
+``python -m trainer.stage collect --src S --dest D`` copies what a rank left on
+NVMe (checkpoints, logs) to D/<node name> before the NVMe is erased.
 
 Imports neither torch nor summit_jobs: it runs on compute nodes, first thing.
 """
@@ -67,6 +71,10 @@ _OS_FIXES = {
 
 class StageError(Exception):
     """A shard is missing, corrupt, or does not fit: the message names it and the way out."""
+
+
+class ManifestError(StageError):
+    """The manifest itself is at fault (unreadable, malformed, too few training shards): the message names it."""
 
 
 # ---- placement (shared with the login side's dry run) -------------------------------------------
@@ -407,7 +415,23 @@ def _read_manifest(manifest_path: Path) -> Dict[str, object]:
     try:
         return shards.read_manifest(manifest_path)
     except shards.ShardError as exc:
-        raise StageError(str(exc)) from None
+        text = str(exc)
+        raise ManifestError(text if text.startswith("manifest ") else f"manifest {text}") from None
+
+
+def check(manifest_path: Path, policy: str, nodes: int) -> List[List[Dict[str, object]]]:
+    """Each node's shards, after checking the manifest alone: readable, well formed, and with enough
+    training shards for ``nodes`` under ``policy``. Every fault raises ManifestError naming the manifest."""
+    return _placement(manifest_path, _read_manifest(manifest_path), nodes, policy)
+
+
+def _placement(manifest_path: Path, manifest: Dict[str, object], nodes: int,
+               policy: str) -> List[List[Dict[str, object]]]:
+    """placement(), its refusal naming the manifest: too few training shards is the manifest's fault."""
+    try:
+        return placement(manifest, nodes, policy)
+    except StageError as exc:
+        raise ManifestError(f"manifest {manifest_path}: {exc}") from None
 
 
 def stage(manifest_path: Path, dest: Path, policy: str, nodes: int, node: int, threads: int = 0,
@@ -423,7 +447,7 @@ def stage(manifest_path: Path, dest: Path, policy: str, nodes: int, node: int, t
     manifest = _read_manifest(manifest_path)
     src_dir = (manifest_path if manifest_path.is_dir() else manifest_path.parent).resolve()
     algo = shards.hash_algo(manifest)
-    mine = placement(manifest, nodes, policy)[node]
+    mine = _placement(manifest_path, manifest, nodes, policy)[node]
     need = sum(int(s["bytes"]) for s in mine)
     _prepare_dest(dest, src_dir)
     try:
@@ -523,10 +547,28 @@ def _check_counts(nodes: int, threads: int) -> None:
                          f"{MAX_THREADS}")
 
 
+def _check_main(argv: List[str]) -> int:
+    p = argparse.ArgumentParser(prog="python -m trainer.stage check",
+                                description="Check the manifest alone before staging: readable, well formed, "
+                                            "enough training shards for the nodes. Copies nothing.")
+    p.add_argument("--manifest", required=True, help="manifest.json on the parallel file system.")
+    p.add_argument("--policy", choices=POLICIES, default="partition")
+    p.add_argument("--nodes", type=int, required=True, help="Number of nodes (ranks) staging together.")
+    a = p.parse_args(argv)
+    try:
+        _check_counts(a.nodes, 0)
+        check(Path(os.path.expandvars(a.manifest)), a.policy, a.nodes)
+    except (StageError, OSError) as exc:
+        return _error("trainer.stage check: error", exc)
+    return 0
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "collect":
         return _collect_main(argv[1:])
+    if argv and argv[0] == "check":
+        return _check_main(argv[1:])
     p = argparse.ArgumentParser(
         prog="python -m trainer.stage",
         description="Copy and verify this node's share of the shards onto node-local NVMe "
