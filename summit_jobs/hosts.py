@@ -425,9 +425,10 @@ class SshHost(Host):
         except (paramiko.SSHException, EOFError, OSError) as exc:
             if isinstance(exc, OSError) and not isinstance(exc, socket.timeout) and self._alive():
                 raise                   # a file error on a working connection: the caller's to handle
+            from summit_jobs import sshlogin
             self._drop()
             raise ConnectionLost(f"the SSH connection to {self.label} dropped while {what} "
-                                 f"({exc or type(exc).__name__}). Check the network and run the command "
+                                 f"({sshlogin.error_reason(exc)}). Check the network and run the command "
                                  "again.", host=self.label) from None
 
     def _drop(self) -> None:
@@ -567,6 +568,8 @@ def _connect_error(label: str, exc: Exception, hop=None) -> UserError:
     import socket
 
     import paramiko
+
+    from summit_jobs import sshlogin
     if isinstance(exc, UserError):
         return exc
     if isinstance(exc, socket.gaierror) and hop is not None:
@@ -586,9 +589,9 @@ def _connect_error(label: str, exc: Exception, hop=None) -> UserError:
                          "want a PIN and token code ask for it at the terminal (see docs/cluster.md, "
                          "'Submitting from a laptop over SSH').")
     if isinstance(exc, paramiko.SSHException):
-        return UserError(f"SSH connection to {label} failed: {exc}")
+        return UserError(f"SSH connection to {label} failed: {sshlogin.error_reason(exc)}")
     if isinstance(exc, (OSError, EOFError, ValueError, OverflowError)):
-        return Unreachable(f"cannot reach {label} over SSH: {exc or type(exc).__name__}. Check --host/--port, "
+        return Unreachable(f"cannot reach {label} over SSH: {sshlogin.error_reason(exc)}. Check --host/--port, "
                            "the HostName, Port and ProxyJump of your ssh config, and your network.", host=label)
     raise exc
 
