@@ -156,7 +156,7 @@ def bjobs(host, ids: List[str]):
     return found, missing
 
 
-#: How much of an exit-code file that holds something else than a number a message shows.
+#: How much of an exit-code file that holds something other than a number a message shows.
 SHOWN_CHARS = 40
 
 
