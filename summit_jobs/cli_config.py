@@ -25,7 +25,7 @@ from summit_jobs.cli_types import whole
 SECRET_WORDS = ("password", "passwd", "passphrase", "token", "secret", "credential", "api_key", "apikey")
 #: What is printed instead of a secret's value.
 HIDDEN = "<set>"
-#: The widest value that sets the VALUE column; a longer one (a profile's path) pushes only its own origin.
+#: The widest value that sets the VALUE column; a longer one (a profile's path) puts its origin on the next line.
 VALUE_WIDTH = 20
 
 
@@ -114,7 +114,12 @@ def _text(value: Any) -> str:
 
 
 def table(rows: List[Dict[str, Any]]) -> str:
-    """SETTING, VALUE, ORIGIN columns; with --all each overridden layer on a line of its own below."""
+    """SETTING, VALUE, ORIGIN columns; with --all each overridden layer on a line of its own below.
+
+    A value wider than the VALUE column (a profile's path) keeps its place and
+    its origin moves to the next line, under ORIGIN: every origin starts in
+    one column, however long the paths of this machine are.
+    """
     body = []
     for r in rows:
         body.append([r["name"], _text(r["value"]), r["origin"]])
@@ -122,7 +127,13 @@ def table(rows: List[Dict[str, Any]]) -> str:
     head = ["SETTING", "VALUE", "ORIGIN"]
     widths = [max(len(head[0]), *(len(b[0]) for b in body)),
               max(len(head[1]), *(len(b[1]) for b in body if len(b[1]) <= VALUE_WIDTH))]
-    return "\n".join(f"{a.ljust(widths[0])}  {b.ljust(widths[1])}  {c}".rstrip() for a, b, c in [head, *body])
+    out = []
+    for a, b, c in [head, *body]:
+        if len(b) > widths[1]:
+            out += [f"{a.ljust(widths[0])}  {b}", f"{'':{widths[0] + widths[1] + 4}}{c}"]
+        else:
+            out.append(f"{a.ljust(widths[0])}  {b.ljust(widths[1])}  {c}".rstrip())
+    return "\n".join(out)
 
 
 @cli.command("config")

@@ -13,21 +13,35 @@ from summit_jobs.errors import UserError
 
 
 def measured_throughput(run_dir: str) -> float:
-    """Per-GPU clips/s from a previous run's metrics (median over its training steps)."""
+    """Per-GPU clips/s from a previous run's metrics (median over its training steps).
+
+    The file is appended to by a running trainer and may be edited or joined
+    by hand, so, like `status` and `report`, this keeps the records it can
+    use and passes over the rest: lines that are not JSON objects, undecodable
+    bytes, and rates or rank counts that are not positive finite numbers.
+    """
     path = Path(run_dir) / "metrics.jsonl"
     try:
-        lines = path.read_text().splitlines()
+        lines = path.read_text(errors="replace").splitlines()
     except OSError:
         raise UserError(f"--throughput-from: cannot read {path}; point it at a run directory that holds "
                         "metrics.jsonl.") from None
+
+    def positive(value: object) -> bool:
+        """A real, finite, positive number (NaN and infinity fail both comparisons)."""
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < float("inf")
+
     rates = []
     for line in lines:
         try:
             rec = json.loads(line)
         except ValueError:
             continue
-        if rec.get("kind") == "train" and rec.get("clips_per_s") and rec.get("ranks"):
-            rates.append(float(rec["clips_per_s"]) / float(rec["ranks"]))
+        if not isinstance(rec, dict) or rec.get("kind") != "train":
+            continue
+        clips, ranks = rec.get("clips_per_s"), rec.get("ranks")
+        if positive(clips) and positive(ranks):
+            rates.append(float(clips) / float(ranks))
     if not rates:
         raise UserError(f"--throughput-from: {path} has no training steps with a throughput figure.")
     rates.sort()

@@ -388,6 +388,25 @@ def check_torch(found: Mapping[str, object], python: str) -> Check:
     return Check(OK, "torch", f"torch {text} under {where} supported ({_range_text()})")
 
 
+def check_trainer(found: Mapping[str, object], python: str) -> Check:
+    """Step 4: the trainer itself runs under the profile's Python, as a rank starts it (``python -m trainer``).
+
+    torch importing is not enough: the job runs ``python -m trainer`` in its run directory, so the trainer
+    must be installed into that environment (or on its PYTHONPATH), not merely present in the folder doctor
+    happens to run in. A missing install otherwise shows only once the job has waited in the queue.
+    """
+    fix = ("install summit-jobs into that environment without touching its torch: `python -m pip install "
+           "--no-deps /path/to/summit-jobs` with that python (docs/cluster.md, 'Installing the trainer on the "
+           "cluster')")
+    if "trainer_error" in found:
+        return Check(FAIL, "trainer", f"{python} cannot import the trainer: {found['trainer_error']}", fix)
+    if found.get("trainer_help"):
+        return Check(FAIL, "trainer", f"`{python} -m trainer --help` failed ({found['trainer_help']})", fix)
+    if "trainer" not in found:
+        return Check(WARN, "trainer", "the probe did not say whether the trainer imports", fix)
+    return Check(OK, "trainer", f"`{python} -m trainer` runs (the trainer in {found['trainer']})")
+
+
 def check_horovod(found: Mapping[str, object], engine: str) -> Check:
     """Step 4: Horovod imports; without it the trainer falls back to torch.distributed (DDP)."""
     if "horovod" in found:
@@ -399,6 +418,32 @@ def check_horovod(found: Mapping[str, object], engine: str) -> Check:
                  "this torch), or build it (`make horovod`); or set recipe.engine: ddp in the profile")
 
 
+#: What every rank runs; its --help is printed by trainer.config's parser, before torch is imported.
+TRAINER_HELP_WORDS = "usage: python -m trainer"
+#: The trainer as a rank finds it: not from the probe's folder (a rank runs in its run directory), importing
+#: what a rank imports (trainer.train, with torch; only the torch-free trainer.config without), then
+#: ``python -m trainer --help`` from an empty folder. An unrelated package named ``trainer`` has no TORCH_RANGE.
+TRAINER_PROBE = (
+    "import importlib, os, subprocess, tempfile\n"
+    "sys.path[:] = [p for p in sys.path if p not in ('', '.', os.getcwd())]\n"
+    "try:\n"
+    "    config = importlib.import_module('trainer.config')\n"
+    "    out['trainer'] = os.path.dirname(os.path.abspath(getattr(config, '__file__', None) or '.'))\n"
+    "    if not hasattr(config, 'TORCH_RANGE'):\n"
+    "        raise ImportError('the trainer package in %s is not the summit-jobs trainer' % out['trainer'])\n"
+    "    if 'torch' in out:\n"
+    "        importlib.import_module('trainer.train')\n"
+    "except Exception as exc:\n"
+    "    out['trainer_error'] = ('%s: %s' % (type(exc).__name__, exc)).splitlines()[0][:300]\n"
+    "with tempfile.TemporaryDirectory() as empty:\n"
+    "    try:\n"
+    "        run = subprocess.run([sys.executable, '-m', 'trainer', '--help'], cwd=empty, capture_output=True,\n"
+    "                             text=True, timeout=120)\n"
+    "        said = (run.stderr.strip() or run.stdout.strip() or 'no output').splitlines()[-1][:300]\n"
+    f"        out['trainer_help'] = None if run.returncode == 0 and {TRAINER_HELP_WORDS!r} in run.stdout else \\\n"
+    "            'exit %d: %s' % (run.returncode, said)\n"
+    "    except Exception as exc:\n"
+    "        out['trainer_help'] = ('%s: %s' % (type(exc).__name__, exc))[:300]\n")
 #: Run by the trainer's interpreter after the profile's environment set-up: what a rank would import.
 PROBE_CODE = (
     "import json, shutil, sys\n"
@@ -409,6 +454,7 @@ PROBE_CODE = (
     "        out[key] = str(sys.modules[key].__version__)\n"
     "    except Exception as exc:\n"
     "        out[key + '_error'] = ('%s: %s' % (type(exc).__name__, exc)).splitlines()[0][:300]\n"
+    f"{TRAINER_PROBE}"
     f"print({PROBE_MARKER!r}, json.dumps(out), flush=True)\n")
 #: Where ``module`` comes from when the shell has no such function yet (environment modules, Lmod).
 MODULE_INITS = ("/etc/profile.d/lmod.sh", "/etc/profile.d/modules.sh", "/usr/share/lmod/lmod/init/bash",
@@ -468,7 +514,7 @@ def check_environment(rc: int, stdout: str, stderr: str, profile, python: str) -
                       f"{_tail(stderr or stdout)}",
                       "fix environment.setup, or point environment.python at an interpreter that exists after the "
                       "set-up (a bare name is looked up on PATH)")]
-    checks = [check_torch(found, python), check_horovod(found, profile.recipe.engine)]
+    checks = [check_torch(found, python), check_trainer(found, python), check_horovod(found, profile.recipe.engine)]
     if profile.launcher.kind == "mpirun":
         if found.get("mpirun"):
             checks.append(Check(OK, "mpirun", str(found["mpirun"])))

@@ -271,11 +271,53 @@ def _key_line(line: str, path: str, lineno: int, known: KnownHosts) -> None:
         known.listed.append((name, entry.key))
 
 
+#: The fields a known_hosts line is read by, after any marker (the rest is a comment): host patterns, key type,
+#: key. A @revoked line is honoured by its key alone, whatever hosts it names.
+_NEEDED_FIELDS = {"@revoked": (2, 4), "@cert-authority": (1, 4)}
+
+
+def _text_line(raw: bytes, path: str, lineno: int) -> Optional[str]:
+    """One known_hosts line as text; None, with a warning naming the file and line, where it cannot be used.
+
+    OpenSSH reads the file line by line as bytes, so one stray byte costs that
+    line only, not the file. Here a line that is not UTF-8 is still read when
+    the bad bytes sit in parts that do not decide trust (its comment, or the
+    host patterns of a @revoked line, which revokes the key for every host).
+    Otherwise it is skipped: a skipped trust line can only make a host unknown,
+    and a @revoked line whose key cannot be read matches no key anyway.
+    """
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        bad = exc
+    fields = raw.decode("utf-8", "surrogateescape").split()
+    if not fields or fields[0].startswith("#"):
+        return ""                                       # a comment: OpenSSH does not read it either
+    marker = fields[0] if fields[0].startswith("@") else ""
+    if not marker or marker in _NEEDED_FIELDS:
+        first, last = _NEEDED_FIELDS.get(marker, (0, 3))
+        if len(fields) >= last and all(_is_text(f) for f in fields[first:last]):
+            return " ".join(f if _is_text(f) else "-" for f in fields[:last])
+    warn(f"{path}:{lineno}: this known_hosts line is not UTF-8 text (byte 0x{raw[bad.start]:02x} at column "
+         f"{bad.start + 1}); line skipped, the file's other lines are read.")
+    return None
+
+
+def _is_text(field: str) -> bool:
+    """No undecodable byte in ``field`` (they were kept as lone surrogates, which UTF-8 cannot encode)."""
+    try:
+        field.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def load_known_hosts(paths: List[str]) -> KnownHosts:
     """Read known_hosts files; a revoked key is removed from the trusted keys whichever file listed it.
 
-    A file that cannot be read as text is skipped with a warning naming it
-    (the connection then fails as for an unknown host, never the other way).
+    Lines are read one by one, as OpenSSH does: a line that cannot be used
+    (not UTF-8, not a key line) is skipped with a warning naming the file and
+    the line, and the file's other lines still count.
     """
     import paramiko
     known = KnownHosts(keys=paramiko.HostKeys(), revoked={}, listed=[], authorities=[])
@@ -284,14 +326,12 @@ def load_known_hosts(paths: List[str]) -> KnownHosts:
             continue
         try:
             with open(path, "rb") as fh:
-                text = fh.read().decode("utf-8")
-        except UnicodeDecodeError as exc:
-            warn(f"known_hosts file {path} is not UTF-8 text (byte {exc.start}); it is skipped.")
-            continue
+                data = fh.read()
         except OSError as exc:
             raise UserError(f"cannot read known_hosts file {path}: {exc.strerror or exc}.") from None
-        for lineno, raw in enumerate(text.splitlines(), 1):
-            line = raw.strip()
+        for lineno, raw in enumerate(data.split(b"\n"), 1):
+            line = _text_line(raw, path, lineno)
+            line = line.strip() if line is not None else ""
             if line and not line.startswith("#"):
                 _key_line(line, path, lineno, known)
     for name, key in known.listed:
@@ -385,9 +425,10 @@ class SshHost(Host):
         except (paramiko.SSHException, EOFError, OSError) as exc:
             if isinstance(exc, OSError) and not isinstance(exc, socket.timeout) and self._alive():
                 raise                   # a file error on a working connection: the caller's to handle
+            from summit_jobs import sshlogin
             self._drop()
             raise ConnectionLost(f"the SSH connection to {self.label} dropped while {what} "
-                                 f"({exc or type(exc).__name__}). Check the network and run the command "
+                                 f"({sshlogin.error_reason(exc)}). Check the network and run the command "
                                  "again.", host=self.label) from None
 
     def _drop(self) -> None:
@@ -527,6 +568,8 @@ def _connect_error(label: str, exc: Exception, hop=None) -> UserError:
     import socket
 
     import paramiko
+
+    from summit_jobs import sshlogin
     if isinstance(exc, UserError):
         return exc
     if isinstance(exc, socket.gaierror) and hop is not None:
@@ -546,9 +589,9 @@ def _connect_error(label: str, exc: Exception, hop=None) -> UserError:
                          "want a PIN and token code ask for it at the terminal (see docs/cluster.md, "
                          "'Submitting from a laptop over SSH').")
     if isinstance(exc, paramiko.SSHException):
-        return UserError(f"SSH connection to {label} failed: {exc}")
+        return UserError(f"SSH connection to {label} failed: {sshlogin.error_reason(exc)}")
     if isinstance(exc, (OSError, EOFError, ValueError, OverflowError)):
-        return Unreachable(f"cannot reach {label} over SSH: {exc or type(exc).__name__}. Check --host/--port, "
+        return Unreachable(f"cannot reach {label} over SSH: {sshlogin.error_reason(exc)}. Check --host/--port, "
                            "the HostName, Port and ProxyJump of your ssh config, and your network.", host=label)
     raise exc
 

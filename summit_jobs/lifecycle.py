@@ -167,6 +167,37 @@ def bjobs(host, ids: List[str]):
     return found, missing
 
 
+#: How much of an exit-code file that holds something other than a number a message shows.
+SHOWN_CHARS = 40
+
+
+def exit_code_of(text: Optional[str], name: str) -> Tuple[Optional[int], Optional[str]]:
+    """The code an exit-code file ``name`` holds (None when absent); else None and what the file holds instead.
+
+    The job script writes the number as its last act, so a file that exists
+    but holds no number (empty: the node died mid-write; garbage: something
+    else wrote it) tells a different story from no file at all, and the
+    message says which, with the start of what is there.
+    """
+    if text is None:
+        return None, None
+    value = text.strip()
+    if value.lstrip("-").isdecimal():
+        return int(value), None
+    if not value:
+        return None, f"its exit-code file {name} is empty"
+    shown = value if len(value) <= SHOWN_CHARS else value[:SHOWN_CHARS] + "..."
+    return None, f"its exit-code file {name} holds garbage, not an exit code: {shown!r}"
+
+
+def exit_code_file(host, record: Optional[Dict], jid: str) -> Tuple[Optional[int], Optional[str]]:
+    """The job's exit code and what is wrong with its exit-code file (exit_code_of); nothing without a record."""
+    if record is None:
+        return None, None
+    name = rundir.exitcode_name(jid)
+    return exit_code_of(host.read_text(host.join(str(record["run_dir"]), name)), name)
+
+
 def collect(state, pairs, hosts_: Hosts) -> List[Dict[str, object]]:
     """One row per job: bjobs' view corrected by the exit-code files."""
     groups: Dict[str, List[Tuple[Optional[Dict], str]]] = {}
@@ -179,11 +210,7 @@ def collect(state, pairs, hosts_: Hosts) -> List[Dict[str, object]]:
         found, _missing = bjobs(host, [jid for _, jid in items])
         for record, jid in items:
             st = found.get(jid)
-            code: Optional[int] = None
-            if record is not None:
-                text = host.read_text(host.join(str(record["run_dir"]), rundir.exitcode_name(jid)))
-                if text is not None and text.strip().lstrip("-").isdecimal():
-                    code = int(text.strip())
+            code, problem = exit_code_file(host, record, jid)
             row = {"run": (record or {}).get("name", "-"), "job_id": jid, "host": host.label,
                    "run_dir": (record or {}).get("run_dir"), "exit_code": code, "source": "exit-code file",
                    "cancelled": False, "lsf_state": None, "finish_time": None}
@@ -196,6 +223,7 @@ def collect(state, pairs, hosts_: Hosts) -> List[Dict[str, object]]:
                     if code is None:
                         row["exit_code"] = st.exit_code
                         row["source"] = "bjobs"
+                        row["reason"] = "; ".join(r for r in (st.reason, problem) if r)
                     else:
                         row["state"] = "DONE" if code == 0 else "EXIT"
                 elif code is None:
@@ -205,8 +233,9 @@ def collect(state, pairs, hosts_: Hosts) -> List[Dict[str, object]]:
                 row["reason"] = f"gone from bjobs; exit-code file says {code}"
             else:
                 row["state"] = "UNKNOWN"
-                row["reason"] = ("gone from bjobs and no exit-code file: the job did not finish normally "
-                                 "(killed, or never started); check its output with `summit-jobs logs`")
+                row["reason"] = (f"gone from bjobs, and {problem}: how the job ended is unknown" if problem else
+                                 "gone from bjobs and no exit-code file: the job did not finish normally (killed, "
+                                 "or never started)") + "; check its output with `summit-jobs logs`"
                 row["source"] = "none"
             mark_cancelled(row, st, record)
             rows.append(row)

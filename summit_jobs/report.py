@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 from summit_jobs.errors import UserError
+from summit_jobs.lifecycle import exit_code_of
 from summit_jobs.progress import Progress
 from trainer import rundir
 from trainer import files, units
@@ -389,15 +390,17 @@ def _jobs(host, run_dir: str, record: Optional[Dict], events: Optional[List[Dict
         events = rundir.parse_events(host.read_text(host.join(run_dir, rundir.EVENTS)) or "")
     out = []
     for jid in ids:
-        text = host.read_text(host.join(run_dir, rundir.exitcode_name(jid)))
-        code = int(text.strip()) if text is not None and text.strip().lstrip("-").isdecimal() else None
+        name = rundir.exitcode_name(jid)
+        code, problem = exit_code_of(host.read_text(host.join(run_dir, name)), name)
         mine = rundir.job_events(events, jid)
         if mine:
             resumed, how = _ending_from_events(mine)
         else:
             output = "".join(host.read_text(host.join(run_dir, f)) or "" for f in runs.output_files(script, jid))
             resumed, how = _job_ending(output)
-        if code is None:
+        if problem:
+            state = problem
+        elif code is None:
             state = "no exit-code file (pending, running, or killed before the script's end)"
         else:
             state = "exit 0" if code == 0 else f"exit {code} (failed)"

@@ -251,6 +251,28 @@ def route(target, config: Optional[SshConfig] = None) -> List[Hop]:
     return [*_jumps(config, target.host, opts.get("proxyjump"), target.key_file, [target.host]), hop]
 
 
+def error_reason(exc: BaseException) -> str:
+    """What went wrong with a connection, in words, for an error of the network or of paramiko.
+
+    Why not ``str(exc)``: paramiko's NoValidConnectionsError is an OSError
+    whose errno is None (it stands for one error per address tried), so its
+    text reads ``[Errno None] Unable to connect`` and hides the causes, which
+    its ``errors`` hold (connection refused, no route to host). A
+    ChannelException prints as a tuple; a timeout has no errno either.
+    """
+    import paramiko
+    errors = getattr(exc, "errors", None)
+    if isinstance(exc, paramiko.ssh_exception.NoValidConnectionsError) and isinstance(errors, dict) and errors:
+        return "; ".join(f"{addr[0]} port {addr[1]}: {error_reason(err)}" for addr, err in errors.items())
+    if isinstance(exc, paramiko.ChannelException):
+        return f"{exc.text or 'refused'} (SSH channel error {exc.code})"
+    if isinstance(exc, TimeoutError):
+        return "no answer in time (timed out)"
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    return re.sub(r"^\[Errno None\]\s*", "", str(exc)) or type(exc).__name__
+
+
 def forward(jump_client, jump: Hop, hop: Hop):
     """A ``direct-tcpip`` channel from ``jump`` to ``hop``: the socket the next SSH connection runs over."""
     import paramiko
@@ -259,7 +281,7 @@ def forward(jump_client, jump: Hop, hop: Hop):
         return transport.open_channel("direct-tcpip", (hop.hostname, hop.port), ("127.0.0.1", 0), timeout=20)
     except (paramiko.SSHException, OSError, EOFError) as exc:
         raise UserError(f"{jump.label} could not open a connection to {hop.hostname}:{hop.port} "
-                        f"({exc or type(exc).__name__}); check that it allows TCP forwarding and reaches that "
+                        f"({error_reason(exc)}); check that it allows TCP forwarding and reaches that "
                         "host, and the HostName and Port of the host behind it.") from None
 
 

@@ -100,6 +100,23 @@ BAD_OPTIONS = [
     (["--optimizer-sync", "aavg", "--avg-interval", "0"], "--avg-interval 0"),
     (["--optimizer-sync", "aavg", "--batch-per-gpu", "8", "--aavg-max-batch", "4"], "--aavg-max-batch 4"),
     (["--schedule", "multigrid", "--epochs", "2"], "got 2"),
+    # sizes: each within a range, and together within this machine's memory (the input batch alone)
+    (["--input-size", "100000"], "--input-size 100000: must be at most 1024"),
+    (["--scale-size", "100000"], "--scale-size 100000: must be at most 2048"),
+    (["--num-segments", "100000"], "--num-segments 100000: must be at most 256"),
+    (["--modality", "flow", "--flow-stack", "1000"], "--flow-stack 1000: must be at most 64"),
+    (["--batch-per-gpu", "1000000"], "--batch-per-gpu 1000000: must be at most 4096"),
+    (["--aavg-max-batch", "1000000"], "--aavg-max-batch 1000000: must be at most 4096"),
+    (["--val-clips", "100000"], "--val-clips 100000: must be at most 1000"),
+    (["--test-clips", "100000"], "--test-clips 100000: must be at most 1000"),
+    (["--input-size", "1024", "--num-segments", "256", "--batch-per-gpu", "4096", "--no-test"],
+     "--batch-per-gpu 4096 x --num-segments 256 at --input-size 1024: one batch's input alone is 12,288.0 GiB"),
+    (["--optimizer-sync", "aavg", "--aavg-max-batch", "4096", "--num-segments", "256", "--input-size", "1024",
+      "--no-test"], "--aavg-max-batch 4096 x --num-segments 256 at --input-size 1024"),
+    (["--test-clips", "1000", "--scale-size", "2048", "--num-segments", "256"],
+     "--test-clips 1000 x --test-crops 3 x --num-segments 256 at a test side of 2048"),
+    (["--modality", "flow", "--flow-stack", "64", "--num-segments", "256", "--batch-per-gpu", "4096",
+      "--input-size", "1024", "--no-test"], "x --flow-stack 64 x 2 at --input-size 1024"),
 ]
 
 
@@ -133,6 +150,15 @@ def test_the_login_side_parser_refuses_the_same_and_accepts_the_recipe():
         with pytest.raises(SystemExit) as exc:
             parse(base + extra)
         assert exc.value.code == 2
+
+
+def test_sizes_within_the_ranges_and_memory_are_accepted():
+    """The bounds leave the recipes and their larger variants alone: 16 or 32 frames, 448-pixel crops."""
+    base = ["--run-dir", "/r", "--data", "/d"]
+    for extra in (["--num-segments", "16", "--input-size", "448"], ["--num-segments", "32"],
+                  ["--preset", "aavg-paper"], ["--modality", "flow", "--flow-stack", "10"],
+                  ["--input-size", "1024", "--batch-per-gpu", "1", "--num-segments", "8", "--no-test"]):
+        assert parse(base + extra).num_segments in (8, 16, 32)
 
 
 def test_the_arch_choices_are_the_models():

@@ -131,7 +131,7 @@ def test_summit_profile_values_in_the_table(cli_env, tmp_path):
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert lines[0].split() == ["SETTING", "VALUE", "ORIGIN"]
-    by_name = {line.split()[0]: line for line in lines[1:]}
+    by_name = {line.split()[0]: line for line in lines[1:] if not line.startswith(" ")}
     assert sorted(by_name) == sorted(NAMES)
     assert by_name["machine"].split()[1:] == ["summit", "option", "--machine"]
     assert by_name["profile"].split()[1] == str(REPO / "envs" / "summit.yaml")
@@ -191,3 +191,31 @@ def test_secret_values_are_never_printed():
         assert cli_config.shown(name, None) is None
     for name in NAMES:
         assert not cli_config.is_secret(name) and cli_config.shown(name, "v") == "v"
+
+
+def test_every_origin_starts_in_the_origin_column_whatever_the_paths(cli_env, tmp_path):
+    """A profile in a deep folder, a long runs_dir overriding another: the table stays in columns, each origin
+    (as --json gives it) starting under ORIGIN, each value under VALUE."""
+    deep = tmp_path / "a-rather-long-folder-name" / "holding" / "the-site-profiles-of-this-team"
+    deep.mkdir(parents=True)
+    profile = deep / "mysite.yaml"
+    profile.write_text((REPO / "envs" / "local.yaml").read_text().replace("name: local", "name: mysite")
+                       + f"runs_dir: {deep / 'runs'}\n")
+    env = dict(cli_env, SUMMIT_JOBS_MACHINES_PATH=str(deep))
+    args = ["--machine", "mysite", "config", "--all", "--runs-dir", str(deep / "other-runs")]
+    proc = run_cli(args, env, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    value_column, origin_column = lines[0].index("VALUE"), lines[0].index("ORIGIN")
+    rows = json.loads(run_cli([*args, "--json"], env, cwd=tmp_path).stdout)
+    layers = [(r["value"], r["origin"]) for r in rows] + [(o["value"], o["origin"]) for r in rows
+                                                            for o in r["overridden"]]
+    assert any(len(str(value)) > origin_column - value_column for value, _ in layers)   # the case at hand
+    for value, origin in layers:
+        at = [line.find(origin) for line in lines if origin in line]
+        assert at and all(col == origin_column for col in at), (origin, proc.stdout)
+        shown = "(none)" if value is None else str(value)
+        assert any(line[value_column:].startswith(shown) for line in lines), (shown, proc.stdout)
+    for line in lines[1:]:
+        if line.startswith(" ") and not line.lstrip().startswith("overrode"):
+            assert len(line) - len(line.lstrip()) == origin_column, proc.stdout    # an origin on its own line

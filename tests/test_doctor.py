@@ -11,10 +11,12 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
+from typing import Tuple
 
 import pytest
-from conftest import run_cli
+from conftest import REPO, run_cli
 from helpers_sshd import remote_lsf_env, ssh_profile, start_sshd
 
 from summit_jobs import resources
@@ -61,14 +63,15 @@ def test_a_correct_set_up_on_the_embedded_lsf_passes(env, tmp_path):
     for start in ("ok  lsf commands: bsub, bjobs, bkill, jsrun found", "ok  lsf version: summit-jobs embedded LSF "
                   "10.1.0.2 (cluster embedded", "ok  queue batch (default): Open:Active", "ok  queue debug:",
                   "ok  account:", f"ok  run folder: {tmp_path / 'summit-jobs-runs'} does not exist yet",
-                  "ok  torch: torch 2."):
+                  "ok  torch: torch 2.", "ok  trainer: "):
         line(proc, start)
+    assert f"-m trainer` runs (the trainer in {REPO / 'trainer'})" in line(proc, "ok  trainer: ")
     assert not any(text.startswith("FAIL") for text in proc.stdout.splitlines())
     assert not (tmp_path / "summit-jobs-runs").exists()               # checked, not created
     assert not list(tmp_path.glob(".summit-jobs-doctor*"))            # the test file was removed
     listed = json.loads(doctor(env, "--json", "--data", str(tmp_path), cwd=tmp_path).stdout)
     assert {c["check"] for c in listed} >= {"lsf commands", "lsf version", "queue batch (default)", "run folder",
-                                            "data folder", "torch", "horovod"}
+                                            "data folder", "torch", "trainer", "horovod"}
     assert all(set(c) == {"status", "check", "found", "fix"} for c in listed)
 
 
@@ -146,6 +149,47 @@ def test_trainer_environment_without_torch(env, tmp_path):
     assert "environment.modules" in found and "environment.python" in found
 
 
+def _torch_without_the_trainer(tmp_path: Path) -> Tuple[str, str]:
+    """(python, PYTHONPATH) of an environment with torch and its packages but not the trainer: this venv's
+    interpreter without its site hook (-S: no .pth files, so no editable install of summit-jobs), its
+    site-packages on PYTHONPATH, as a site's Python with PyTorch where nobody installed the trainer."""
+    where = subprocess.run([sys.executable, "-c", "import os, torch; print(os.path.dirname(os.path.dirname("
+                            "torch.__file__)))"], capture_output=True, text=True, check=True).stdout.strip()
+    if (Path(where) / "trainer" / "config.py").exists():
+        pytest.skip("the trainer is installed as a plain package next to torch")
+    python = tmp_path / "site-python"
+    python.write_text(f"#!/bin/sh\nexec {sys.executable} -S \"$@\"\n")
+    python.chmod(0o755)
+    return str(python), where
+
+
+def test_torch_without_the_trainer_fails_with_the_install_fix(env, tmp_path):
+    """torch imports, but `python -m trainer` would not run in a job: the trainer is not installed there."""
+    python, site = _torch_without_the_trainer(tmp_path)
+    profile(tmp_path, "notrainer", LOCAL.replace("python: auto", f"python: {python}")
+            .replace('    OMP_NUM_THREADS: "1"', f'    OMP_NUM_THREADS: "1"\n    PYTHONPATH: {site}'))
+    proc = doctor(env, "--machine", "notrainer", cwd=REPO)      # a checkout in the current folder does not count
+    assert proc.returncode == 1, (proc.stdout, proc.stderr)
+    assert line(proc, "ok  torch: torch 2.")
+    found = line(proc, "FAIL  trainer:")
+    assert f"{python} cannot import the trainer: ModuleNotFoundError: No module named 'trainer'" in found
+    assert "pip install --no-deps" in found and "Installing the trainer on the cluster" in found
+
+
+def test_a_different_package_named_trainer_is_not_taken_for_the_trainer(env, tmp_path):
+    """PyPI has an unrelated `trainer` package: found first on the path, it is named, not trusted."""
+    other = tmp_path / "other-site" / "trainer"
+    other.mkdir(parents=True)
+    (other / "__init__.py").write_text('"""A training loop library that happens to share the name."""\n')
+    (other / "config.py").write_text("class TrainerConfig:\n    pass\n")
+    profile(tmp_path, "othertrainer", LOCAL.replace('    OMP_NUM_THREADS: "1"',
+                                                    f'    OMP_NUM_THREADS: "1"\n    PYTHONPATH: {other.parent}'))
+    proc = doctor(env, "--machine", "othertrainer", cwd=tmp_path)
+    assert proc.returncode == 1, (proc.stdout, proc.stderr)
+    found = line(proc, "FAIL  trainer:")
+    assert f"the trainer package in {other} is not the summit-jobs trainer" in found
+
+
 def test_module_that_does_not_load(env, tmp_path):
     profile(tmp_path, "nomodule", LOCAL.replace("  python: auto", "  python: auto\n  modules: [pytorch/9.9]"))
     proc = doctor(env, "--machine", "nomodule", cwd=tmp_path)
@@ -193,7 +237,7 @@ def test_a_correct_set_up_over_ssh_passes(env, tmp_path, sshd):
     for start in (f"ok  host key: {label}: the host key is in your known_hosts", "ok  lsf commands: bsub, bjobs, "
                   f"bkill, jsrun found on {label}", "ok  lsf version: summit-jobs embedded LSF 10.1.0.2",
                   "ok  queue batch (default): Open:Active", f"ok  run folder: {tmp_path / 'remote runs'} exists "
-                  "and is writable", "ok  torch: torch 2."):
+                  "and is writable", "ok  torch: torch 2.", "ok  trainer: "):
         line(proc, start)
 
 

@@ -160,14 +160,55 @@ def test_revoked_key_is_never_accepted(server, laptop, tmp_path):
     assert "@revoked" in known.read_text() and known.read_text().count(sshd.host_key_pub) == 2
 
 
-def test_non_utf8_known_hosts_is_skipped_with_a_warning(server, laptop, tmp_path):
+def _openssh_connects(sshd, known: Path, env: dict) -> bool:
+    """Whether OpenSSH's own client, trusting only ``known``, logs in to the test's sshd (never asking)."""
+    proc = subprocess.run(["ssh", "-F", "/dev/null", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
+                           "-o", f"UserKnownHostsFile={known}", "-o", "GlobalKnownHostsFile=/dev/null",
+                           "-o", "IdentitiesOnly=yes", "-i", str(sshd.user_key), "-p", str(sshd.port),
+                           f"{sshd.user}@{sshd.address}", "true"], env=env, capture_output=True, timeout=60)
+    return proc.returncode == 0
+
+
+#: known_hosts files with one non-UTF-8 byte: (the bytes before the server's line, the server's line's own bytes
+#: as a function of the line, whether the host is trusted, the line the warning names or None).
+NON_UTF8 = {
+    "bad line before": (b"\xff\xfe garbage \x80\n", lambda line: line, True, 1),
+    "bad byte in the comment": (b"", lambda line: line.rstrip(b"\n") + b" laptop-caf\xe9\n", True, None),
+    "bad byte in the host": (b"# site keys\n", lambda line: line.replace(b"127.0.0.1", b"127.0.0.1\xff"), False, 2),
+    "bad byte in a comment line": (b"# caf\xe9\n", lambda line: line, True, None),
+}
+
+
+@pytest.mark.parametrize("case", NON_UTF8)
+def test_a_non_utf8_byte_costs_its_line_only_as_in_openssh(server, laptop, tmp_path, case):
+    sshd = server["sshd"]
+    before, server_line, trusted, warned = NON_UTF8[case]
+    known = Path(laptop["HOME"], ".ssh", "known_hosts")
+    known.write_bytes(before + server_line(sshd.known_hosts_line().encode()))
+    run_dir = make_run(tmp_path / "run4", sshd, None)
+    res = cli(["status", "--json", str(run_dir)], laptop)
+    assert "Traceback" not in res.stderr and "is skipped" not in res.stderr, res.stderr
+    if trusted:
+        assert res.returncode == 0, res.stderr
+    else:
+        assert res.returncode == 2 and "not in your known_hosts" in res.stderr, res.stderr
+    if warned:
+        assert f"{known}:{warned}: this known_hosts line is not UTF-8 text" in res.stderr, res.stderr
+        assert "line skipped, the file's other lines are read" in res.stderr
+    else:
+        assert "warning" not in res.stderr, res.stderr
+    assert _openssh_connects(sshd, known, laptop) == trusted
+
+
+def test_a_revoked_line_with_a_non_utf8_host_pattern_still_revokes(server, laptop, tmp_path):
+    """The revocation holds for every host, so bytes in its host patterns cannot lift it."""
     sshd = server["sshd"]
     known = Path(laptop["HOME"], ".ssh", "known_hosts")
-    known.write_bytes(b"\xff\xfe garbage \x80\n" + sshd.known_hosts_line().encode())
-    run_dir = make_run(tmp_path / "run4", sshd, None)
+    known.write_bytes(sshd.known_hosts_line().encode() + f"@revoked \xff* {sshd.host_key_pub}\n".encode("latin-1"))
+    run_dir = make_run(tmp_path / "run4r", sshd, None)
     res = cli(["status", str(run_dir)], laptop)
     assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
-    assert f"known_hosts file {known} is not UTF-8" in res.stderr and "not in your known_hosts" in res.stderr
+    assert "IS REVOKED" in res.stderr and f"{known}:2" in res.stderr
 
 
 def _session_processes(sshd) -> list:

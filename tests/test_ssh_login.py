@@ -335,6 +335,32 @@ def test_each_hop_host_key_is_checked_and_a_wrong_jump_key_is_named(jumped, tmp_
     assert f"the host key of {target.user}@target:{target.port} (127.0.0.2) is not in your known_hosts" in res.stderr
 
 
+def _closed_port(address: str) -> int:
+    """A port on ``address`` that nothing listens on (bound, then let go)."""
+    import socket
+    with socket.socket() as sock:
+        sock.bind((address, 0))
+        return sock.getsockname()[1]
+
+
+def test_an_unreachable_host_or_hop_gives_the_real_reason(jumped, tmp_path):
+    """Not paramiko's '[Errno None] Unable to connect' nor a ChannelException tuple: what refused, and why."""
+    jump, target = jumped["jump"], jumped["target"]
+    env = laptop_env(tmp_path, jumped["remote_env"], jump.known_hosts_line() + target.known_hosts_line())
+    closed = _closed_port("127.0.0.1")
+    res = cli(["--host", f"{jump.user}@127.0.0.1:{closed}", "status", "5"], env)
+    assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
+    assert f"127.0.0.1 port {closed}: Connection refused" in res.stderr and "Errno None" not in res.stderr
+    # The jump host is up, the login node behind it is not: the jump host's own answer.
+    config = jump_config(tmp_path / "ssh_config", jump, target)
+    config.write_text(config.read_text().replace(f"Port {target.port}", f"Port {_closed_port('127.0.0.2')}"))
+    env["SUMMIT_JOBS_SSH_CONFIG"] = str(config)
+    res = cli(["--host", "target", "status", "5"], env)
+    assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
+    assert "could not open a connection to 127.0.0.2:" in res.stderr and "(SSH channel error " in res.stderr
+    assert "ChannelException" not in res.stderr and "Errno None" not in res.stderr
+
+
 def test_command_line_wins_over_the_ssh_config(jumped, tmp_path):
     """~/.ssh/config (the default place) gives a wrong port, user and key for an alias; --host USER@ALIAS:PORT
     and --key-file put them right, and the alias's HostName is still used."""

@@ -290,6 +290,20 @@ INTS: Dict[str, Tuple[int, str]] = {
     "keep": (1, "the newest checkpoint is always kept"), "ckpt_every_steps": (0, "0 means off"),
 }
 MAX_SEED = 2 ** 63 - 1
+#: Size options: (largest value, what the option is). argparse takes any integer, and a typo such as
+#: --input-size 100000 would otherwise reach a 56 GiB frame buffer before failing; these ranges hold every recipe the
+#: trainer knows with room to spare, and the memory check below catches combinations within them.
+MAX_SIZES: Dict[str, Tuple[int, str]] = {
+    "input_size": (1024, "pixels per side of a training crop; the recipe: 224"),
+    "scale_size": (2048, "pixels on the test frames' shorter side; the recipe: 256"),
+    "num_segments": (256, "frames per clip; the recipe: 8"),
+    "flow_stack": (64, "flow fields per segment; the two-stream papers: 10"),
+    "batch_per_gpu": (4096, "clips per rank per micro-batch; the recipe: 8"),
+    "aavg_max_batch": (4096, "clips per learner; the AAVG paper: 576"),
+    "val_clips": (1000, "clips per video; the AAVG paper: 5"),
+    "test_clips": (1000, "clips per video; the recipe: 10"),
+}
+GIB = 1024 ** 3
 
 
 def _flag(name: str) -> str:
@@ -312,6 +326,10 @@ def _check_numbers(p: argparse.ArgumentParser, args: argparse.Namespace) -> None
             p.error(f"{_flag(name)} {v}: must be at least {lo} ({hint})")
     if args.seed > MAX_SEED:
         p.error(f"--seed {args.seed}: must be at most {MAX_SEED}")
+    for name, (hi, what) in MAX_SIZES.items():
+        v = getattr(args, name)
+        if v > hi:
+            p.error(f"{_flag(name)} {v}: must be at most {hi} {what}")
     if 0 < args.scale_size < args.input_size:
         p.error(f"--scale-size {args.scale_size}: the test crops --input-size {args.input_size} from a shorter side "
                 f"of this size; use at least {args.input_size}, or 0 for input-size x 256/224")
@@ -319,6 +337,69 @@ def _check_numbers(p: argparse.ArgumentParser, args: argparse.Namespace) -> None
     if args.test_size > scale:
         p.error(f"--test-size {args.test_size}: the test crops from a shorter side of {scale} (--scale-size); "
                 f"use at most {scale}, or 0 for the full-resolution frame" + _from_preset(args, "test_size"))
+    _check_memory(p, args, scale)
+
+
+def memory_bytes() -> Optional[int]:
+    """This machine's memory as a process may use it: physical memory, or a smaller cgroup limit (an LSF job's).
+
+    None where the system does not say (the check is then skipped, never guessed).
+    """
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, OSError, ValueError):
+        return None
+    for limit in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            with open(limit) as f:
+                text = f.read().strip()
+        except OSError:
+            continue
+        if text.isdigit() and 0 < int(text) < total:
+            total = int(text)
+    return total if total > 0 else None
+
+
+def batch_inputs(args: argparse.Namespace, scale: int) -> List[Tuple[str, int]]:
+    """The largest input batches the run builds: (the options that size it, bytes of its float32 tensor).
+
+    A lower bound of what a rank needs (the activations are many times this), so a refusal by it is never
+    wrong: the training micro-batch (AAVG's batch rule grows it up to --aavg-max-batch), the validation's and
+    the final test's (a video's clips x crops views go into one batch when they outnumber --batch-per-gpu).
+    """
+    channels = 2 * args.flow_stack if args.modality == "flow" else 3
+    per_frame = channels * 4
+    frames, side, batch = args.num_segments, args.input_size, args.batch_per_gpu
+    shape = f"--num-segments {frames}" + (f" x --flow-stack {args.flow_stack} x 2" if args.modality == "flow" else "")
+    aavg = args.optimizer_sync == "aavg" and args.aavg_max_batch > batch
+    train = f"--aavg-max-batch {args.aavg_max_batch}" if aavg else f"--batch-per-gpu {batch}"
+    clips = args.aavg_max_batch if aavg else batch
+    out = [(f"{train} x {shape} at --input-size {side}", clips * frames * side * side * per_frame)]
+    if (args.eval_every or args.aavg_eval_every) and args.val_clips > batch:
+        out.append((f"--val-clips {args.val_clips} x {shape} at --input-size {side}",
+                    args.val_clips * frames * side * side * per_frame))
+    if args.test or args.test_only:
+        views, test_side = args.test_clips * args.test_crops, args.test_size or scale
+        count = (f"--test-clips {args.test_clips} x --test-crops {args.test_crops}" if views > batch
+                 else f"--batch-per-gpu {batch}")
+        out.append((f"{count} x {shape} at a test side of {test_side} (--test-size, --scale-size)",
+                    max(views, batch) * frames * test_side * test_side * per_frame))
+    return out
+
+
+def _check_memory(p: argparse.ArgumentParser, args: argparse.Namespace, scale: int) -> None:
+    """Refuse sizes whose input batch alone does not fit in this machine's memory, naming the sizes to lower.
+
+    On a rank that is the node the batch is built on; at submit time (the login side parses the same
+    arguments) the login node's memory stands in for it, which only matters for sizes far beyond any recipe.
+    """
+    total = memory_bytes()
+    if total is None:
+        return
+    sizes, need = max(batch_inputs(args, scale), key=lambda b: b[1])
+    if need > total:
+        p.error(f"{sizes}: one batch's input alone is {need / GIB:,.1f} GiB as float32, more than this machine's "
+                f"{total / GIB:,.1f} GiB of memory; lower these sizes (the recipe: 8 clips x 8 frames at 224)")
 
 
 def _from_preset(args: argparse.Namespace, name: str) -> str:
