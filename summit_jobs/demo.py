@@ -44,6 +44,8 @@ import time
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from trainer import rundir
+
 
 #: Test top-1 points by which the TSM must beat the same network without the shift (full demo).
 MARGIN = 0.2
@@ -114,15 +116,7 @@ def read_jsonl(path: Path) -> List[Dict]:
         text = path.read_text(encoding="utf-8", errors="replace")
     except OSError:
         return []
-    out = []
-    for line in text.splitlines():
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(rec, dict):
-            out.append(rec)
-    return out
+    return rundir.json_records(text, lambda rec: True)
 
 
 def _is_time(value: object) -> bool:

@@ -12,7 +12,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Set
 
 import pytest
 
@@ -134,3 +134,39 @@ def submitted_id(stdout: str) -> str:
     m = re.search(r"Job <(\d+)> is submitted", stdout)
     assert m, stdout
     return m.group(1)
+
+
+def proc_alive(pid: int) -> bool:
+    """Whether ``pid`` still runs (a zombie has nothing left to run)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            return fh.read().rsplit(b")", 1)[-1].split()[0] not in (b"Z", b"X")
+    except OSError:
+        return False
+
+
+def job_processes(jid: str, lsf_home: str, cell: Optional[Path] = None) -> Set[int]:
+    """Live processes of job ``jid`` as LSF's process tracking sees them: those carrying its LSB_JOBID and the
+    LSF home. With ``cell``, also those whose command line names that folder and carry no other job's
+    LSB_JOBID (a chain's next link runs in the same folder, and its processes are not this job's)."""
+    found = set()
+    home = f"SUMMIT_JOBS_LSF_HOME={lsf_home}".encode()
+    mine = f"LSB_JOBID={jid}".encode()
+    needle = str(cell).encode() if cell is not None else None
+    for entry in os.listdir("/proc"):
+        if not entry.isdecimal():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as fh:
+                env = fh.read().split(b"\0")
+            with open(f"/proc/{entry}/cmdline", "rb") as fh:
+                cmdline = fh.read()
+        except OSError:
+            continue
+        ours = mine in env and home in env
+        names_cell = needle is not None and needle in cmdline and all(
+            w == mine for w in env if w.startswith(b"LSB_JOBID="))
+        if (ours or names_cell) and proc_alive(int(entry)):
+            found.add(int(entry))
+    return found
+

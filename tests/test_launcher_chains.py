@@ -27,7 +27,7 @@ from typing import Dict, List, Set
 import pytest
 import torch
 
-from conftest_lsf import bjobs_state, cli, lsf_env, run, wait_for  # noqa: F401
+from conftest_lsf import bjobs_state, cli, job_processes, lsf_env, proc_alive, run, wait_for  # noqa: F401
 from test_launchers import _trainer_args
 from trainer_utils import REPO, make_dataset
 
@@ -79,48 +79,13 @@ def _steps(run_dir: Path) -> int:
     return best
 
 
-def _job_processes(jid: str, lsf_home: str, cell: Path) -> Set[int]:
-    """Live processes of job ``jid``: those carrying its LSB_JOBID and this test's LSF home (LSF's process
-    tracking), and those whose command line names the cell's folder and carry no other job's LSB_JOBID.
-    Not the folder alone: the chain's next link (same folder) can start between two looks, and its
-    processes are not this link's leftovers."""
-    found = set()
-    home = f"SUMMIT_JOBS_LSF_HOME={lsf_home}".encode()
-    mine, needle = f"LSB_JOBID={jid}".encode(), str(cell).encode()
-    for entry in os.listdir("/proc"):
-        if not entry.isdecimal():
-            continue
-        try:
-            with open(f"/proc/{entry}/environ", "rb") as fh:
-                env = fh.read().split(b"\0")
-            with open(f"/proc/{entry}/cmdline", "rb") as fh:
-                cmdline = fh.read()
-        except OSError:
-            continue
-        jobs = [w for w in env if w.startswith(b"LSB_JOBID=")]
-        ours = mine in env and home in env
-        names_cell = needle in cmdline and all(w == mine for w in jobs)
-        if (ours or names_cell) and _alive(int(entry)):
-            found.add(int(entry))
-    return found
-
-
-def _alive(pid: int) -> bool:
-    """Whether ``pid`` still runs (a zombie has nothing left to run)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            return fh.read().rsplit(b")", 1)[-1].split()[0] not in (b"Z", b"X")
-    except OSError:
-        return False
-
-
 def _drive_link(env: Dict[str, str], jid: str, cell: Path, run_dir: Path) -> Set[int]:
     """Watch one link: warn it a step past its start, wait for its end; the pids it ran."""
     wait_for(lambda: bjobs_state(jid, env)["STAT"] != "PEND", timeout=120, what=f"job {jid} to start")
     start, pids, warned = _steps(run_dir), set(), False
     deadline = time.time() + 300
     while time.time() < deadline:
-        pids |= _job_processes(jid, env["SUMMIT_JOBS_LSF_HOME"], cell)
+        pids |= job_processes(jid, env["SUMMIT_JOBS_LSF_HOME"], cell)
         stat = bjobs_state(jid, env)["STAT"]
         if stat in ("DONE", "EXIT"):
             break
@@ -132,7 +97,7 @@ def _drive_link(env: Dict[str, str], jid: str, cell: Path, run_dir: Path) -> Set
     else:
         raise AssertionError(f"job {jid} did not end within 300 s")
     assert len(pids) > 2, f"too few processes of job {jid} were seen: {sorted(pids)}"
-    left = sorted(p for p in pids | _job_processes(jid, env["SUMMIT_JOBS_LSF_HOME"], cell) if _alive(p))
+    left = sorted(p for p in pids | job_processes(jid, env["SUMMIT_JOBS_LSF_HOME"], cell) if proc_alive(p))
     assert not left, f"job {jid} ended, but its processes {left} are alive: " + "; ".join(
         _cmdline(p) for p in left)
     return pids

@@ -8,50 +8,22 @@ with RendezvousConnectionError. Each job must end DONE with its own id and port,
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Dict, Set
+from typing import Dict
 
 import pytest
 
 pytest.importorskip("torch")
 
-from conftest_lsf import REPO, bjobs_state, lsf_environment  # noqa: E402
+from conftest_lsf import REPO, bjobs_state, job_processes, lsf_environment, proc_alive  # noqa: E402
 from test_launchers import _trainer_args  # noqa: E402
 from trainer_utils import make_dataset  # noqa: E402
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the embedded LSF's virtual nodes need Linux")
-
-
-def _job_processes(jid: str, lsf_home: str) -> Set[int]:
-    """Live processes carrying the job's LSB_JOBID and its LSF home (the embedded LSF's process tracking)."""
-    marks = (f"LSB_JOBID={jid}".encode(), f"SUMMIT_JOBS_LSF_HOME={lsf_home}".encode())
-    found = set()
-    for entry in os.listdir("/proc"):
-        if not entry.isdecimal():
-            continue
-        try:
-            with open(f"/proc/{entry}/environ", "rb") as fh:
-                env = fh.read().split(b"\0")
-            with open(f"/proc/{entry}/stat", "rb") as fh:
-                alive = fh.read().rsplit(b")", 1)[-1].split()[0] not in (b"Z", b"X")
-        except OSError:
-            continue
-        if alive and all(m in env for m in marks):
-            found.add(int(entry))
-    return found
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            return fh.read().rsplit(b")", 1)[-1].split()[0] not in (b"Z", b"X")
-    except OSError:
-        return False
 
 
 def _submit_argv(run_dir: Path, data: Path, name: str) -> list:
@@ -85,7 +57,7 @@ def test_torchrun_jobs_of_two_homes_run_side_by_side_to_the_end(tmp_path):
         for name, job in jobs.items():
             if name in ended:
                 continue
-            job["pids"] |= _job_processes(job["id"], job["env"]["SUMMIT_JOBS_LSF_HOME"])
+            job["pids"] |= job_processes(job["id"], job["env"]["SUMMIT_JOBS_LSF_HOME"])
             rec = bjobs_state(job["id"], job["env"])
             if rec["STAT"] in ("DONE", "EXIT"):
                 ended[name] = rec
@@ -109,6 +81,6 @@ def test_torchrun_jobs_of_two_homes_run_side_by_side_to_the_end(tmp_path):
 
     time.sleep(0.5)
     for name, job in jobs.items():
-        left = sorted(p for p in job["pids"] | _job_processes(job["id"], job["env"]["SUMMIT_JOBS_LSF_HOME"])
-                      if _alive(p))
+        left = sorted(p for p in job["pids"] | job_processes(job["id"], job["env"]["SUMMIT_JOBS_LSF_HOME"])
+                      if proc_alive(p))
         assert not left, f"{name}: job {job['id']} ended, but its processes {left} are alive"
