@@ -11,7 +11,7 @@ from typing import Optional, Tuple
 import click
 
 from summit_jobs import settings, version
-from summit_jobs.cli_types import FiniteFloat, complete_machines, whole
+from summit_jobs.cli_types import FiniteFloat, complete_machines, refuse_empty_values, whole
 from summit_jobs.errors import UserError, describe_os_error
 from summit_jobs.lazygroup import LazyGroup
 from summit_jobs.choices import LAUNCHERS, LAYOUTS, REQUESTS, STAGE_POLICIES
@@ -22,6 +22,11 @@ CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 class _Group(LazyGroup):
     """Turns UserError into one paragraph on stderr and exit 2: no tracebacks for user mistakes."""
+
+    def get_command(self, ctx: Optional[click.Context], cmd_name: str) -> Optional[click.Command]:
+        """Every command's text options refuse an empty value (summit_jobs.cli_types says why)."""
+        cmd = super().get_command(ctx, cmd_name)
+        return refuse_empty_values(cmd) if cmd is not None else None
 
     def invoke(self, ctx: click.Context):
         try:
@@ -100,6 +105,9 @@ def cli(ctx: click.Context, machine: Optional[str], config_path: Optional[str], 
     ctx.obj.ssh_options = {"host": host, "port": port, "user": user, "key_file": key_file,
                            "known_hosts": known_hosts, "trust_new_host_key": trust_new_host_key,
                            "remote_dir": remote_dir}
+
+
+refuse_empty_values(cli)
 
 
 @cli.command("machines")
