@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import posixpath
+import shlex
 from typing import Dict, List, Optional, Tuple
 
 import click
@@ -131,5 +132,6 @@ def submit(state, profile, plan, script: str, kw: dict) -> List[str]:
         chain = f" (chain of {len(ids)}, each after ended() of the previous)" if len(ids) > 1 else ""
         click.echo(f"job {' '.join(ids)} submitted to queue {queue} on {host.label}{chain}")
         click.echo(f"run directory: {plan.run_dir}")
-        click.echo(f"follow it with: summit-jobs status {record['name']} --watch")
+        # Quoted: a run name is the user's, and this line is meant to be pasted into a shell.
+        click.echo(f"follow it with: summit-jobs status {shlex.quote(str(record['name']))} --watch")
     return ids
