@@ -105,3 +105,23 @@ def test_every_config_key_has_a_bad_value():
             continue
         spoiled |= set(data) if isinstance(data, dict) else set()
     assert keys - spoiled == set()
+
+
+#: The environment layer of summit_jobs.settings: (variable, bad value, words of the refusal).
+ENV_CASES = [
+    ("SUMMIT_JOBS_MACHINE", "x;touch X", ["'x;touch X'", "Known machines"]),
+    ("SUMMIT_JOBS_PROJECT", "a b", ["'a b' is not a valid project name"]),
+    ("SUMMIT_JOBS_CONFIG", "/nonexistent/cfg.yaml", ["/nonexistent/cfg.yaml"]),
+    ("SUMMIT_JOBS_HOST", "a b", ["'a b'"]),
+]
+
+
+@pytest.mark.parametrize("variable,value,needles", ENV_CASES, ids=[c[0] for c in ENV_CASES])
+def test_bad_setting_in_the_environment(cli_env, tmp_path, variable, value, needles):
+    env = dict(cli_env, **{variable: value})
+    machine = [] if variable == "SUMMIT_JOBS_MACHINE" else ["--machine", "summit"]
+    project = [] if variable == "SUMMIT_JOBS_PROJECT" else ["--project", "A"]
+    proc = run_module("summit_jobs", [*machine, "submit", "--nodes", "1", *project, "--dry-run"], env, cwd=tmp_path,
+                      timeout=20)
+    assert_refused(proc, needles)
+    assert not (tmp_path / "X").exists()
