@@ -11,7 +11,7 @@ from typing import Optional, Tuple
 import click
 
 from summit_jobs import settings, version
-from summit_jobs.cli_types import FiniteFloat, complete_machines, whole
+from summit_jobs.cli_types import FiniteFloat, complete_machines, refuse_empty_values, whole
 from summit_jobs.errors import UserError, describe_os_error
 from summit_jobs.lazygroup import LazyGroup
 from summit_jobs.choices import LAUNCHERS, LAYOUTS, REQUESTS, STAGE_POLICIES
@@ -22,6 +22,11 @@ CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 class _Group(LazyGroup):
     """Turns UserError into one paragraph on stderr and exit 2: no tracebacks for user mistakes."""
+
+    def get_command(self, ctx: Optional[click.Context], cmd_name: str) -> Optional[click.Command]:
+        """Every command's text options refuse an empty value (summit_jobs.cli_types says why)."""
+        cmd = super().get_command(ctx, cmd_name)
+        return refuse_empty_values(cmd) if cmd is not None else None
 
     def invoke(self, ctx: click.Context):
         try:
@@ -102,6 +107,9 @@ def cli(ctx: click.Context, machine: Optional[str], config_path: Optional[str], 
                            "remote_dir": remote_dir}
 
 
+refuse_empty_values(cli)
+
+
 @cli.command("machines")
 @click.option("--json", "as_json", is_flag=True, help="Print the profiles as JSON.")
 @click.pass_obj
@@ -167,9 +175,9 @@ def _allocation_options() -> list:
         click.option("--data", metavar="MANIFEST",
                      help="Dataset manifest on the parallel file system: adds the NVMe staging step."),
         click.option("--stage-policy", type=click.Choice(STAGE_POLICIES), default=STAGE_POLICIES[0],
-                     show_default=True, help="How shards are placed on the nodes' NVMe."),
+                     show_default=True, help="With --data: how shards are placed on the nodes' NVMe."),
         click.option("--layout", type=click.Choice(LAYOUTS),
-                     help="Resource sets: one per GPU (gpu) or one per node with all GPUs (node). "
+                     help="jsrun's resource sets: one per GPU (gpu) or one per node with all GPUs (node). "
                           "Default: the profile's."),
         click.option("--request", type=click.Choice(REQUESTS),
                      help="How nodes are asked for: nnodes (CSM: Summit, Lassen) or slots (-n with "
@@ -243,7 +251,9 @@ def _chain_options() -> list:
         click.option("--max-links", type=whole(1), default=20, show_default=True,
                      help="With --until-complete: the most jobs the chain may run."),
         click.option("--warning-minutes", type=whole(1),
-                     help="Minutes before the run limit at which USR2 asks the trainer to checkpoint."),
+                     help="Minutes before the run limit at which USR2 asks the trainer to checkpoint, at most "
+                          "half the walltime. Default: the profile's scheduler.warning_minutes, shortened to "
+                          "half of a short walltime."),
         click.option("--quota-nodes", type=whole(1), help=settings.QUOTA_RULE),
     ]
 
@@ -262,7 +272,7 @@ def _output_options() -> list:
         click.option("--dry-run", is_flag=True,
                      help="Print the script (and a plan summary on stderr); submit nothing."),
         click.option("--output", "-o", metavar="FILE", type=click.Path(dir_okay=False),
-                     help="Also write the script to FILE (never overwrites without --force)."),
+                     help="With --dry-run: also write the script to FILE (never overwrites without --force)."),
         click.option("--json", "as_json", is_flag=True, help="Print the plan (and script) as JSON."),
         click.option("--force", is_flag=True, help="Allow overwriting an existing --output file or run directory."),
         click.argument("trainer_args", nargs=-1, type=click.UNPROCESSED),
@@ -297,12 +307,18 @@ def _profile_with_env(profile, pairs: Tuple[str, ...]):
     env = _env_overrides(pairs)
     if not env:
         return profile
-    return dataclasses.replace(profile, environment=dataclasses.replace(
-        profile.environment, variables={**profile.environment.variables, **env}))
+    try:        # the profile's own checks hold for the variables --env sets
+        return dataclasses.replace(profile, environment=dataclasses.replace(
+            profile.environment, variables={**profile.environment.variables, **env}))
+    except ValueError as exc:
+        raise UserError(f"--env: {exc}.") from None
 
 
 def _run_dir(state: State, kw: dict, profile) -> str:
     """--run-dir, else RUNS_DIR/JOB_NAME-TIMESTAMP; absolute on this machine."""
+    if kw.get("run_dir") and kw.get("runs_dir"):
+        raise UserError(f"--run-dir {kw['run_dir']} names the run directory itself, so --runs-dir "
+                        f"{kw['runs_dir']} (the folder of new run directories) would not be used: give one of them.")
     runs_dir = settings.runs_dir(kw.get("runs_dir"), state.config, profile)
     run_dir = kw.get("run_dir") or os.path.join(runs_dir, f"{kw['job_name']}-{time.strftime('%Y%m%d-%H%M%S')}")
     return os.path.abspath(os.path.expanduser(run_dir))
@@ -331,7 +347,7 @@ def job_options(state: State, kw: dict, profile, *, accum_steps: int = 1, virtua
         python=sys.executable if profile.environment.python == "auto" else None,
         trainer_args=tuple(kw.get("trainer_args") or ()), check_trainer_args=not _replaces_launch(template_dir),
         until_complete=bool(kw.get("until_complete")), bsub_options=tuple(kw.get("bsub_options") or ()),
-        command=command, explicit=_given_on_command_line(plan_mod.PRESET_FIELDS),
+        command=command, explicit=_given_on_command_line(plan_mod.EXPLICIT_FIELDS),
     )
 
 
@@ -365,6 +381,7 @@ def build_job(state: State, kw: dict, *, accum_steps: int = 1, virtual_nodes: Op
     from summit_jobs import plan as plan_mod
     from summit_jobs import render
 
+    _check_output_options(kw)
     profile = _profile_with_env(state.profile, kw.get("env_vars") or ())
     template_dir = settings.template_dir(kw.get("template_dir"), state.config)
     opts = job_options(state, kw, profile, accum_steps=accum_steps, virtual_nodes=virtual_nodes,
@@ -373,7 +390,22 @@ def build_job(state: State, kw: dict, *, accum_steps: int = 1, virtual_nodes: Op
     if plan.staging:                      # a manifest readable here is checked before anything is queued
         from summit_jobs import staging
         staging.check_job_manifest(plan.staging.manifest, plan.nodes, plan.staging.policy)
-    return profile, plan, render.render(plan, template_dir)
+    script = render.render(plan, template_dir)
+    for line in plan.warnings:
+        click.echo(f"summit-jobs: warning: {line}", err=True)
+    return profile, plan, script
+
+
+def _check_output_options(kw: dict) -> None:
+    """--output writes a dry run's script (a real job's is in its run directory); --force in a dry run only
+    concerns --output, so without it there is nothing to overwrite (said, not refused: the same command line
+    often runs with and without --dry-run)."""
+    if kw.get("output") and not kw.get("dry_run"):
+        raise UserError(f"--output {kw['output']} writes the script of a dry run; a submitted job's script is "
+                        "saved in its run directory. Add --dry-run, or drop --output.")
+    if kw.get("force") and kw.get("dry_run") and not kw.get("output"):
+        click.echo("summit-jobs: warning: --force is ignored by a dry run without --output (nothing is written).",
+                   err=True)
 
 
 def _replaces_launch(template_dir: Optional[str]) -> bool:

@@ -6,6 +6,7 @@ Heavy imports (numpy, PIL, PyAV) happen inside the commands, so that
 from __future__ import annotations
 
 import json
+import shlex
 from typing import Optional, Tuple
 
 import click
@@ -290,8 +291,8 @@ def stage_data_cmd(state: State, manifest: str, nodes: int, policy: str, transpo
     if to_nvme:
         result["hop2"] = _run_local_hop2(profile, manifest_on_pfs, nodes, policy, quiet, as_json)
     elif not as_json:
-        click.echo(f"stage-data: hop 2 runs inside the job: summit-jobs submit --nodes {nodes} --data "
-                   f"{manifest_on_pfs} --stage-policy {policy}")
+        click.echo("stage-data: hop 2 runs inside the job: summit-jobs submit --nodes "
+                   f"{nodes} --data {shlex.quote(str(manifest_on_pfs))} --stage-policy {policy}")
     if as_json:
         click.echo(json.dumps(result, indent=2))
 

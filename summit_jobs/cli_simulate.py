@@ -10,6 +10,7 @@ import click
 from summit_jobs.cli import State, build_job, cli, emit_dry_run, shared_job_options
 from summit_jobs.cli_types import FiniteFloat, whole
 from summit_jobs.errors import UserError
+from summit_jobs.machines import format_hhmm
 
 
 def measured_throughput(run_dir: str) -> float:
@@ -76,34 +77,45 @@ def simulate_cmd(state: State, virtual_nodes: int, forced_nodes: Optional[int], 
     Example (the paper's 1,024-node run under a 384-node quota):
       summit-jobs --machine summit simulate --virtual-nodes 1024 --quota-nodes 384 --project ABC123 --dry-run
     """
-    from summit_jobs import simulate
+    from summit_jobs import plan as plan_mod
+    from summit_jobs import simulate, submission
 
+    if kw.get("user_command") is not None:
+        raise UserError("simulate reproduces a larger run by the built-in trainer's exact gradient accumulation, "
+                        "and --command runs your own program, which the job cannot make accumulate: use "
+                        "`summit-jobs submit --command ...` on the nodes you have.")
     limit = state.quota(kw.get("quota_nodes"))
     # Shown as set (a quota above the machine's size is still the user's figure); planned within the machine.
     quota = limit.nodes if limit.nodes is not None else limit.usable
     shape = simulate.choose_shape(virtual_nodes, limit.usable, forced_nodes, max_accum_steps)
-    kw = dict(kw, nodes=shape.nodes, quota_nodes=quota)
+    # Over SSH the run directory is a path on the login node, as for submit.
+    kw = dict(submission.prepare(state, kw), nodes=shape.nodes, quota_nodes=quota, train_clips=train_clips)
     profile, plan, script = build_job(state, kw, accum_steps=shape.accum_steps, virtual_nodes=virtual_nodes)
-    rate = measured_throughput(throughput_from) if throughput_from else profile.performance.clips_per_second_per_gpu
     clips = simulate.train_clips_from(kw.get("data"), train_clips)
+    # Counted in the manifest, or Kinetics-400's: a count the plan could not know (--train-clips it checked).
+    too_big = plan_mod.training_set_warning(plan.global_batch, clips) if train_clips is None else None
+    if too_big:
+        click.echo(f"summit-jobs: warning: {too_big}", err=True)
+    rate = measured_throughput(throughput_from) if throughput_from else profile.performance.clips_per_second_per_gpu
     est = simulate.estimate(profile, nodes=plan.nodes, ranks_per_node=plan.ranks_per_node,
                             accum_steps=plan.accum_steps, clips_per_gpu=plan.clips_per_gpu, epochs=plan.epochs,
                             train_clips=clips, clips_per_second_per_gpu=rate, model_params=simulate.TSM_R50_PARAMS,
-                            walltime_minutes=plan.walltime_minutes)
+                            walltime_minutes=plan.walltime_minutes, warning_minutes=plan.warning_minutes)
     summary = {
         "virtual_nodes": shape.virtual_nodes, "virtual_gpus": plan.virtual_ranks, "physical_nodes": plan.nodes,
         "physical_gpus": plan.ranks, "accum_steps": plan.accum_steps, "quota_nodes": quota,
         "global_batch": plan.global_batch, "lr": plan.lr, "train_clips": clips,
         "throughput_clips_per_s_per_gpu": rate, **est.to_dict(),
     }
-    lines = _cost_lines(plan, shape, est, quota, clips, rate)
+    if too_big:
+        summary["warnings"] = [too_big]
+    lines = _cost_lines(plan, shape, est, quota, clips, rate) + _walltime_lines(plan, est, kw.get("walltime"))
     if kw["dry_run"]:
         emit_dry_run(plan, script, kw, extra={"simulate": summary})
         if not kw.get("as_json"):
             click.echo("\n".join(lines), err=True)
         return
     click.echo("\n".join(lines), err=True)
-    from summit_jobs import submission
     from summit_jobs.cli import require_data
     require_data(state, plan, kw)
     submission.submit(state, profile, plan, script, dict(kw, simulate=summary))
@@ -129,6 +141,23 @@ def _cost_lines(plan, shape, est, quota: int, clips: int, rate: float) -> List[s
         lines.append(f"note: this uses {shape.nodes:,} of your {quota:,} quota nodes; virtual node counts that use "
                      f"more of it: {', '.join(f'{x:,}' for x in alt)}")
     return lines
+
+
+def _walltime_lines(plan, est, given: Optional[str]) -> List[str]:
+    """Why the job asks for the walltime it does: the planner takes the longest the bin and queue allow when
+    --walltime is not given (a run limit is a cap, not a charge: a job that ends early is charged what it ran);
+    say so, and what the estimate would need, since a shorter job may start sooner."""
+    from summit_jobs import simulate
+    if given is not None:
+        return []
+    line = (f"walltime {plan.walltime}: no --walltime was given, so the job asks for the longest that queue "
+            f"{plan.queue} and bin {plan.bin} allow for {plan.nodes:,} nodes")
+    sized = simulate.sized_walltime_minutes(est.wall_seconds, plan.warning_minutes)
+    if est.jobs_needed == 1 and sized < plan.walltime_minutes:
+        line += (f"; the estimate needs {simulate.hms(est.wall_seconds)}: --walltime {format_hhmm(sized)} asks "
+                 f"for that plus {simulate.WALLTIME_MARGIN - 1:.0%} and the {plan.warning_minutes}-minute "
+                 "warning, and a shorter job may start sooner")
+    return [line]
 
 
 #: A projection is arithmetic, so any machine size may be asked about; beyond this it is a typo.

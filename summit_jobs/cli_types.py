@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from typing import List, Optional
 
 import click
@@ -48,6 +49,52 @@ class FiniteFloat(click.ParamType):
 def whole(low: int = 1, high: Optional[int] = None) -> click.IntRange:
     """A whole number in [low, high]; click names the value and the range when it is outside."""
     return click.IntRange(min=low, max=high)
+
+
+# ---- empty values ------------------------------------------------------------------------------------------
+#
+# Why one rule for every option: much of the code reads an option as ``value or default``, so ``--queue ''``
+# or ``--data ''`` quietly meant "the default" (or "none") instead of what was typed -- usually a variable
+# that was meant to be set and was not (``--data "$MANIFEST"``). No option of this tool takes an empty word,
+# so an empty one is refused where click reads it, for every command, with the default it would have hidden.
+
+#: Marks a parameter whose callback already refuses empty values.
+_GUARDED = "_summit_jobs_refuses_empty"
+_DEFAULT_RE = re.compile(r"Default: (.+?)(?:\.(?:\s|$)|$)", re.S)
+
+
+def _default_words(param: click.Parameter) -> str:
+    """What leaving the option out means, from its help text's "Default: ..." sentence ('' when none)."""
+    found = _DEFAULT_RE.search(getattr(param, "help", None) or "")
+    return " ".join(found.group(1).split()) if found else ""
+
+
+def empty_refusal(option: str, default: str, required: bool = False) -> str:
+    """The one line that refuses ``option ''``: the value, and the way to get what an empty value used to mean."""
+    if required:
+        return f"{option} '' is empty; give a value."
+    if default:
+        return f"{option} '' is empty; leave the option out for {default}."
+    return f"{option} '' is empty; give a value, or leave the option out."
+
+
+def _refuse_empty_callback(previous):
+    def callback(ctx: click.Context, param: click.Parameter, value):
+        given = ctx.get_parameter_source(param.name) == click.core.ParameterSource.COMMANDLINE
+        values = value if isinstance(value, (tuple, list)) else (value,)
+        if given and any(isinstance(v, str) and v == "" for v in values):
+            raise click.UsageError(empty_refusal(param.opts[0], _default_words(param), param.required), ctx)
+        return previous(ctx, param, value) if previous is not None else value
+    return callback
+
+
+def refuse_empty_values(command: click.Command) -> click.Command:
+    """Make every text option of ``command`` (not its arguments) refuse an empty value; idempotent."""
+    for param in command.params:
+        if isinstance(param, click.Option) and not param.is_flag and not getattr(param, _GUARDED, False):
+            param.callback = _refuse_empty_callback(param.callback)
+            setattr(param, _GUARDED, True)
+    return command
 
 
 # ---- shell completion (click's shell_complete= callbacks) -----------------------------------------------

@@ -20,6 +20,13 @@ from summit_jobs.schema import build
 
 #: Fields of UserConfig that the loader fills in; a file may not set them.
 _INTERNAL = ("source", "lines")
+#: The text keys of the file and what leaving each out means (an empty value is refused, not taken as that).
+_DEFAULTS = {
+    "machine": f"the default ($SUMMIT_JOBS_MACHINE, else {settings.DEFAULT_MACHINE})",
+    "project": "none ($SUMMIT_JOBS_PROJECT or --project)",
+    "runs_dir": f"the profile's runs_dir, else ./{settings.DEFAULT_RUNS_DIR}",
+    "template_dir": "the shipped templates",
+}
 
 
 @dataclass(frozen=True)
@@ -42,6 +49,10 @@ class UserConfig:
             raise ValueError(f"quota_nodes = {self.quota_nodes} must be at least 1 (or left out: no quota)")
         if self.project is not None and any(ch in self.project for ch in "\n\r\0"):
             raise ValueError(f"project = {self.project!r} holds a line break; give it on one line")
+        for key, default in _DEFAULTS.items():
+            if getattr(self, key) is not None and not str(getattr(self, key)).strip():
+                # An empty value would quietly mean the default, which the file did not ask for.
+                raise ValueError(f"{key} = {getattr(self, key)!r} is empty; leave the key out for {default}")
 
     def line_of(self, key: str) -> Optional[int]:
         """The line where ``key`` (a dotted path) is set in the file, or None."""
@@ -66,10 +77,16 @@ def load(path: Optional[str]) -> UserConfig:
             valid = ", ".join(f.name for f in dataclasses.fields(UserConfig) if f.name not in _INTERNAL)
             raise UserError(f"config file {_at(p, lines, str(key))}: unknown key {key!r}. Valid keys: {valid}.")
         build(UserConfig, {key: data[key]}, f"config file {_at(p, lines, str(key))}")
+    known = None
     for name, overrides in (data.get("machines") or {}).items():
         if not isinstance(overrides, dict):
             raise UserError(f"config file {_at(p, lines, f'machines.{name}')}: 'machines.{name}' must be a "
                             "mapping of profile keys to override.")
+        known = machines.available() if known is None else known
+        if str(name) not in known:
+            # A misspelt machine's overrides would never apply, without a word.
+            raise UserError(f"config file {_at(p, lines, f'machines.{name}')}: 'machines.{name}' overrides no "
+                            f"known machine. Known machines: {', '.join(known) or 'none'}.")
     cfg = build(UserConfig, data, f"config file {p}")
     return dataclasses.replace(cfg, source=str(p), lines=lines)
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import shlex
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -126,7 +127,7 @@ def scores_file(target: str, checkpoint: Optional[str] = None) -> Tuple[Path, st
     folder = path / SCORES
     files = sorted(f for f in folder.glob("*.npz") if not f.name.startswith(".")) if folder.is_dir() else []
     if not files:
-        raise UserError(f"no test scores in {target} (no {SCORES}/*.npz): {NO_SCORES.format(run=target)}")
+        raise UserError(f"no test scores in {target} (no {SCORES}/*.npz): {NO_SCORES.format(run=shlex.quote(str(target)))}")
     if checkpoint:
         found = _named(files, checkpoint)
         if not found:

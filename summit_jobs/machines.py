@@ -18,7 +18,7 @@ from typing import Dict, List, Literal, Optional, Tuple
 from summit_jobs import resources, usercache
 from summit_jobs.choices import LAUNCHERS, REQUESTS  # noqa: F401 - part of this module's interface
 from summit_jobs.errors import UserError
-from summit_jobs.schema import build, deep_merge
+from summit_jobs.schema import build, deep_merge, number
 
 
 #: Shapes of the profile and config values that reach a job script: checked when a profile is loaded,
@@ -82,6 +82,51 @@ def check_script_values(profile: "Profile") -> None:
             raise ValueError(f"{key} = {value!r} holds a line break or NUL byte; give it on one line")
 
 
+def _check_limits(profile: "Profile") -> None:
+    """Raise ValueError naming the key whose value each number's range alone cannot catch: bins whose node
+    counts are upside down, queue limits that are not walltimes or name no bin, a warm-up longer than the run,
+    folders that are not absolute, a backbone the trainer does not build, a #BSUB line the plan writes itself,
+    a fusion buffer that is no size."""
+    from trainer import config as trainer_config   # torch-free: the trainer's choice lists
+    for i, b in enumerate(profile.walltime_bins):
+        parse_hhmm(b.max_walltime, f"walltime_bins[{i}].max_walltime")
+        if b.min_nodes > b.max_nodes:
+            raise ValueError(f"walltime_bins[{i}] (bin {b.bin}) has min_nodes {b.min_nodes} above max_nodes "
+                             f"{b.max_nodes}; give min_nodes <= max_nodes")
+    bins = {b.bin for b in profile.walltime_bins}
+    for name, q in profile.queues.items():
+        if q.max_walltime is not None:
+            parse_hhmm(q.max_walltime, f"queues.{name}.max_walltime")
+        unknown = sorted(set(q.allowed_bins or ()) - bins)
+        if unknown:
+            raise ValueError(f"queues.{name}.allowed_bins names bin {unknown[0]}, which walltime_bins does not "
+                             f"list (bins: {', '.join(map(str, sorted(bins)))})")
+    recipe = profile.recipe
+    if recipe.warmup_epochs > recipe.epochs:
+        raise ValueError(f"recipe.warmup_epochs = {recipe.warmup_epochs:g} is above recipe.epochs = "
+                         f"{recipe.epochs}; give a warm-up between 0 and the epochs")
+    if recipe.arch not in trainer_config.ARCHS:
+        raise ValueError(f"recipe.arch = {recipe.arch!r} is not a backbone the trainer builds; use one of "
+                         f"{', '.join(trainer_config.ARCHS)}")
+    for key in ("compute_read_only_prefixes", "node_local_prefixes"):
+        for i, prefix in enumerate(getattr(profile, key)):
+            if not prefix.startswith("/") or not prefix.strip("/"):
+                raise ValueError(f"{key}[{i}] = {prefix!r} must be an absolute folder below / (e.g. /ccs/home)")
+    if not profile.environment.python.strip():
+        raise ValueError("environment.python is empty; give the compute nodes' interpreter (python3, a path, "
+                         "or auto)")
+    from summit_jobs.request import OWNED   # here: summit_jobs.request imports this module
+    for i, line in enumerate(profile.scheduler.extra_directives):
+        flag = line.split(" ", 1)[0]
+        if flag in OWNED:
+            raise ValueError(f"scheduler.extra_directives[{i}] = {line!r}: summit-jobs writes {flag} itself (from "
+                             f"{OWNED[flag]}); remove the line")
+    fusion = profile.environment.variables.get("HOROVOD_FUSION_THRESHOLD")
+    if fusion is not None and not re.fullmatch(r"[0-9]+", fusion):
+        raise ValueError(f"environment.variables.HOROVOD_FUSION_THRESHOLD = {fusion!r} must be a byte count "
+                         "(a whole number >= 0)")
+
+
 def _shape(pattern: "re.Pattern[str]") -> str:
     return {SHELL_NAME_RE: "a shell variable name (letters, digits, '_'; not starting with a digit)",
             TOKEN_RE: "one word of letters, digits and . , : = + / @ % _ - (no spaces, quotes, $ or ;)",
@@ -117,9 +162,9 @@ def format_hhmm(minutes: int) -> str:
 
 @dataclass(frozen=True)
 class WalltimeBin:
-    bin: int
-    min_nodes: int
-    max_nodes: int
+    bin: int = number(low=1)
+    min_nodes: int = number(low=1)
+    max_nodes: int = number(low=1)
     max_walltime: str
 
     @property
@@ -135,13 +180,13 @@ class Queue:
     max_walltime: Optional[str] = None
     use_bins: bool = True
     #: Only jobs whose node count falls in these bins may use the queue (killable: 4, 5).
-    allowed_bins: Optional[Tuple[int, ...]] = None
-    max_nodes: Optional[int] = None
+    allowed_bins: Optional[Tuple[int, ...]] = number(None, low=1)
+    max_nodes: Optional[int] = number(None, low=1)
     #: Debug queues forbid dependency chains (one job per user in any state).
     chaining: bool = True
-    max_jobs_per_user: Optional[int] = None
+    max_jobs_per_user: Optional[int] = number(None, low=1)
     #: Jobs one user may have queued at once; the scheduler rejects more at submit (Summit batch: 100).
-    max_queued_per_user: Optional[int] = None
+    max_queued_per_user: Optional[int] = number(None, low=1)
 
 
 #: Memory units LSF takes (LSF_UNIT_FOR_LIMITS) and what a memory request counts.
@@ -187,13 +232,13 @@ class Scheduler:
     #: Host-name prefixes that are never compute nodes (dropped wherever they appear in the host list).
     launch_node_prefixes: Tuple[str, ...] = ("batch", "login")
     #: Minutes before the run limit at which ``-wa USR2`` is delivered (checkpoint-and-chain).
-    warning_minutes: int = 10
+    warning_minutes: int = number(10, low=1)
     #: Embedded LSF only: how many virtual nodes this machine pretends to have.
-    virtual_nodes: Optional[int] = None
+    virtual_nodes: Optional[int] = number(None, low=1)
     #: ``nnodes`` (CSM, Summit) or ``slots`` (-n and span[ptile], every other LSF cluster).
     request: Literal["nnodes", "slots"] = "nnodes"
     #: Slots asked per host in the slot form (default: the node's cores, i.e. whole nodes).
-    slots_per_host: Optional[int] = None
+    slots_per_host: Optional[int] = number(None, low=1)
     gpu: Gpu = field(default_factory=Gpu)
     memory: Memory = field(default_factory=Memory)
     #: Application profile (-app) every job uses, e.g. Janelia's parallel-96; --app overrides.
@@ -206,18 +251,19 @@ class Scheduler:
 
 @dataclass(frozen=True)
 class Node:
-    gpus: int
-    cores: int
-    sockets: int = 2
-    smt: int = 4
+    """One compute node. Zero means "none" for GPUs and CPU slots and "unknown" for the sizes and speeds."""
+    gpus: int = number(low=0)
+    cores: int = number(low=1)
+    sockets: int = number(2, low=1)
+    smt: int = number(4, low=1)
     #: Ranks per node when the node has no GPU (the embedded machine: CPU ranks).
-    cpu_slots: int = 0
-    memory_gb: float = 0.0
+    cpu_slots: int = number(0, low=0)
+    memory_gb: float = number(0.0, low=0)
     #: May contain ``$USER``: expanded by the shell on the compute node.
     nvme_path: Optional[str] = None
-    nvme_capacity_gb: float = 0.0
-    nvme_read_gbps: float = 0.0
-    nvme_write_gbps: float = 0.0
+    nvme_capacity_gb: float = number(0.0, low=0)
+    nvme_read_gbps: float = number(0.0, low=0)
+    nvme_write_gbps: float = number(0.0, low=0)
 
     @property
     def slots(self) -> int:
@@ -250,22 +296,22 @@ class Environment:
 
 @dataclass(frozen=True)
 class Performance:
-    """Figures for estimates (simulate, staging time); measured numbers beat these."""
-    clips_per_second_per_gpu: float = 0.0
-    pfs_read_gbps: float = 0.0
-    allreduce_bandwidth_gbps: float = 0.0
-    allreduce_latency_us: float = 0.0
+    """Figures for estimates (simulate, staging time); measured numbers beat these. Zero means unknown."""
+    clips_per_second_per_gpu: float = number(0.0, low=0)
+    pfs_read_gbps: float = number(0.0, low=0)
+    allreduce_bandwidth_gbps: float = number(0.0, low=0)
+    allreduce_latency_us: float = number(0.0, low=0)
     #: Fraction of the allreduce hidden behind the backward pass.
-    comm_overlap: float = 0.0
+    comm_overlap: float = number(0.0, low=0, high=1)
     #: A measured single-node time to train the recipe (hours), when one is known (the paper's: 49 h 55 min).
-    single_node_hours: Optional[float] = None
+    single_node_hours: Optional[float] = number(None, low=0, low_open=True)
 
 
 @dataclass(frozen=True)
 class Ssh:
     host: Optional[str] = None
     user: Optional[str] = None
-    port: int = 22
+    port: int = number(22, low=1, high=65535)
     key_file: Optional[str] = None
     known_hosts: Optional[str] = None
     #: Where run directories are created on the remote side.
@@ -275,15 +321,15 @@ class Ssh:
 @dataclass(frozen=True)
 class Recipe:
     """The paper's training recipe; every value is overridable."""
-    clips_per_gpu: int = 8
-    lr_per_8_clips: float = 0.00125
-    epochs: int = 100
-    warmup_epochs: float = 5.0
-    momentum: float = 0.9
-    weight_decay: float = 1e-4
+    clips_per_gpu: int = number(8, low=1)
+    lr_per_8_clips: float = number(0.00125, low=0, low_open=True)
+    epochs: int = number(100, low=1)
+    warmup_epochs: float = number(5.0, low=0)
+    momentum: float = number(0.9, low=0, high=1, high_open=True)
+    weight_decay: float = number(1e-4, low=0)
     arch: str = "resnet50"
-    num_segments: int = 8
-    num_classes: int = 400
+    num_segments: int = number(8, low=1)
+    num_classes: int = number(400, low=1)
     engine: Literal["horovod", "ddp"] = "horovod"
 
 
@@ -293,7 +339,7 @@ class Profile:
     description: str
     scheduler: Scheduler
     node: Node
-    max_nodes: int
+    max_nodes: int = number(low=1)
     walltime_bins: Tuple[WalltimeBin, ...]
     queues: Dict[str, Queue]
     #: Always requested; ``nvme`` is added when data is staged to node-local NVMe.
@@ -304,7 +350,7 @@ class Profile:
     ssh: Ssh = field(default_factory=Ssh)
     recipe: Recipe = field(default_factory=Recipe)
     #: The allocation's node limit for this user; above it, ``simulate`` is the way.
-    quota_nodes: Optional[int] = None
+    quota_nodes: Optional[int] = number(None, low=1)
     #: Where run directories go (``$VARS`` are left to the shell of the remote side).
     runs_dir: Optional[str] = None
     #: Folders that compute nodes can read but not write (Summit's home and project NFS): a run
@@ -331,14 +377,13 @@ class Profile:
             raise ValueError(f"exactly one queue must have 'default: true' (found {len(defaults) or 'none'})")
         if not self.walltime_bins:
             raise ValueError("walltime_bins must list at least one bin")
-        for b in self.walltime_bins:
-            b.max_minutes  # validates the format
         if self.node.slots < 1:
             raise ValueError("node needs gpus >= 1 or, for CPU-only machines, cpu_slots >= 1")
         if self.scheduler.slots_per_host is not None and self.scheduler.slots_per_host < 1:
             raise ValueError("scheduler.slots_per_host must be at least 1")
         if self.quota_nodes is not None and self.quota_nodes < 1:
             raise ValueError(f"quota_nodes = {self.quota_nodes} must be at least 1 (or left out: no quota)")
+        _check_limits(self)
         check_script_values(self)
 
     @property
@@ -420,4 +465,7 @@ def load(name: str, overrides: Optional[dict] = None) -> Profile:
     data.setdefault("name", name)
     if overrides:
         data = deep_merge(data, overrides)
+    if "source" in data:    # the loader's own record of the file: a profile cannot say where it came from
+        raise UserError(f"machine profile {path}: unknown key 'source' (summit-jobs fills it in with the file's "
+                        "path); remove it.")
     return dataclasses.replace(build(Profile, data, f"machine profile {path}"), source=str(path))

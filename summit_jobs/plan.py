@@ -34,6 +34,19 @@ CHAIN_FILE = rundir.CHAIN
 #: The trainer's method options that are also JobOptions fields (submit options); a preset sets them where the
 #: user did not. The rest of a preset (trainer.config.PRESETS) goes to the trainer as written.
 PRESET_FIELDS = ("schedule", "optimizer", "optimizer_sync", "avg_interval", "compression")
+#: Options with a default whose being given on the command line matters (JobOptions.explicit): a preset's
+#: methods, and options that apply only with another one (--max-links, --stage-policy).
+EXPLICIT_FIELDS = PRESET_FIELDS + ("max_links", "stage_policy")
+#: Options that set the built-in trainer's optimisation; with --command the user's program has its own.
+TRAINER_FIELDS = ("epochs", "clips_per_gpu", "lr", "warmup_epochs", "engine", "arch", "num_classes",
+                  "schedule", "short_cycle", "optimizer", "optimizer_sync", "avg_interval", "compression")
+#: The largest global batch at which the linear LR rule is known to keep this recipe's accuracy: the paper
+#: this project follows (Lin, Gan and Han, "Training Kinetics in 15 Minutes", arXiv:1910.00932) trains TSM
+#: on Kinetics with 1,536 GPUs x 8 clips = 12,288 clips, its largest, without losing accuracy; Goyal et al.
+#: (arXiv:1706.02677) find the rule holding for ResNet-50 on ImageNet up to 8k images and failing beyond.
+LINEAR_LR_MAX_BATCH = 12_288
+#: LARS (You, Gitman and Ginsburg, arXiv:1708.03888) trains ResNet-50 on ImageNet at batches up to 32k.
+LARS_MAX_BATCH = 32_768
 
 
 @dataclass(frozen=True)
@@ -192,6 +205,8 @@ class Plan:
     preset: Optional[str] = None
     #: With --command: the steps the user's program declared it trains in all (--total-steps; None: unknown).
     total_steps: Optional[int] = None
+    #: What the plan accepted but the user should know before spending node-hours (printed on stderr).
+    warnings: Tuple[str, ...] = ()
 
     @property
     def rank_argv(self) -> Tuple[str, ...]:
@@ -235,6 +250,8 @@ class Plan:
                 out["total_steps"] = self.total_steps
         if self.preset:
             out["preset"] = self.preset
+        if self.warnings:
+            out["warnings"] = list(self.warnings)
         return out
 
     def _trainer_summary(self) -> Dict[str, object]:
@@ -453,11 +470,22 @@ def _walltime(profile: Profile, opts: JobOptions, nodes: int, queue_name: str, q
 
 
 def _warning_minutes(profile: Profile, opts: JobOptions, minutes: int) -> int:
-    """Warning signal before the run limit: the checkpoint-and-chain hook, at most half the run."""
-    warn = opts.warning_minutes if opts.warning_minutes is not None else profile.scheduler.warning_minutes
+    """Warning signal before the run limit: the checkpoint-and-chain hook, at most half the run.
+
+    The profile's default shrinks to fit a short job; a value the user gave is refused instead of rewritten,
+    since the job would then train a different time before its warning than the user planned for.
+    """
+    limit = max(1, minutes // 2)
+    warn = opts.warning_minutes
+    if warn is None:
+        return min(profile.scheduler.warning_minutes, limit)
     if warn < 1:
         raise UserError(f"--warning-minutes {warn} must be at least 1.")
-    return min(warn, max(1, minutes // 2))
+    if warn > limit:
+        raise UserError(f"--warning-minutes {warn} is more than half the {format_hhmm(minutes)} walltime: the "
+                        f"warning may come at most {limit} minute{'s' if limit > 1 else ''} before the run limit. "
+                        f"Give --warning-minutes {limit} or less, or a longer --walltime.")
+    return warn
 
 
 def allocation(profile: Profile, opts: JobOptions) -> Allocation:
@@ -641,6 +669,69 @@ def _multigrid(opts: JobOptions, recipe, epochs: int, global_batch: int) -> Tupl
                   "batch_mult": p.batch_mult, "lr_mult": p.lr_mult, "iterations": p.iterations} for p in phases)
 
 
+def _given(opts: JobOptions, name: str) -> bool:
+    """Whether option ``name`` was set: named in ``explicit`` (the command line gave it), or not at its default."""
+    default = {f.name: f.default for f in dataclasses.fields(JobOptions)}[name]
+    return name in opts.explicit or getattr(opts, name) != default
+
+
+def _check_applies(opts: JobOptions, engine: str, launcher: str) -> None:
+    """Refuse an option that this job would drop without a word: it applies only with another one."""
+    if opts.command:
+        given = [n for n in TRAINER_FIELDS if _given(opts, n)]
+        if given:
+            flag = "--" + given[0].replace("_", "-")
+            raise UserError(f"{flag} sets the built-in trainer's optimisation, and --command runs your own "
+                            f"program instead of it: drop {flag} (give your program its options in --command).")
+        return
+    rules = [
+        (opts.short_cycle and opts.schedule != "multigrid", "--short-cycle",
+         "is part of the multigrid schedule: add --schedule multigrid, or drop --short-cycle."),
+        (_given(opts, "avg_interval") and opts.optimizer_sync != "aavg", f"--avg-interval {opts.avg_interval}",
+         "sets AAVG's averaging interval: add --optimizer-sync aavg, or drop --avg-interval."),
+        (_given(opts, "max_links") and not opts.until_complete, f"--max-links {opts.max_links}",
+         "caps a chain until complete: add --until-complete, or drop --max-links (--chain K runs K jobs)."),
+        (_given(opts, "stage_policy") and not opts.data, f"--stage-policy {opts.stage_policy}",
+         "places the shards that --data stages to the nodes' NVMe: add --data MANIFEST, or drop --stage-policy."),
+        (opts.fusion_threshold is not None and engine != "horovod", f"--fusion-threshold {opts.fusion_threshold}",
+         f"sets Horovod's tensor-fusion buffer, which --engine {engine} does not use: drop it, or use "
+         "--engine horovod."),
+        (opts.layout is not None and launcher != "jsrun", f"--layout {opts.layout}",
+         f"arranges jsrun's resource sets, and this job's ranks are started by {launcher}: drop --layout."),
+    ]
+    for broken, flag, why in rules:
+        if broken:
+            raise UserError(f"{flag} {why}")
+
+
+def training_set_warning(global_batch: int, train_clips: Optional[int]) -> Optional[str]:
+    """A global batch above the training clips of an epoch (when known): the trainer cannot run one step."""
+    if not train_clips or global_batch <= train_clips:
+        return None
+    return (f"the global batch of {global_batch:,} clips is more than the {train_clips:,} training clips of an "
+            "epoch: the trainer stops before its first step. Use fewer nodes (or virtual nodes) or fewer "
+            "--clips-per-gpu.")
+
+
+def _batch_warnings(profile: Profile, opts: JobOptions, opt: "Optimisation") -> Tuple[str, ...]:
+    """A global batch beyond the training set, or beyond where the linear LR rule is known to hold (when the LR
+    is the rule's: an LR the user set, by --lr or after ``--``, is the user's call)."""
+    batch = opt.global_batch
+    out = [w for w in (training_set_warning(batch, opts.train_clips),) if w]
+    from_rule = opt.lr == linear_lr(batch, profile.recipe.lr_per_8_clips)
+    if from_rule and opts.optimizer_sync == "sync" and opts.optimizer in ("sgd", "lars"):
+        bound, shown = ((LARS_MAX_BATCH, "LARS is shown to train ResNet-50 (You et al. 2017: ImageNet)")
+                        if opts.optimizer == "lars" else
+                        (LINEAR_LR_MAX_BATCH, "the linear LR rule is shown to keep this recipe's accuracy (Lin et "
+                                              "al. 2019: TSM on Kinetics, 1,536 GPUs)"))
+        if batch > bound:
+            out.append(f"the global batch of {batch:,} clips is above {bound:,}, the largest at which {shown}; "
+                       f"LR {opt.lr:g} from the linear rule may diverge or lose accuracy. Consider "
+                       + ("--optimizer lars, " if opts.optimizer == "sgd" else "")
+                       + "fewer (virtual) nodes, or your own --lr.")
+    return tuple(out)
+
+
 def optimisation(profile: Profile, opts: JobOptions, nodes: int) -> Optimisation:
     """Step 3: batch, LR, warm-up, accumulation and the methods of the seed papers."""
     recipe = profile.recipe
@@ -764,6 +855,7 @@ def make_plan(profile: Profile, opts: JobOptions) -> Plan:
     opt = optimisation(profile, opts, alloc.nodes)
     argv, opt = _checked_argv(profile, opts, run, opt)
     req = request_step(profile, opts, alloc.nodes)
+    _check_applies(opts, opt.engine, req.launcher)
     nbin, minutes = alloc.bin, alloc.minutes
     return Plan(
         request_kind=req.kind, launcher=req.launcher, slots=req.slots, slots_per_host=req.slots_per_host,
@@ -784,7 +876,7 @@ def make_plan(profile: Profile, opts: JobOptions) -> Plan:
         optimizer_sync=opts.optimizer_sync, avg_interval=opts.avg_interval, compression=opts.compression,
         multigrid=opt.multigrid, until_complete=opts.until_complete,
         max_links=opts.max_links if opts.until_complete else opts.chain, preset=opts.preset,
-        total_steps=opts.total_steps,
+        total_steps=opts.total_steps, warnings=() if opts.command else _batch_warnings(profile, opts, opt),
     )
 
 

@@ -35,6 +35,7 @@ import json
 import math
 import os
 import re
+import shlex
 import textwrap
 import statistics
 import time
@@ -416,7 +417,7 @@ def load(host, run_dir: str, record: Optional[Dict] = None) -> RunData:
     where = f"{host.label}:{run_dir}" if host.is_remote else run_dir
     if text is None:
         raise UserError(f"{where} has no {METRICS}: the trainer has not written any step yet (the job may still be "
-                        f"pending or starting: check `summit-jobs status {os.path.basename(run_dir.rstrip('/'))}`), "
+                        f"pending or starting: check `summit-jobs status {shlex.quote(os.path.basename(run_dir.rstrip('/')))}`), "
                         "or this is not a run directory.")
     events = rundir.parse_events(host.read_text(host.join(run_dir, rundir.EVENTS)) or "")
     launches = training_launches(events)

@@ -1,16 +1,55 @@
 """Build frozen dataclasses from YAML-loaded dicts, rejecting what does not fit.
 
-The dataclasses *are* the schema: every field's type hint says what is allowed.
-Errors name the offending key by its full path and list the valid keys, so a
-typo in a site's profile is a one-line fix instead of a silent default.
+The dataclasses *are* the schema: every field's type hint says what is allowed,
+and a number's range rides on the field (``number(low=0)``), so that a negative
+GPU count or throughput is refused where the file is read instead of turning
+into a nonsense plan. Errors name the offending key by its full path and list
+the valid keys, so a typo in a site's profile is a one-line fix instead of a
+silent default.
 """
 from __future__ import annotations
 
 import dataclasses
+import math
 import typing
-from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
+from dataclasses import dataclass
+from typing import Any, Literal, Optional, Union, get_args, get_origin, get_type_hints
 
 from summit_jobs.errors import UserError
+
+#: The metadata key of a field's Range.
+RANGE = "range"
+
+
+@dataclass(frozen=True)
+class Range:
+    """The values a number may take: at least (or above, ``low_open``) ``low``, at most ``high``."""
+    low: Optional[float] = None
+    high: Optional[float] = None
+    low_open: bool = False
+    high_open: bool = False
+
+    def holds(self, value: float) -> bool:
+        if self.low is not None and (value <= self.low if self.low_open else value < self.low):
+            return False
+        return not (self.high is not None and (value >= self.high if self.high_open else value > self.high))
+
+    def __str__(self) -> str:
+        parts = []
+        if self.low is not None:
+            parts.append(f"{'>' if self.low_open else '>='} {self.low:g}")
+        if self.high is not None:
+            parts.append(f"{'<' if self.high_open else '<='} {self.high:g}")
+        return " and ".join(parts)
+
+
+def number(default: Any = dataclasses.MISSING, *, low: Optional[float] = None, high: Optional[float] = None,
+           low_open: bool = False, high_open: bool = False) -> Any:
+    """A dataclass field whose number (or each number of a tuple) must lie in the range; None passes."""
+    meta = {RANGE: Range(low, high, low_open, high_open)}
+    if default is dataclasses.MISSING:
+        return dataclasses.field(metadata=meta)
+    return dataclasses.field(default=default, metadata=meta)
 
 
 def _type_name(tp: Any) -> str:
@@ -64,6 +103,10 @@ def _convert_union(tp: Any, value: Any, where: str, path: str) -> Any:
     args = get_args(tp)
     if value is None and type(None) in args:
         return None
+    if value == "" and str in args and type(None) in args:
+        # An empty text where "none" is spelled null: the file meant something, and it is not "none".
+        raise UserError(f"{where}: '{path or '(top level)'}' is empty; leave the key out (or write null) to "
+                        "leave it unset, or give a value.")
     errors = []
     for arg in args:
         if arg is type(None):
@@ -93,12 +136,24 @@ def _convert_dataclass(tp: Any, value: Any, where: str, path: str) -> Any:
         sub = f"{path}.{name}" if path else name
         if name in value:
             kwargs[name] = _convert(hints[name], value[name], where, sub)
+            _check_range(field, kwargs[name], where, sub)
         elif field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
             raise UserError(f"{where}: required key '{sub}' is missing.")
     try:
         return tp(**kwargs)
-    except (ValueError, TypeError) as exc:  # __post_init__ checks
+    except (ValueError, TypeError, UserError) as exc:  # __post_init__ checks
         raise UserError(f"{where}: {exc}") from None
+
+
+def _check_range(field: dataclasses.Field, value: Any, where: str, path: str) -> None:
+    """The field's Range (``number(...)``) over its value, or over each item of a tuple of numbers."""
+    limits = field.metadata.get(RANGE)
+    if limits is None or value is None:
+        return
+    items = [(f"{path}[{i}]", v) for i, v in enumerate(value)] if isinstance(value, tuple) else [(path, value)]
+    for label, item in items:
+        if not limits.holds(item):
+            raise UserError(f"{where}: '{label}' = {item!r} is out of range: give a number {limits}.")
 
 
 def _convert_scalar(tp: Any, value: Any, where: str, label: str) -> Any:
@@ -106,6 +161,8 @@ def _convert_scalar(tp: Any, value: Any, where: str, label: str) -> Any:
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise UserError(f"{where}: '{label}' must be a number, got {value!r}.")
+        if not math.isfinite(value):
+            raise UserError(f"{where}: '{label}' must be a finite number, got {value!r}.")
         return float(value)
     if tp is int:
         if isinstance(value, bool) or not isinstance(value, int):

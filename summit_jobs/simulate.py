@@ -145,8 +145,12 @@ class Estimate:
 
 def estimate(profile: Profile, *, nodes: int, ranks_per_node: int, accum_steps: int, clips_per_gpu: int,
              epochs: int, train_clips: int, clips_per_second_per_gpu: float, model_params: int,
-             walltime_minutes: int, fusion_bytes: Optional[int] = None) -> Estimate:
-    """Time and cost of a (possibly accumulated) run from a per-GPU throughput figure."""
+             walltime_minutes: int, fusion_bytes: Optional[int] = None, warning_minutes: int = 0) -> Estimate:
+    """Time and cost of a (possibly accumulated) run from a per-GPU throughput figure.
+
+    A job trains until its warning signal, ``warning_minutes`` before its run limit (then it checkpoints and
+    the next link resumes): the jobs needed count those training minutes, not the whole walltime.
+    """
     if clips_per_second_per_gpu <= 0:
         raise UserError(f"no throughput figure for {profile.name}: set performance.clips_per_second_per_gpu in the "
                         "profile or pass --throughput-from RUN_DIR (a previous run's metrics).")
@@ -158,9 +162,20 @@ def estimate(profile: Profile, *, nodes: int, ranks_per_node: int, accum_steps: 
     step = compute + comm
     wall = iters * epochs * step
     nbin = profile.bin_for(nodes)
-    jobs = max(1, math.ceil(wall / (walltime_minutes * 60)))
+    jobs = max(1, math.ceil(wall / (max(1, walltime_minutes - warning_minutes) * 60)))
     return Estimate(iters, compute, comm, step, wall, nodes * wall / 3600.0, jobs, nbin.bin if nbin else 0,
                     nbin.max_walltime if nbin else "?")
+
+
+#: The margin a walltime sized from an estimate adds: estimates from a profile's throughput figure are rough.
+WALLTIME_MARGIN = 1.25
+
+
+def sized_walltime_minutes(wall_seconds: float, warning_minutes: int) -> int:
+    """A walltime for a run estimated at ``wall_seconds``: the estimate plus the margin, the warning before the
+    run limit on top, rounded up to 5 minutes (what `simulate` suggests instead of the queue's longest)."""
+    minutes = math.ceil(wall_seconds * WALLTIME_MARGIN / 60) + warning_minutes
+    return max(5, 5 * math.ceil(minutes / 5))
 
 
 def project_scaling(profile: Profile, node_counts: Sequence[int], *, single_node_seconds: float,

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import posixpath
+import shlex
 from typing import Dict, List, Optional, Tuple
 
 import click
@@ -38,6 +39,7 @@ def prepare(state, kw: dict) -> dict:
     """
     target = hosts.ssh_target_for(state.profile, ssh_options(state))
     if target is None:
+        _warn_unused_ssh_options(ssh_options(state))
         return dict(kw)
     chosen, what = _remote_parent(state, kw)
     if chosen is None:
@@ -52,6 +54,20 @@ def prepare(state, kw: dict) -> dict:
     if what.startswith("--remote-dir"):
         return dict(kw, runs_dir=chosen)
     return dict(kw)
+
+
+#: The global options that only a submission over SSH uses, by their option names.
+SSH_ONLY = {"port": "--port", "user": "--user", "key_file": "--key-file", "known_hosts": "--known-hosts",
+            "trust_new_host_key": "--trust-new-host-key", "remote_dir": "--remote-dir"}
+
+
+def _warn_unused_ssh_options(options: Dict[str, object]) -> None:
+    """Say which SSH options a submission on this machine leaves unused (not refused: the same command line
+    serves a laptop, which reaches the login node over SSH, and the login node itself)."""
+    unused = [flag for key, flag in SSH_ONLY.items() if options.get(key)]
+    if unused:
+        click.echo(f"summit-jobs: warning: {', '.join(unused)} {'is' if len(unused) == 1 else 'are'} ignored: "
+                   "this job is submitted on this machine, not over SSH.", err=True)
 
 
 def _remote_parent(state, kw: dict) -> Tuple[Optional[str], str]:
@@ -131,5 +147,6 @@ def submit(state, profile, plan, script: str, kw: dict) -> List[str]:
         chain = f" (chain of {len(ids)}, each after ended() of the previous)" if len(ids) > 1 else ""
         click.echo(f"job {' '.join(ids)} submitted to queue {queue} on {host.label}{chain}")
         click.echo(f"run directory: {plan.run_dir}")
-        click.echo(f"follow it with: summit-jobs status {record['name']} --watch")
+        # Quoted: a run name is the user's, and this line is meant to be pasted into a shell.
+        click.echo(f"follow it with: summit-jobs status {shlex.quote(str(record['name']))} --watch")
     return ids

@@ -28,6 +28,25 @@ FILE_CASES = [
     ("override-breaks-profile", b"machines:\n  local:\n    alloc_flags: ['a b']\n",
      ["'a b'", "machines.local in config file {cfg}:2"]),
     ("override-not-mapping", b"machines:\n  local: 3\n", ["{cfg}:2", "'machines.local'"]),
+    # An empty value used to mean the default (machine: '' was local, project: '' none): refused.
+    ("machine-empty", b"machine: ''\n", ["{cfg}:1", "'machine' is empty"]),
+    ("machine-a-list", b"machine: [local]\n", ["{cfg}:1", "'machine' must be text"]),
+    ("project-empty", b"project: ''\n", ["{cfg}:1", "'project' is empty"]),
+    ("project-blank", b"machine: local\nproject: '  '\n", ["{cfg}:2", "project = '  ' is empty",
+                                                            "leave the key out"]),
+    ("quota-negative", b"quota_nodes: -3\n", ["{cfg}:1", "quota_nodes = -3"]),
+    ("quota-boolean", b"quota_nodes: true\n", ["{cfg}:1", "'quota_nodes' must be a whole number"]),
+    ("runs-dir-empty", b"runs_dir: ''\n", ["{cfg}:1", "'runs_dir' is empty"]),
+    ("runs-dir-a-mapping", b"runs_dir: {a: 1}\n", ["{cfg}:1", "'runs_dir' must be text"]),
+    ("template-dir-empty", b"template_dir: ''\n", ["{cfg}:1", "'template_dir' is empty"]),
+    ("template-dir-a-list", b"template_dir: [a]\n", ["{cfg}:1", "'template_dir' must be text"]),
+    # Overrides of a machine no profile names never applied, without a word.
+    ("machines-unknown-name", b"machine: local\nmachines:\n  sumit:\n    quota_nodes: 3\n",
+     ["{cfg}:3", "'machines.sumit' overrides no known machine", "summit"]),
+    ("override-out-of-range", b"machines:\n  local:\n    node:\n      cpu_slots: -2\n",
+     ["'node.cpu_slots' = -2 is out of range: give a number >= 0", "machines.local in config file {cfg}:2"]),
+    ("override-negative-throughput", b"machines:\n  local:\n    performance: {clips_per_second_per_gpu: -5}\n",
+     ["'performance.clips_per_second_per_gpu' = -5.0 is out of range", "machines.local in config file {cfg}:2"]),
 ]
 
 
@@ -68,3 +87,41 @@ def test_environment_names_a_missing_config_file(cli_env, tmp_path):
     proc = run_module("summit_jobs", ["config"], env, cwd=tmp_path)
     assert_refused(proc, [str(tmp_path / "gone.yaml"), "SUMMIT_JOBS_CONFIG"])
     assert not Path(tmp_path / "gone.yaml").exists()
+
+
+def test_every_config_key_has_a_bad_value():
+    """Each key a config file may set (UserConfig's fields) is spoiled by at least one case above."""
+    import dataclasses
+
+    import yaml
+
+    from summit_jobs.config import _INTERNAL, UserConfig
+    keys = {f.name for f in dataclasses.fields(UserConfig)} - set(_INTERNAL)
+    spoiled = set()
+    for _, text, _ in FILE_CASES:
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError:
+            continue
+        spoiled |= set(data) if isinstance(data, dict) else set()
+    assert keys - spoiled == set()
+
+
+#: The environment layer of summit_jobs.settings: (variable, bad value, words of the refusal).
+ENV_CASES = [
+    ("SUMMIT_JOBS_MACHINE", "x;touch X", ["'x;touch X'", "Known machines"]),
+    ("SUMMIT_JOBS_PROJECT", "a b", ["'a b' is not a valid project name"]),
+    ("SUMMIT_JOBS_CONFIG", "/nonexistent/cfg.yaml", ["/nonexistent/cfg.yaml"]),
+    ("SUMMIT_JOBS_HOST", "a b", ["'a b'"]),
+]
+
+
+@pytest.mark.parametrize("variable,value,needles", ENV_CASES, ids=[c[0] for c in ENV_CASES])
+def test_bad_setting_in_the_environment(cli_env, tmp_path, variable, value, needles):
+    env = dict(cli_env, **{variable: value})
+    machine = [] if variable == "SUMMIT_JOBS_MACHINE" else ["--machine", "summit"]
+    project = [] if variable == "SUMMIT_JOBS_PROJECT" else ["--project", "A"]
+    proc = run_module("summit_jobs", [*machine, "submit", "--nodes", "1", *project, "--dry-run"], env, cwd=tmp_path,
+                      timeout=20)
+    assert_refused(proc, needles)
+    assert not (tmp_path / "X").exists()

@@ -102,7 +102,8 @@ def test_user_profile_dropped_into_config_dir(cli_env, tmp_path):
     mdir = Path(cli_env["XDG_CONFIG_HOME"]) / "summit-jobs" / "machines"
     mdir.mkdir(parents=True)
     site = (REPO / "envs" / "summit.yaml").read_text().replace("name: summit", "name: mysite")
-    (mdir / "mysite.yaml").write_text(site.replace("max_nodes: 4608", "max_nodes: 100"))
+    # The machine's size only (the first walltime bin's own max_nodes: 4608 stays above its min_nodes).
+    (mdir / "mysite.yaml").write_text(site.replace("\nmax_nodes: 4608", "\nmax_nodes: 100"))
     proc = run_cli(["machines"], cli_env, cwd=tmp_path)
     assert proc.returncode == 0 and "mysite" in proc.stdout and "up to 100" in proc.stdout
     proc = run_cli(["--machine", "mysite", "submit", "--nodes", "101", "--project", "A", "--dry-run"], cli_env,

@@ -95,7 +95,7 @@ def test_the_built_in_trainer_keeps_tsm_and_an_explicit_name_wins(tmp_path):
     res = dry_run(tmp_path, "--job-name", "mine", "--command", "python3 train.py")
     assert "#BSUB -J mine\n" in res.stdout
     bad = dry_run(tmp_path, "--job-name", "", "--command", "python3 train.py")
-    assert bad.returncode == 2 and "job name" in bad.stderr     # an explicit (empty) name is not replaced
+    assert bad.returncode == 2 and "--job-name ''" in bad.stderr     # an explicit (empty) name is not replaced
     helptext = cli(["submit", "--help"], lsf_environment(tmp_path), timeout=60).stdout
     assert "[default: tsm]" not in helptext and "--total-steps" in helptext
 
