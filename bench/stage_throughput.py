@@ -2,7 +2,9 @@
 
 Both sides copy the same shard files from one local folder to another in the
 same run, alternating which goes first, several rounds; the figures are the
-medians, and the ratio is also given round by round (median, min-max). Two cases:
+medians, and the ratio is also given round by round (median, min-max), with the
+CPU time each side spent per GB (which other work on a shared machine inflates
+far less than the wall time). Two cases:
 - cold: the source pages are evicted before each copy (posix_fadvise DONTNEED),
   so the data comes from the device, as it does from a parallel file system;
 - warm: the source is in the page cache, which makes `cp` a memory copy and
@@ -22,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -33,6 +36,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from trainer import shards, stage  # noqa: E402
+
+
+def cpu_seconds(who: int) -> float:
+    """User + system CPU time of this process (all its threads) or of its reaped children (cp)."""
+    r = resource.getrusage(who)
+    return r.ru_utime + r.ru_stime
 
 
 def evict(paths) -> None:
@@ -102,7 +111,7 @@ def main() -> None:
     results = {}
     try:
         for case, algo in [(c, h) for c in ("cold", "warm") for h in algos]:
-            cp_t, st_t = [], []
+            cp_t, st_t, cp_cpu, st_cpu = [], [], [], []
             for rnd in range(a.rounds):
                 for d in (dst_cp, dst_st):
                     shutil.rmtree(d)
@@ -118,17 +127,19 @@ def main() -> None:
 
                 def run_cp() -> None:
                     prepare()
-                    t = time.perf_counter()
+                    t, c = time.perf_counter(), cpu_seconds(resource.RUSAGE_CHILDREN)
                     subprocess.run(["cp", "--reflink=never", *map(str, files), str(dst_cp)], check=True,
                                    timeout=600)
                     cp_t.append(time.perf_counter() - t)
+                    cp_cpu.append(cpu_seconds(resource.RUSAGE_CHILDREN) - c)
 
                 def run_stage() -> None:
                     prepare()
-                    t = time.perf_counter()
+                    t, c = time.perf_counter(), cpu_seconds(resource.RUSAGE_SELF)
                     stage.stage(src / f"manifest-{algo}.json", dst_st, "partition", 1, 0, threads=a.threads,
                                 quiet=True)
                     st_t.append(time.perf_counter() - t)
+                    st_cpu.append(cpu_seconds(resource.RUSAGE_SELF) - c)
 
                 for step in ((run_cp, run_stage) if rnd % 2 == 0 else (run_stage, run_cp)):  # alternate order
                     step()
@@ -139,10 +150,13 @@ def main() -> None:
                                          "ratio_stage_vs_cp": round(cp_s / st_s, 3),
                                          "ratio_per_round": {"median": round(statistics.median(paired), 3),
                                                              "min": round(min(paired), 3),
-                                                             "max": round(max(paired), 3)}}
+                                                             "max": round(max(paired), 3)},
+                                         "cp_cpu_s_per_GB": round(statistics.median(cp_cpu) / total * 1e9, 3),
+                                         "stage_cpu_s_per_GB": round(statistics.median(st_cpu) / total * 1e9, 3)}
             print(f"{case:5s} {algo:7s}: cp {total / cp_s / 1e9:6.2f} GB/s | stage+verify {total / st_s / 1e9:6.2f} "
                   f"GB/s | ratio {cp_s / st_s:.2f}, per round {statistics.median(paired):.2f} "
-                  f"({min(paired):.2f}-{max(paired):.2f})  ({a.files} x {a.mb} MB, {a.threads} threads, median of "
+                  f"({min(paired):.2f}-{max(paired):.2f}); CPU s/GB cp {statistics.median(cp_cpu) / total * 1e9:.2f}, "
+                  f"stage {statistics.median(st_cpu) / total * 1e9:.2f}  ({a.files} x {a.mb} MB, {a.threads} threads, median of "
                   f"{a.rounds}, load average {os.getloadavg()[0]:.1f})")
         # The ceiling of any verified copy when the CPU is the limit: hashing alone, same files, same threads.
         from concurrent.futures import ThreadPoolExecutor
