@@ -2,10 +2,14 @@
 
 Prints: bsub latency, time from bsub to the job running (dispatch), and the
 status query for N jobs as one batched `bjobs -o ... -json ID...` call versus
-N calls of one id each (what a naive per-job status loop would do), measured
-in the same run. Uses a throw-away LSF state folder.
+N calls of one id each (what a naive per-job status loop would do). The two
+status queries run interleaved, in alternating order, for --rounds rounds after
+one untimed warm-up of each (the first call after the submissions also pays for
+cold caches); the figures are medians with their min-max, and the ratio is
+taken round by round. Uses a throw-away LSF state folder.
 
-    .venv/bin/python bench/lsf_latency.py [--jobs 20]
+    .venv/bin/python bench/lsf_latency.py [--jobs 20] [--rounds 7]
+    .venv/bin/python bench/lsf_latency.py --smoke      # 2 jobs, 2 rounds: checks that it runs
 """
 from __future__ import annotations
 
@@ -19,6 +23,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Dict, List
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -27,10 +32,20 @@ from summit_jobs import lsf  # noqa: E402
 from summit_jobs.hosts import embedded_environment  # noqa: E402
 
 
+def spread_ms(seconds: List[float]) -> Dict[str, float]:
+    """Median and min-max in milliseconds: one sample of a subprocess call says little on a shared machine."""
+    return {"median": round(statistics.median(seconds) * 1000, 1), "min": round(min(seconds) * 1000, 1),
+            "max": round(max(seconds) * 1000, 1), "n": len(seconds)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--jobs", type=int, default=20)
+    ap.add_argument("--rounds", type=int, default=7, help="Timed rounds of both status queries.")
+    ap.add_argument("--smoke", action="store_true", help="2 jobs, 2 rounds: checks that it runs.")
     args = ap.parse_args()
+    if args.smoke:
+        args.jobs, args.rounds = 2, 2
     with tempfile.TemporaryDirectory() as tmp:
         env = embedded_environment(dict(os.environ), 4, 2)
         env["SUMMIT_JOBS_LSF_HOME"] = str(Path(tmp) / "lsf")
@@ -55,23 +70,41 @@ def main() -> None:
             res = subprocess.run(lsf.bjobs_argv(id_list), env=env, capture_output=True, text=True, timeout=60)
             return lsf.parse_bjobs_json(res.stdout)[0]
 
-        t0 = time.perf_counter()
-        batched = bjobs(ids)
-        batched_s = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        single = {}
-        for jid in ids:
-            single.update(bjobs([jid]))
-        single_s = time.perf_counter() - t0
-        assert set(batched) == set(single) == set(ids)
-        print(json.dumps({
+        def batched() -> Dict[str, object]:
+            return bjobs(ids)
+
+        def per_job() -> Dict[str, object]:
+            single: Dict[str, object] = {}
+            for jid in ids:
+                single.update(bjobs([jid]))
+            return single
+
+        assert set(batched()) == set(per_job()) == set(ids)     # warm-up, and both see every job
+        times: Dict[str, List[float]] = {"batched": [], "per_job": []}
+        for r in range(args.rounds):
+            for name in (("batched", "per_job") if r % 2 == 0 else ("per_job", "batched")):
+                t0 = time.perf_counter()
+                (batched if name == "batched" else per_job)()
+                times[name].append(time.perf_counter() - t0)
+        ratios = [p / b for b, p in zip(times["batched"], times["per_job"])]
+        out = {
             "jobs": args.jobs,
-            "bsub_latency_ms_median": round(statistics.median(submit_s) * 1000, 1),
-            "bsub_to_running_ms_median": round(statistics.median(dispatch_s) * 1000, 1),
-            "status_batched_one_call_ms": round(batched_s * 1000, 1),
-            "status_one_call_per_job_ms": round(single_s * 1000, 1),
-            "per_job_over_batched_ratio": round(single_s / batched_s, 1),
-        }, indent=2))
+            "rounds": args.rounds,
+            "bsub_latency_ms": spread_ms(submit_s),
+            "bsub_to_running_ms": spread_ms(dispatch_s),
+            "status_batched_one_call_ms": spread_ms(times["batched"]),
+            "status_one_call_per_job_ms": spread_ms(times["per_job"]),
+            "per_job_over_batched_ratio": {"median": round(statistics.median(ratios), 1),
+                                           "min": round(min(ratios), 1), "max": round(max(ratios), 1)},
+        }
+        for key in ("bsub_latency_ms", "bsub_to_running_ms", "status_batched_one_call_ms",
+                    "status_one_call_per_job_ms"):
+            v = out[key]
+            print(f"{key:28s} median {v['median']:8.1f} ms  (min {v['min']:.1f}, max {v['max']:.1f}, n={v['n']})")
+        v = out["per_job_over_batched_ratio"]
+        print(f"per-job / batched, paired by round: {v['median']:.1f}x (min {v['min']:.1f}x, max {v['max']:.1f}x), "
+              f"{args.jobs} jobs, {args.rounds} rounds, load average {os.getloadavg()[0]:.1f}")
+        print(json.dumps(out))
 
 
 if __name__ == "__main__":
