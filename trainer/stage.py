@@ -11,7 +11,9 @@ Why it is shaped this way:
 - One pass per shard: the copy is made inside the kernel (copy_file_range)
   and hashed chunk by chunk from the destination's page cache while the next
   chunk is copied, so verification costs no second read of the parallel file
-  system and checks the bytes that actually landed on NVMe.
+  system. It checks the bytes the kernel holds for the destination file right
+  after the copy (its page cache), not a read-back from the device: a fault of
+  the device itself shows at the trainer's first read instead.
 - A copy goes to a hidden temporary name and is renamed only after its hash
   matched: a killed rank never leaves a partial file under a shard's name, and
   a rerun keeps what is present and verified and fetches only the rest.
