@@ -12,8 +12,7 @@ Why it is shaped this way:
   and hashed chunk by chunk from the destination's page cache while the next
   chunk is copied, so verification costs no second read of the parallel file
   system. It checks the bytes the kernel holds for the destination file right
-  after the copy (its page cache), not a read-back from the device: a fault of
-  the device itself shows at the trainer's first read instead.
+  after the copy (its page cache), not a read-back from the device.
 - A copy goes to a hidden temporary name and is renamed only after its hash
   matched: a killed rank never leaves a partial file under a shard's name, and
   a rerun keeps what is present and verified and fetches only the rest.
