@@ -91,6 +91,12 @@ def _watch(state: State, pairs, hosts_: lifecycle.Hosts, view: "_StatusView", wa
     reader = lifecycle.RunReader()
     while True:
         rows = reconnect.run(lambda: _rows(state, pairs, hosts_, reader))
+        if watch and all(_ended(r) for r in rows):
+            # A link queues the next one (chain.jobs) before it ends, so a look that read chain.jobs before
+            # that line and bjobs after the end knows too few jobs: look once more, links read after the end.
+            again = reconnect.run(lambda: _rows(state, pairs, hosts_, reader))
+            if [r["job_id"] for r in again] != [r["job_id"] for r in rows]:
+                rows = again
         view.show(rows)
         if not watch or all(_ended(r) for r in rows):
             return rows
