@@ -7,7 +7,7 @@ from typing import Dict, List
 import click
 
 from summit_jobs.cli import cli
-from summit_jobs.cli_types import complete_runs
+from summit_jobs.cli_types import complete_runs, refuse_empty_argument
 
 #: Logged steps shown in full; longer runs show the first and last ones and every step that differs.
 SHOWN_STEPS = 12
@@ -65,8 +65,10 @@ def summary_line(result: Dict) -> str:
 
 
 @cli.command("compare")
-@click.argument("run_a", metavar="RUN_A", shell_complete=complete_runs)
-@click.argument("run_b", metavar="RUN_B", shell_complete=complete_runs)
+@click.argument("run_a", metavar="RUN_A", shell_complete=complete_runs,
+                callback=refuse_empty_argument("RUN_A", "a run directory or a checkpoint file"))
+@click.argument("run_b", metavar="RUN_B", shell_complete=complete_runs,
+                callback=refuse_empty_argument("RUN_B", "a run directory or a checkpoint file"))
 @click.option("--tolerance", type=float, default=1e-5, show_default=True,
               help="Largest difference that counts as the same: absolute for weights, relative to the value "
                    "(above 1) for LR and loss. 1e-5 suits fp32 on CPU; see docs/methods.md for GPUs.")

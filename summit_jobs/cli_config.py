@@ -20,6 +20,7 @@ import click
 from summit_jobs import settings
 from summit_jobs.cli import State, cli
 from summit_jobs.cli_types import whole
+from summit_jobs.errors import UserError
 
 #: Words that mark a credential in a setting's name: its value is never printed, only that it is set.
 SECRET_WORDS = ("password", "passwd", "passphrase", "token", "secret", "credential", "api_key", "apikey")
@@ -136,11 +137,27 @@ def table(rows: List[Dict[str, Any]]) -> str:
     return "\n".join(out)
 
 
+def _as_submit_takes_it(ctx: click.Context, param: click.Parameter, value: Optional[str]) -> Optional[str]:
+    """A value submit would refuse is refused here too: config must not show as in use what submit rejects."""
+    if value is None:
+        return value
+    if any(c in value for c in "\n\r\0"):
+        raise UserError(f"{param.opts[0]} {value!r} contains a line break or NUL byte; use a plain value.")
+    from summit_jobs.plan import ACCOUNT_RE
+    if param.name == "project" and not ACCOUNT_RE.fullmatch(value.strip()):
+        raise UserError(f"--project {value!r} is not a valid project name: use letters, digits, '_', '.' and '-' "
+                        "only (at most 64 characters), as printed by your allocation.")
+    return value
+
+
 @cli.command("config")
-@click.option("--project", "-P", metavar="NAME", help="As submit takes it: show what it would charge.")
+@click.option("--project", "-P", metavar="NAME", callback=_as_submit_takes_it,
+              help="As submit takes it: show what it would charge.")
 @click.option("--quota-nodes", type=whole(1), metavar="N", help="As submit takes it: the quota a job is held to.")
-@click.option("--runs-dir", metavar="DIR", help="As submit takes it: the parent of run directories.")
-@click.option("--template-dir", metavar="DIR", help="As submit takes it: your own templates.")
+@click.option("--runs-dir", metavar="DIR", callback=_as_submit_takes_it,
+              help="As submit takes it: the parent of run directories.")
+@click.option("--template-dir", metavar="DIR", type=click.Path(file_okay=False), callback=_as_submit_takes_it,
+              help="As submit takes it: your own templates.")
 @click.option("--all", "show_all", is_flag=True, help="Also show the values each winning one overrode.")
 @click.option("--json", "as_json", is_flag=True, help="Print a list of {name, value, origin, detail}.")
 @click.pass_context

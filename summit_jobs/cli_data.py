@@ -12,11 +12,12 @@ from typing import Optional, Tuple
 import click
 
 from summit_jobs.cli import State, cli  # noqa: F401
+from summit_jobs.cli_types import refuse_empty_argument
 from summit_jobs.errors import UserError
 
 
 @cli.command("synth")
-@click.argument("out", type=click.Path(file_okay=False))
+@click.argument("out", type=click.Path(file_okay=False), callback=refuse_empty_argument("OUT", "an output folder"))
 @click.option("--videos-per-class", default=20, show_default=True,
               help="Videos per class (8 classes), train and val together.")
 @click.option("--val-fraction", default=0.25, show_default=True, help="Share of each class held out for val.")
@@ -53,7 +54,7 @@ def synth_cmd(out: str, videos_per_class: int, val_fraction: float, frames: int,
 
 
 @cli.command("pack")
-@click.argument("paths", nargs=-1, metavar="[SRC] OUT")
+@click.argument("paths", nargs=-1, metavar="[SRC] OUT", callback=refuse_empty_argument("SRC or OUT", "a folder"))
 @click.option("--layout", type=click.Choice(["auto", "rawframes", "videos"]), default="auto", show_default=True,
               help="SRC's layout: rawframes (<split>_list.txt + img_00001.jpg folders) or videos "
                    "(<split>/<class>/<id>.mp4). auto looks at SRC.")
@@ -77,8 +78,8 @@ def synth_cmd(out: str, videos_per_class: int, val_fraction: float, frames: int,
 @click.option("--hmdb51-splits", metavar="DIR",
               help="HMDB51's testTrainMulti_7030_splits folder (<class>_test_splitN.txt: 1 train, 2 test (the "
                    "val split), 0 unused). Give OUT only, and --videos.")
-@click.option("--split-number", default=1, show_default=True,
-              help="Which of the three official UCF101 / HMDB51 splits to pack.")
+@click.option("--split-number", type=int, default=None,
+              help="Which of the three official UCF101 / HMDB51 splits to pack. Default: 1.")
 @click.option("--filename-tmpl", default=None,
               help="Rawframes: the frame file name, with one integer field counted from 1 "
                    "[default: img_{:05d}.jpg; with --modality flow: flow_{}_{:05d}.jpg, mmaction2's pre-extracted "
@@ -120,7 +121,7 @@ def synth_cmd(out: str, videos_per_class: int, val_fraction: float, frames: int,
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 def pack_cmd(paths: Tuple[str, ...], layout: str, annotations: Tuple[str, ...], videos: Optional[str],
              list_opts: Tuple[str, ...], root: Optional[str], ucf101_splits: Optional[str],
-             hmdb51_splits: Optional[str], split_number: int, filename_tmpl: Optional[str], modality: str,
+             hmdb51_splits: Optional[str], split_number: Optional[int], filename_tmpl: Optional[str], modality: str,
              flow_algorithm: Optional[str], flow_bound: Optional[float], seed: int, no_shuffle: bool,
              shard_size: str, short_side: int, fps: Optional[float], quality: int, workers: int,
              classes_file: Optional[str], name: Optional[str], algo: str, force: bool, quiet: bool,
@@ -180,7 +181,7 @@ def _flow_options(modality: str, filename_tmpl: Optional[str], algorithm: Option
 
 def _pack_inputs(paths: Tuple[str, ...], annotations: Tuple[str, ...], videos: Optional[str],
                  list_opts: Tuple[str, ...], root: Optional[str], ucf101_splits: Optional[str],
-                 hmdb51_splits: Optional[str], split_number: int):
+                 hmdb51_splits: Optional[str], split_number: Optional[int]):
     """(the reader and its files, the folder the samples live in, OUT) from pack's arguments."""
     import os
     from summit_jobs import datalists
@@ -188,6 +189,10 @@ def _pack_inputs(paths: Tuple[str, ...], annotations: Tuple[str, ...], videos: O
                              ("--ucf101-splits", ucf101_splits), ("--hmdb51-splits", hmdb51_splits)) if v]
     if len(chosen) > 1:
         raise UserError(f"{' and '.join(chosen)} are two inputs: pack one dataset at a time.")
+    if split_number is not None and not (ucf101_splits or hmdb51_splits):
+        raise UserError(f"--split-number {split_number} applies only to --ucf101-splits or --hmdb51-splits: "
+                        "add one, or drop it.")
+    split_number = 1 if split_number is None else split_number
     if not chosen:
         if len(paths) != 2:
             raise UserError(f"pack takes SRC and OUT (got {len(paths)} paths), or OUT with --annotations, --list, "

@@ -7,7 +7,7 @@ from typing import Dict, Optional, Tuple
 import click
 
 from summit_jobs.cli import cli
-from summit_jobs.cli_types import complete_runs
+from summit_jobs.cli_types import complete_runs, refuse_empty_argument
 
 
 def _pct(v: float) -> str:
@@ -33,7 +33,8 @@ def _print_table(result: Dict) -> None:
 
 
 @cli.command("fuse")
-@click.argument("inputs", nargs=-1, metavar="RUN_OR_SCORES...", shell_complete=complete_runs)
+@click.argument("inputs", nargs=-1, metavar="RUN_OR_SCORES...", shell_complete=complete_runs,
+                callback=refuse_empty_argument("RUN_OR_SCORES", "a run directory or a scores file"))
 @click.option("--checkpoint", metavar="NAME",
               help="Which tested checkpoint's scores to take from each run directory: epoch-0003, best, ... "
                    "(its file name with or without .pt). Default: each run's newest tested checkpoint.")

@@ -29,7 +29,7 @@ import click
 
 from summit_jobs import lifecycle
 from summit_jobs.cli import State, cli  # noqa: F401
-from summit_jobs.cli_types import complete_runs
+from summit_jobs.cli_types import complete_runs, refuse_empty_argument
 from summit_jobs.errors import UserError
 
 def _seconds(ctx: click.Context, param: click.Parameter, value: float) -> float:
@@ -42,7 +42,9 @@ def _seconds(ctx: click.Context, param: click.Parameter, value: float) -> float:
 
 
 @cli.command("status")
-@click.argument("target", required=False, metavar="[RUN|JOBID]", shell_complete=complete_runs)
+@click.argument("target", required=False, metavar="[RUN|JOBID]", shell_complete=complete_runs,
+                callback=refuse_empty_argument("RUN|JOBID", "a run directory, a run name or a job id, or leave it "
+                                               "out for the recent runs"))
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per job instead of the table.")
 @click.option("--watch", is_flag=True,
               help="Repeat until every job has ended: on a terminal the table is redrawn in place, elsewhere "
@@ -204,7 +206,8 @@ def _encodes(text: str, encoding: str) -> bool:
 
 
 @cli.command("cancel")
-@click.argument("target", metavar="RUN|JOBID", shell_complete=complete_runs)
+@click.argument("target", metavar="RUN|JOBID", shell_complete=complete_runs,
+                callback=refuse_empty_argument("RUN|JOBID", "a run directory, a run name or a job id"))
 @click.pass_obj
 def cancel_cmd(state: State, target: str) -> None:
     """Kill a run's jobs (all links of a chain) or one job.
@@ -310,7 +313,8 @@ def _same_folder(host, cwd: str, run_dir: str) -> bool:
 
 
 @cli.command("logs")
-@click.argument("target", metavar="RUN|JOBID", shell_complete=complete_runs)
+@click.argument("target", metavar="RUN|JOBID", shell_complete=complete_runs,
+                callback=refuse_empty_argument("RUN|JOBID", "a run directory, a run name or a job id"))
 @click.option("--follow", "-f", is_flag=True,
               help="Keep printing new output until the job (every link of a chain) has ended.")
 @click.option("--interval", type=float, default=2.0, show_default=True, metavar="SECONDS", callback=_seconds,

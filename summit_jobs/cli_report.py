@@ -9,7 +9,7 @@ from typing import Optional
 import click
 
 from summit_jobs.cli import State, cli
-from summit_jobs.cli_types import complete_runs
+from summit_jobs.cli_types import complete_runs, refuse_empty_argument
 from summit_jobs.errors import UserError
 
 
@@ -31,7 +31,8 @@ def _open_run(state: State, target: str, hosts_):
 
 
 @cli.command("report")
-@click.argument("target", metavar="RUN", shell_complete=complete_runs)
+@click.argument("target", metavar="RUN", shell_complete=complete_runs,
+                callback=refuse_empty_argument("RUN", "a run directory, a run name or a job id"))
 @click.option("--out", metavar="DIR", type=click.Path(file_okay=False),
               help="Folder for the plots and report.md. Default: RUN/report (for a run on another host: "
                    "./NAME-report here).")

@@ -97,6 +97,22 @@ def refuse_empty_values(command: click.Command) -> click.Command:
     return command
 
 
+def refuse_empty_argument(name: str, what: str):
+    """A callback for argument ``name``: ``''`` is refused with one line saying to give ``what``.
+
+    Why: options refuse ``''`` (refuse_empty_values), but an empty argument
+    used to mean "none given" to the code after it: ``cancel ''`` killed the
+    recent runs' jobs and ``synth ''`` wrote into the current folder.
+    """
+    def callback(ctx: click.Context, param: click.Parameter, value):
+        values = value if isinstance(value, (tuple, list)) else (value,)
+        if any(v == "" for v in values):
+            from summit_jobs.errors import UserError
+            raise UserError(f"{name} '' is empty; give {what}.")
+        return value
+    return callback
+
+
 # ---- shell completion (click's shell_complete= callbacks) -----------------------------------------------
 #
 # Why here and light: completion runs the whole CLI once per TAB press, so these read a few folder listings

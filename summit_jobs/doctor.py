@@ -260,6 +260,11 @@ def check_account(profile, project: Optional[str]) -> Check:
     """Step 2: the account (-P project / -G group): set where the site requires one; its validity is not
     something LSF lets anyone check reliably before a submission, so a set account is a warning."""
     flag, what = profile.scheduler.account_flag, profile.scheduler.account_name
+    from summit_jobs.plan import ACCOUNT_RE
+    if project and not ACCOUNT_RE.fullmatch(project.strip()):
+        return Check(FAIL, "account", f"{flag} {project!r} is not a valid {what} name: submit refuses it",
+                     "use letters, digits, '_', '.' and '-' only (at most 64 characters), as printed by your "
+                     "allocation")
     if profile.scheduler.embedded:
         return Check(OK, "account", f"the embedded LSF accepts any {what}" + (f" ({flag} {project})" if project
                                                                               else ""))
