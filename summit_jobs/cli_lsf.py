@@ -37,8 +37,6 @@ from summit_jobs.errors import UserError
 #: needed, see _python_path and _config_file).
 NAMES = ("PATH", "SUMMIT_JOBS_LSF_HOME", "SUMMIT_JOBS_PYTHON", "SUMMIT_JOBS_LSF_NODES", "SUMMIT_JOBS_LSF_CORES",
          "PYTHONPATH", "SUMMIT_JOBS_CONFIG")
-#: Variables whose exports put the new part in front of the shell's own value, read when the line runs.
-PREPENDED = ("PATH", "PYTHONPATH")
 
 HOME_HELP = ("State folder of the embedded LSF (created if missing). Default: the local machine's, "
              "$SUMMIT_JOBS_LSF_HOME or ~/.local/share/summit-jobs/lsf (so `summit-jobs status` sees your jobs).")
@@ -161,8 +159,7 @@ def setup(state: State, home: Optional[str], environ: Dict[str, str]) -> Setup:
     where = _absolute(home) if home else _absolute(str(lsf_state.home_path(environ)))
     _make_home(where)
     profile = _embedded_profile(state)
-    base = {k: v for k, v in environ.items() if k not in ("SUMMIT_JOBS_LSF_HOME",)}
-    full = hosts.embedded_environment(base, profile.scheduler.virtual_nodes, profile.node.cores)
+    full = hosts.embedded_environment(environ, profile.scheduler.virtual_nodes, profile.node.cores)
     full["PATH"] = _in_front(str(bin_dir), environ.get("PATH", os.defpath))
     full["SUMMIT_JOBS_LSF_HOME"] = str(where)
     full.setdefault("SUMMIT_JOBS_LSF_NODES", str(lsf_state.virtual_nodes()))

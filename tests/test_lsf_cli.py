@@ -22,7 +22,6 @@ import pytest
 
 from conftest_lsf import BIN, job_processes, run, submitted_id, wait_for
 
-REPO = Path(__file__).resolve().parent.parent
 BASH = shutil.which("bash")
 pytestmark = pytest.mark.skipif(BASH is None, reason="needs bash")
 
@@ -39,7 +38,6 @@ def user_env(tmp_path) -> Dict[str, str]:
                                   if p and Path(p).resolve() != BIN.resolve())
     env.update({"XDG_CONFIG_HOME": str(tmp_path / "xdg-config"), "XDG_DATA_HOME": str(tmp_path / "xdg-data"),
                 "SUMMIT_JOBS_LSF_MINUTE": "2", "SUMMIT_JOBS_LSF_KILL_GRACE": "1", "SHELL": "/bin/sh"})
-    assert shutil.which("bsub", path=env["PATH"]) is None, "a bsub is on this machine's PATH already"
     return env
 
 
@@ -107,6 +105,8 @@ echo "HOME $SUMMIT_JOBS_LSF_HOME"
 
 def test_the_commands_are_on_path_only_in_the_shell_that_asks(user_env, tmp_path):
     """Running `lsf env` changes nothing by itself: bsub is on PATH only after eval, and only in that shell."""
+    if shutil.which("bsub", path=user_env["PATH"]):
+        pytest.skip("this machine has an LSF of its own on PATH")
     script = f"""
 {summit_jobs('lsf', 'env', '--home', str(tmp_path / 'lsf'))} > /dev/null
 command -v bsub || echo "NO BSUB BEFORE"
@@ -149,7 +149,7 @@ def test_lsf_shell_runs_a_command_with_the_lsf_and_its_exit_status(user_env, tmp
                "bsub", "-J", "from-shell", "sleep", "0.2"], user_env, cwd=str(tmp_path))
     assert sub.returncode == 0, sub.stderr
     jid = submitted_id(sub.stdout)
-    assert str(home) in sub.stderr.splitlines()[-1] or any(f"'{home}'" in ln for ln in sub.stderr.splitlines())
+    assert f"with the embedded LSF at {shlex.quote(str(home))}" in sub.stderr, sub.stderr
     listed = run([sys.executable, "-m", "summit_jobs", "lsf", "shell", "--home", str(home), "--",
                   "bjobs", "-a", "-noheader", "-o", "jobid job_name"], user_env)
     assert listed.returncode == 0, listed.stderr
@@ -210,7 +210,7 @@ def test_mistakes_end_in_one_line(user_env, tmp_path, args, words):
 
 
 DASK_SCRIPT = r"""
-import json, sys
+import sys
 from dask_jobqueue import LSFCluster
 from distributed import Client
 cluster = LSFCluster(cores=1, memory="1GB", walltime="00:10", processes=1, use_stdin=True,
@@ -220,7 +220,6 @@ try:
     with Client(cluster) as client:
         client.wait_for_workers(1, timeout=120)
         print("ANSWER", client.submit(lambda x: x + 1, 41).result(timeout=60))
-        print("JOBS", json.dumps(sorted(cluster.workers)))
 finally:
     cluster.close()
 """
