@@ -146,9 +146,9 @@ def _config_file() -> Optional[str]:
 
 
 def setup(state: State, home: Optional[str], environ: Dict[str, str]) -> Setup:
-    """The shell environment of the embedded LSF at ``home`` (default: the one summit-jobs uses), created."""
-    from summit_jobs import hosts, resources
-    from summit_jobs.embedded import state as lsf_state
+    """The shell environment of the embedded LSF at ``home`` (default: the one summit-jobs uses, which
+    ``environ`` selects as it is this process's), created."""
+    from summit_jobs import hosts, resources, runs
     bin_dir = resources.embedded_bin_dir()
     if not (bin_dir / "bsub").is_file() or not os.access(bin_dir / "bsub", os.X_OK):
         raise UserError(f"the embedded LSF's commands in {bin_dir} are missing or not executable: reinstall "
@@ -156,14 +156,12 @@ def setup(state: State, home: Optional[str], environ: Dict[str, str]) -> Setup:
     if os.pathsep in str(bin_dir):
         raise UserError(f"the embedded LSF's commands are in {bin_dir}, whose name has a '{os.pathsep}', which "
                         "PATH cannot hold: install summit-jobs in a folder without one.")
-    where = _absolute(home) if home else _absolute(str(lsf_state.home_path(environ)))
+    where = _absolute(home) if home else Path(runs.current_embedded_home())
     _make_home(where)
     profile = _embedded_profile(state)
     full = hosts.embedded_environment(environ, profile.scheduler.virtual_nodes, profile.node.cores)
     full["PATH"] = _in_front(str(bin_dir), environ.get("PATH", os.defpath))
     full["SUMMIT_JOBS_LSF_HOME"] = str(where)
-    full.setdefault("SUMMIT_JOBS_LSF_NODES", str(lsf_state.virtual_nodes()))
-    full.setdefault("SUMMIT_JOBS_LSF_CORES", str(lsf_state.cores_per_node()))
     prefixes = {"PATH": str(bin_dir)}
     extra = _python_path(environ)
     if extra is not None:
