@@ -252,7 +252,7 @@ def shell_cmd(state: State, home: Optional[str], command: Tuple[str, ...]) -> No
     """Start your shell ($SHELL), or run COMMAND, with the embedded LSF's commands on PATH.
 
     \b
-    The environment is `summit-jobs lsf env`'s. The shell says nothing new;
+    The environment is `summit-jobs lsf env`'s. Before the shell starts,
     this command says on stderr which state folder it uses and how to leave
     (`exit`, or Ctrl-D). COMMAND runs without a shell; its exit status is this
     command's.
