@@ -28,6 +28,8 @@ register("fuse", "summit_jobs.cli_fuse:fuse_cmd",
          "Late fusion of two or more streams: e.g. an RGB run and an optical-flow run.")
 register("logs", "summit_jobs.cli_lifecycle:logs_cmd",
          "Print a run's job output (the -o and -e files), locally or over SSH.")
+register("lsf", "summit_jobs.cli_lsf:lsf_group",
+         "Put the embedded LSF's bsub, bjobs and bkill on PATH in one shell, to test your own LSF code.")
 register("pack", "summit_jobs.cli_data:pack_cmd", "Pack a video dataset into tar shards + manifest.json in OUT.")
 register("report", "summit_jobs.cli_report:report_cmd",
          "Plots and a summary table of a run: accuracy, loss, LR, throughput, chain.")

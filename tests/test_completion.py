@@ -109,6 +109,13 @@ def test_command_names_complete(cli_env, tmp_path):
     assert "plain,status" in complete("summit-jobs ", cli_env, tmp_path)
 
 
+def test_the_lsf_group_and_its_commands_complete(cli_env, tmp_path):
+    """`lsf` is listed with the other commands, and its own commands and options complete inside it."""
+    assert complete("summit-jobs ls", cli_env, tmp_path) == ["plain,lsf"]
+    assert complete("summit-jobs lsf ", cli_env, tmp_path) == ["plain,env", "plain,shell"]
+    assert "plain,--home" in complete("summit-jobs lsf env --", cli_env, tmp_path)
+
+
 @pytest.mark.parametrize("shell, needle", [("bash", "_summit_jobs_completion"), ("zsh", "#compdef summit-jobs"),
                                            ("fish", "complete --no-files --command summit-jobs")])
 def test_source_scripts_use_the_one_variable(cli_env, tmp_path, shell, needle):
