@@ -60,7 +60,7 @@ def test_a_correct_set_up_on_the_embedded_lsf_passes(env, tmp_path):
     (tmp_path / ".summit-jobs-doctor.2147483646").write_text("")      # left by a probe that was killed
     proc = doctor(env, cwd=tmp_path)
     assert proc.returncode == 0, (proc.stdout, proc.stderr)
-    for start in ("ok  lsf commands: bsub, bjobs, bkill, jsrun found", "ok  lsf version: summit-jobs embedded LSF "
+    for start in ("ok  lsf commands: bsub, bjobs, bkill, jsrun found", "ok  lsf version: IBM Spectrum LSF Standard "
                   "10.1.0.2 (cluster embedded", "ok  queue batch (default): Open:Active", "ok  queue debug:",
                   "ok  account:", f"ok  run folder: {tmp_path / 'summit-jobs-runs'} does not exist yet",
                   "ok  torch: torch 2.", "ok  trainer: "):
@@ -235,7 +235,7 @@ def test_a_correct_set_up_over_ssh_passes(env, tmp_path, sshd):
     assert proc.returncode == 0, (proc.stdout, proc.stderr)
     label = f"{server.user}@127.0.0.1:{server.port}"
     for start in (f"ok  host key: {label}: the host key is in your known_hosts", "ok  lsf commands: bsub, bjobs, "
-                  f"bkill, jsrun found on {label}", "ok  lsf version: summit-jobs embedded LSF 10.1.0.2",
+                  f"bkill, jsrun found on {label}", "ok  lsf version: IBM Spectrum LSF Standard 10.1.0.2",
                   "ok  queue batch (default): Open:Active", f"ok  run folder: {tmp_path / 'remote runs'} exists "
                   "and is writable", "ok  torch: torch 2.", "ok  trainer: "):
         line(proc, start)

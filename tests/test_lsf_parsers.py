@@ -419,7 +419,7 @@ def test_embedded_lsid_and_bqueues_round_trip(tmp_path, cli_env):
     env = hosts.embedded_environment(dict(cli_env, SUMMIT_JOBS_LSF_HOME=str(tmp_path / "lsf")), 4, 2)
     lsid = subprocess.run(["lsid"], env=env, capture_output=True, text=True, timeout=60)
     info = doctor.parse_lsid(lsid.stdout)
-    assert info.version == (10, 1, 0, 2) and info.cluster == "embedded" and "embedded" in info.product
+    assert info.version == (10, 1, 0, 2) and info.cluster == "embedded" and info.product == "IBM Spectrum LSF Standard"
     blocker = tmp_path / "hold.sh"
     blocker.write_text("#!/bin/sh\nsleep 30\n")
     for _ in range(2):                      # two jobs of 2 nodes x 2 cores fill the 4 nodes

@@ -44,7 +44,7 @@ import time
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
-from summit_jobs.embedded import deps, jobenv, state, watchdog
+from summit_jobs.embedded import bacct, deps, jobenv, state, watchdog
 
 NEVER = "Dependency condition invalid or never satisfied"
 OWNER_KILL = "TERM_OWNER: job killed by owner"
@@ -372,6 +372,7 @@ def _finish(lsf_home: Path, job_id: int, proc: subprocess.Popen, reason: Optiona
                 reason = OWNER_KILL
             job_state, why = _outcome(code, reason, terminated)
             rec.update(exit_code=code, finish_time=time.time(), state=job_state, exit_reason=why)
+            rec.update(bacct.usage_at_finish(lsf_home, job_id))     # what bacct shows of the job
             state.save_job(lsf_home, rec)
     except OSError:
         pass
