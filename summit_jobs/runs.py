@@ -117,14 +117,14 @@ def embedded_home(host: Host) -> Optional[str]:
     """
     if host.is_remote or not getattr(host, "embedded", False):
         return None
-    from summit_jobs.embedded import state
-    return os.path.realpath(state.home_path(getattr(host, "env", None)))
+    from summit_jobs import lsfhome
+    return os.path.realpath(lsfhome.home_path(getattr(host, "env", None)))
 
 
 def current_embedded_home() -> str:
     """The embedded LSF this invocation uses (SUMMIT_JOBS_LSF_HOME or its default), as an absolute path."""
-    from summit_jobs.embedded import state
-    return os.path.realpath(state.home_path())
+    from summit_jobs import lsfhome
+    return os.path.realpath(lsfhome.home_path())
 
 
 def in_lsf_home(record: Dict[str, object], lsf_home: str) -> bool:

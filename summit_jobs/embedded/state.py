@@ -74,7 +74,9 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import Dict, Iterator, List, Mapping, Optional
+from typing import Dict, Iterator, List, Optional
+
+from summit_jobs.lsfhome import home_path  # noqa: F401 - the state folder, for this package's modules
 
 LAUNCH_NODE = "batch1"
 FINISHED = ("DONE", "EXIT")
@@ -90,19 +92,6 @@ TMP_RE = re.compile(r"^\..+\.tmp\d+$")
 
 class LsfError(Exception):
     """A setting or state problem the embedded LSF commands report in one line (no traceback)."""
-
-
-def home_path(environ: Optional[Mapping[str, str]] = None) -> Path:
-    """The state folder that ``environ`` (default: this process's) selects; nothing is created.
-
-    Apart from home() so that the CLI can tell which embedded LSF a job id belongs to without making one.
-    """
-    env = os.environ if environ is None else environ
-    explicit = env.get("SUMMIT_JOBS_LSF_HOME")
-    if explicit:
-        return Path(explicit)
-    data = env.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
-    return Path(data) / "summit-jobs" / "lsf"
 
 
 def home() -> Path:
