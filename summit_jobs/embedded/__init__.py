@@ -15,8 +15,9 @@ SIGTERM, SIGKILL). jsrun and blaunch start real task processes (tasks.py).
 
 The commands are small shims in ``bin/`` that run these modules with
 ``$SUMMIT_JOBS_PYTHON``. They are put on PATH only for the embedded LSF's own
-jobs and for the host layer's subprocesses (summit_jobs.hosts), never on a
-user's PATH. To reach the embedded LSF over SSH (as the tests do), the remote
+jobs and for the host layer's subprocesses (summit_jobs.hosts), never installed
+on a user's PATH; ``summit-jobs lsf env`` and ``summit-jobs lsf shell`` put them
+there for one shell, when the user asks (cli_lsf.py). To reach the embedded LSF over SSH (as the tests do), the remote
 session needs ``bin/`` on PATH and SUMMIT_JOBS_PYTHON set, e.g. through
 ``environment="..."`` options of the authorized key with
 ``PermitUserEnvironment yes``, just as a real login node has LSF on PATH.
