@@ -41,7 +41,7 @@ from summit_jobs.errors import describe_os_error
 
 #: Options that take a value, and flags that do not.
 VALUE_OPTS = {"-J", "-q", "-o", "-oo", "-e", "-eo", "-W", "-nnodes", "-P", "-G", "-w", "-wa", "-wt",
-              "-alloc_flags", "-U", "-cwd", "-n", "-R", "-M", "-ln_slots", "-csm", "-gpu", "-app"}
+              "-alloc_flags", "-U", "-cwd", "-n", "-R", "-M", "-ln_slots", "-csm", "-gpu", "-app", "-env"}
 FLAG_OPTS = {"-B", "-N", "-rn", "-r", "-x", "-ti"}
 #: Options that may be given several times (merged, as LSF does).
 REPEATABLE = {"-R"}
@@ -88,6 +88,82 @@ def job_environment(environ: Dict[str, str]) -> Dict[str, str]:
     """
     passed = {n.strip() for n in environ.get(PASS_ENV, "").split(",") if n.strip()}
     return {k: v for k, v in environ.items() if k in passed or not looks_secret(k)}
+
+
+#: IBM's bsub -env page (https://www.ibm.com/docs/en/SSWRJV_10.1.0/lsf_command_ref/bsub.env.1.html):
+#: a variable's name may not be one of these words nor hold one of these characters.
+ENV_RESERVED_NAMES = ("none", "all")
+ENV_NAME_RE = re.compile(r"^[^,~=\"'\s]+$")
+ENV_REF_RE = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
+
+
+def _env_items(text: str) -> List[str]:
+    """The comma-separated items of a ``-env`` value; a comma inside single quotes belongs to the value."""
+    items: List[str] = []
+    current, quoted = "", False
+    for ch in text:
+        if ch == "'":
+            quoted = not quoted
+        if ch == "," and not quoted:
+            items.append(current.strip())
+            current = ""
+        else:
+            current += ch
+    if quoted:
+        raise BsubError(f'-env "{text}": a single quote is not closed')
+    items.append(current.strip())
+    if any(not item for item in items):
+        raise BsubError(f'-env "{text}": an empty item between commas')
+    return items
+
+
+def _env_name(text: str, name: str) -> str:
+    if name.lower() in ENV_RESERVED_NAMES or not ENV_NAME_RE.fullmatch(name):
+        raise BsubError(f'-env "{text}": {name!r} is not a variable name (IBM LSF forbids the words none and '
+                        "all, commas, tildes, equal signs and quotes in one)")
+    return name
+
+
+def _env_value(raw: str, environ: Dict[str, str]) -> str:
+    """A ``-env`` value: single quotes around it removed, ``$VAR`` / ``${VAR}`` taken from the submission
+    environment (IBM: the value may "quote the value of an existing environment variable")."""
+    value = raw.strip()
+    if len(value) >= 2 and value[0] == value[-1] == "'":
+        value = value[1:-1]
+    return ENV_REF_RE.sub(lambda m: environ.get(m.group(1) or m.group(2), ""), value)
+
+
+def env_selection(text: Optional[str], environ: Dict[str, str]) -> Dict[str, str]:
+    """The submission variables a job gets under ``bsub -env`` (IBM LSF 10.1, bsub -env).
+
+    ``all`` (the default): every variable, less ``~NAME`` ones, with ``NAME=value``
+    ones set; ``none``: no submission variable at all; a list ``NAME[=value], ...``:
+    only those. LSF's own variables are set for the job whatever this says
+    (supervisor.py). Credentials are left out of ``all`` (job_environment); a
+    variable the user names in the list is passed, as asked.
+    """
+    if text is None or not text.strip():
+        return job_environment(environ)
+    items = _env_items(text)
+    if items[0].lower() == "none":
+        if len(items) > 1:
+            raise BsubError(f'-env "{text}": none stands alone (no submission variable at all)')
+        return {}
+    keep_all = items[0].lower() == "all"
+    chosen: Dict[str, str] = job_environment(environ) if keep_all else {}
+    for item in items[1:] if keep_all else items:
+        if item.startswith("~"):
+            if not keep_all:
+                raise BsubError(f'-env "{text}": ~{item[1:]} leaves a variable out of all; give "all, {item}"')
+            chosen.pop(_env_name(text, item[1:].strip()), None)
+            continue
+        name, eq, raw = item.partition("=")
+        name = _env_name(text, name.strip())
+        if eq:
+            chosen[name] = _env_value(raw, environ)
+        elif name in environ:
+            chosen[name] = environ[name]
+    return chosen
 
 
 def parse_options(args: List[str], where: str) -> Tuple[Dict[str, object], List[str]]:
@@ -259,6 +335,7 @@ def build_job(opts: Dict[str, object], command: List[str], script: Optional[str]
     if (warn_sig is None) != (warn_min is None):
         raise BsubError("-wa and -wt go together: the signal and the minutes before the run limit")
     dependency = check_dependency(opts, lsf_home)
+    env_selection(str(opts["-env"]) if "-env" in opts else None, dict(os.environ))   # refused before the id is used
 
     def out_path(key: str) -> Optional[str]:
         value = opts.get(key)
@@ -287,7 +364,7 @@ def build_job(opts: Dict[str, object], command: List[str], script: Optional[str]
         "user": _user(),
         "from_host": os.uname().nodename.split(".")[0],
         "kill_grace": state.kill_grace(), "runlimit_grace_s": state.runlimit_grace(),
-        "orphan_terminate": bool(opts.get("-ti")), **asked,
+        "orphan_terminate": bool(opts.get("-ti")), "env_spec": opts.get("-env"), **asked,
     }
 
 
@@ -380,7 +457,7 @@ def _record(lsf_home: Path, jdir: Path, job: Dict, script: Optional[str]) -> Non
     if script is not None:
         # Named like LSF's spooled job file (LSB_JOBFILENAME); the hostfile is named after it.
         state.write_bytes(jdir / job["job_file"], script.encode("utf-8", "surrogateescape"), 0o700)
-    state.write_json(jdir / "env.json", job_environment(dict(os.environ)), 0o600)
+    state.write_json(jdir / "env.json", env_selection(job.get("env_spec"), dict(os.environ)), 0o600)
     state.save_job(lsf_home, job)
 
 

@@ -120,7 +120,27 @@ def _environment(lsf_home: Path, job: Dict) -> Dict[str, str]:
                   "SUMMIT_JOBS_VNODE", "SUMMIT_JOBS_NVME") + (("CUDA_VISIBLE_DEVICES",) if job.get("gpu") else ()):
         env.pop(stale, None)            # a job submitted from inside another must not inherit these
     env.update(lsf)
+    _installation(env)
     return env
+
+
+def _installation(env: Dict[str, str]) -> None:
+    """What the job needs of the LSF installation, whatever ``bsub -env`` left of the submission environment.
+
+    On a cluster a job reaches LSF's commands and configuration without its
+    submitter's variables (``-env none``): LSF's own settings come from lsf.conf,
+    HOME from the execution host. Here the embedded LSF's settings
+    (SUMMIT_JOBS_LSF_*, SUMMIT_JOBS_PYTHON) are the configuration, so they are
+    always set, and a job without PATH gets the embedded commands and the
+    system's default folders.
+    """
+    for key, value in os.environ.items():
+        if key.startswith("SUMMIT_JOBS_LSF_") or key == "SUMMIT_JOBS_PYTHON":
+            env.setdefault(key, value)
+    if "PATH" not in env:
+        env["PATH"] = os.pathsep.join([str(Path(__file__).resolve().parent / "bin"), os.defpath.lstrip(":")])
+    if "HOME" not in env:
+        env["HOME"] = os.path.expanduser("~")
 
 
 #: Starts the job's command with LS_JOBPID set to its own pid (the shell execs it, keeping the pid).

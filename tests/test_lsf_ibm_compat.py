@@ -1,0 +1,82 @@
+"""The embedded LSF as clients written for IBM LSF use it (psij, ipyparallel, toil, dask-jobqueue, parsl):
+bsub -env, -n with -nnodes, a one-string command run by /bin/sh, bjobs -u/-l/-o fields, EXIT_REASON, -R
+select[], job arrays. Each test runs the real commands against an isolated embedded LSF and checks that no
+process of its jobs is left."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Dict, List
+
+import pytest
+
+from conftest_lsf import job_processes, lsf_env, run, submitted_id, wait_state  # noqa: F401
+
+
+def env_of(path: Path) -> Dict[str, str]:
+    """The variables a job dumped with /usr/bin/env (one NAME=value a line)."""
+    out = {}
+    for line in path.read_text().splitlines():
+        name, eq, value = line.partition("=")
+        if eq:
+            out[name] = value
+    return out
+
+
+def submit(args: List[str], env: Dict[str, str], cwd: Path, input: str = None) -> str:
+    res = run(["bsub", *args], env, cwd=cwd, input=input)
+    assert res.returncode == 0, res.stderr
+    return submitted_id(res.stdout)
+
+
+def finished(jid: str, env: Dict[str, str], states=("DONE", "EXIT")) -> Dict[str, str]:
+    """The job's final record; no process of it may be left."""
+    rec = wait_state(jid, env, states)
+    assert not job_processes(jid, env["SUMMIT_JOBS_LSF_HOME"]), f"job {jid} left processes behind"
+    return rec
+
+
+# --- bsub -env -----------------------------------------------------------------------------------------
+
+ENV_SCRIPT = "#!/bin/sh\n#BSUB -J envdump\n{directive}/usr/bin/env > {dump}\n"
+
+
+@pytest.mark.parametrize("spec,present,absent,values", [
+    (None, ["KEEP", "DROP"], [], {}),
+    ("all", ["KEEP", "DROP"], [], {}),
+    ("none", [], ["KEEP", "DROP"], {}),
+    ("all, ~DROP, NEW=fresh", ["KEEP", "NEW"], ["DROP"], {"NEW": "fresh"}),
+    ("KEEP, NEW=$KEEP-x, COMMA='a, b'", ["KEEP", "NEW", "COMMA"], ["DROP"], {"NEW": "kept-x", "COMMA": "a, b"}),
+])
+@pytest.mark.parametrize("where", ["directive", "option"])
+def test_bsub_env(lsf_env, tmp_path, spec, present, absent, values, where):
+    """-env as IBM documents it, on the command line and as #BSUB -env; LSF's variables are always set."""
+    env = dict(lsf_env, KEEP="kept", DROP="dropped")
+    dump = tmp_path / "env.txt"
+    directive = f'#BSUB -env "{spec}"\n' if spec is not None and where == "directive" else ""
+    script = tmp_path / "job.sh"
+    script.write_text(ENV_SCRIPT.format(directive=directive, dump=dump))
+    args = ["-env", spec] if spec is not None and where == "option" else []
+    jid = submit([*args, str(script)], env, tmp_path)
+    assert finished(jid, env)["STAT"] == "DONE"
+    seen = env_of(dump)
+    for name in present:
+        assert name in seen, (spec, name)
+    for name in absent:
+        assert name not in seen, (spec, name)
+    for name, value in values.items():
+        assert seen[name] == value
+    assert seen["LSB_JOBID"] == jid and seen["LSB_JOBNAME"] == "envdump" and "LSB_HOSTS" in seen
+
+
+@pytest.mark.parametrize("spec,needle", [
+    ("none, KEEP", "none stands alone"),
+    ("~KEEP", "give \"all, ~KEEP\""),
+    ("all, , KEEP", "empty item"),
+    ("all, X='a", "not closed"),
+    ("all, none=1", "not a variable name"),
+])
+def test_bsub_env_refused(lsf_env, tmp_path, spec, needle):
+    res = run(["bsub", "-env", spec, "/bin/true"], lsf_env, cwd=tmp_path)
+    assert res.returncode == 255 and needle in res.stderr and "Job not submitted." in res.stderr, res.stderr
+    assert "Traceback" not in res.stderr
