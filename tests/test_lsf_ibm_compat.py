@@ -80,3 +80,18 @@ def test_bsub_env_refused(lsf_env, tmp_path, spec, needle):
     res = run(["bsub", "-env", spec, "/bin/true"], lsf_env, cwd=tmp_path)
     assert res.returncode == 255 and needle in res.stderr and "Job not submitted." in res.stderr, res.stderr
     assert "Traceback" not in res.stderr
+
+
+# --- -n with -nnodes -----------------------------------------------------------------------------------
+
+def test_n_with_nnodes_runs_the_csm_form(lsf_env, tmp_path):
+    """psij writes "-nnodes 1" and "-n 1" together; IBM's -nnodes page lists only -csm y as a conflict."""
+    dump = tmp_path / "env.txt"
+    script = tmp_path / "job.sh"
+    script.write_text(f"#!/bin/sh\n#BSUB -nnodes 2\n#BSUB -n 1\n/usr/bin/env > {dump}\n")
+    jid = submit([str(script)], lsf_env, tmp_path)
+    assert finished(jid, lsf_env)["STAT"] == "DONE"
+    seen = env_of(dump)
+    assert seen["LSB_MCPU_HOSTS"].startswith("batch1 1 ") and len(seen["LSB_MCPU_HOSTS"].split()) == 6
+    res = run(["bsub", "-nnodes", "1", "-csm", "y", "/bin/true"], lsf_env, cwd=tmp_path)
+    assert res.returncode == 255 and "-csm y" in res.stderr and "Job not submitted." in res.stderr

@@ -269,6 +269,28 @@ def _whole(text: str, what: str) -> int:
     return int(text)
 
 
+def _csm_nodes(opts: Dict[str, object], span: Dict[str, int], nodes_total: int, cores: int) -> List[int]:
+    """Cores on each node of a CSM job (``-nnodes``, or neither option).
+
+    IBM's -nnodes page (https://www.ibm.com/docs/en/SSWRJV_10.1.0/lsf_command_ref/bsub.nnodes.1.html)
+    names ``-csm y`` as its only conflict, and clients write ``-nnodes 1 -n 1``
+    together (psij): the nodes make the allocation, ``-n`` is checked and recorded
+    (a job asking more slots than its nodes have cores could never start).
+    """
+    if span:
+        raise BsubError(f"-R {opts['-R']!r}: span[...] places the slots of -n; give -n without -nnodes")
+    nnodes = _whole(str(opts["-nnodes"]), "-nnodes") if "-nnodes" in opts else 1
+    if nnodes > nodes_total:
+        raise BsubError(f"-nnodes {nnodes} is larger than the {nodes_total} virtual nodes of this embedded "
+                        "LSF (SUMMIT_JOBS_LSF_NODES); the job could never start")
+    if "-n" in opts:
+        slots = _whole(str(opts["-n"]), "-n")
+        if slots > nnodes * cores:
+            raise BsubError(f"-n {slots} with -nnodes {nnodes}: {nnodes} virtual node(s) of {cores} cores "
+                            "(SUMMIT_JOBS_LSF_CORES) hold fewer slots; the job could never start")
+    return [cores] * nnodes
+
+
 def slot_request(opts: Dict[str, object], nodes_total: int, cores: int) -> Tuple[str, List[int]]:
     """The job's shape: ("csm", cores on each of ``-nnodes`` nodes) or ("generic", slots on each host).
 
@@ -278,17 +300,12 @@ def slot_request(opts: Dict[str, object], nodes_total: int, cores: int) -> Tuple
     neither fills hosts a node's cores at a time. A job that could never start
     on this machine's virtual nodes is refused.
     """
-    if "-n" in opts and "-nnodes" in opts:
-        raise BsubError("-n and -nnodes: give -nnodes (whole nodes, CSM) or -n with -R span[...] (slots), not both")
+    if "-nnodes" in opts and str(opts.get("-csm", "n")).lower() == "y":
+        raise BsubError("-nnodes: Do not use with the -csm y option (-nnodes is CSM's easy mode, -csm y its "
+                        "expert mode)")
     span = resources.parse_resreq(str(opts["-R"]))[0] if "-R" in opts else {}
-    if "-n" not in opts:
-        if span:
-            raise BsubError(f"-R {opts['-R']!r}: span[...] places the slots of -n; give -n")
-        nnodes = _whole(str(opts["-nnodes"]), "-nnodes") if "-nnodes" in opts else 1
-        if nnodes > nodes_total:
-            raise BsubError(f"-nnodes {nnodes} is larger than the {nodes_total} virtual nodes of this embedded "
-                            "LSF (SUMMIT_JOBS_LSF_NODES); the job could never start")
-        return "csm", [cores] * nnodes
+    if "-n" not in opts or "-nnodes" in opts:
+        return "csm", _csm_nodes(opts, span, nodes_total, cores)
     slots = _whole(str(opts["-n"]), "-n")
     ptile = slots if span.get("hosts") else span.get("ptile", cores)
     if ptile > cores:
