@@ -95,3 +95,26 @@ def test_n_with_nnodes_runs_the_csm_form(lsf_env, tmp_path):
     assert seen["LSB_MCPU_HOSTS"].startswith("batch1 1 ") and len(seen["LSB_MCPU_HOSTS"].split()) == 6
     res = run(["bsub", "-nnodes", "1", "-csm", "y", "/bin/true"], lsf_env, cwd=tmp_path)
     assert res.returncode == 255 and "-csm y" in res.stderr and "Job not submitted." in res.stderr
+
+
+# --- a one-string command ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("argv,expected", [
+    (["echo a1 a2"], "a1 a2\n"),
+    (["echo a; echo b"], "a\nb\n"),
+    (["X=1; echo \"$X$LSB_JOBID\" | sed s/^1/one/"], None),
+    (["/bin/echo", "a;", "$HOME"], "a; $HOME\n"),           # a program with arguments: no shell, as before
+])
+def test_one_string_command_runs_in_the_bourne_shell(lsf_env, tmp_path, argv, expected):
+    out = tmp_path / "out.txt"
+    jid = submit(["-o", str(out), *argv], lsf_env, tmp_path)
+    assert finished(jid, lsf_env)["STAT"] == "DONE"
+    assert out.read_text() == (expected if expected is not None else f"one{jid}\n")
+
+
+def test_one_string_command_exit_code(lsf_env, tmp_path):
+    jid = submit(["-o", str(tmp_path / "out"), "echo x; exit 3"], lsf_env, tmp_path)
+    rec = finished(jid, lsf_env)
+    assert rec["STAT"] == "EXIT" and rec["EXIT_CODE"] == "3"
+    name = run(["bjobs", "-o", "job_name", "-json", jid], lsf_env).stdout
+    assert json.loads(name)["RECORDS"][0]["JOB_NAME"] == "echo x; exit 3"

@@ -3,8 +3,9 @@
 ``bsub [options] script.lsf [args]`` reads ``#BSUB`` lines from the file (Summit's
 way); ``bsub [options] < script`` reads the script and its ``#BSUB`` lines from
 stdin (most LSF sites). Options on the command line win over ``#BSUB`` lines.
-``bsub [options] command args`` runs the command directly (without a shell,
-unlike LSF which passes it to ``/bin/sh``).
+``bsub [options] command args`` runs the command directly (without a shell);
+``bsub [options] "command args"``, one string naming no file, is run by
+``/bin/sh -c`` as IBM documents it.
 
 The job is spooled (the script copied into the state folder, as LSF does) so
 that editing the file after submission changes nothing. The job runs in the
@@ -373,7 +374,7 @@ def build_job(opts: Dict[str, object], command: List[str], script: Optional[str]
         "dependency": dependency, "subcwd": cwd, "out": out, "err": err,
         "out_given": opts.get("-oo") or opts.get("-o"), "err_given": opts.get("-eo") or opts.get("-e"),
         "out_overwrite": "-oo" in opts, "err_overwrite": "-eo" in opts,
-        "command": command, "is_script": script is not None, "alloc_flags": opts.get("-alloc_flags"),
+        "command": command, "is_script": script is not None, "shell_command": bool(opts.get("shell_command")), "alloc_flags": opts.get("-alloc_flags"),
         "state": "PEND", "pend_reason": "New job is waiting for scheduling",
         "submit_time": time.time(), "start_time": None, "finish_time": None, "hosts": [],
         "pid": None, "exit_code": None, "exit_reason": None, "kill_requested": None,
@@ -393,6 +394,18 @@ def job_name(typed: List[str], script: Optional[str]) -> str:
         return " ".join(typed)[:MAX_NAME]
     lines = [line for line in (script or "").splitlines() if line.strip()]
     return ";".join(lines)[:MAX_NAME] or "STDIN"
+
+
+def one_string_command(rest: List[str]) -> bool:
+    """Whether the command is one string for /bin/sh (``bsub "prog a b"``, ``bsub 'echo a; echo b'``).
+
+    IBM (https://www.ibm.com/docs/en/SSWRJV_10.1.0/lsf_command_ref/bsub.1.html): the
+    command is "anything that is provided to a UNIX Bourne shell". A lone word that
+    names no file is such a string and is run by ``/bin/sh -c``; a program with
+    separate arguments (``bsub prog a b``) keeps running without a shell, its
+    arguments exactly as given, and so does a lone word naming a program.
+    """
+    return len(rest) == 1 and not os.path.exists(rest[0])
 
 
 def _text_file(path: str) -> bool:
@@ -418,6 +431,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             command = rest[1:]
         elif rest:
             command = rest
+            cmd_opts["shell_command"] = one_string_command(rest)
         else:
             if sys.stdin is None or sys.stdin.isatty():
                 raise BsubError("no job: give a script file, a command, or the script on stdin")

@@ -149,6 +149,8 @@ _STARTER = ["/bin/sh", "-c", 'LS_JOBPID=$$; export LS_JOBPID; exec "$@"', "lsf-j
 
 
 def _command(lsf_home: Path, job: Dict) -> List[str]:
+    if job.get("shell_command"):
+        return _STARTER + ["/bin/sh", "-c", job["command"][0]]      # bsub "prog args": Bourne shell text
     if not job["is_script"]:
         return _STARTER + list(job["command"])
     script = jobenv.job_file(lsf_home, job)
