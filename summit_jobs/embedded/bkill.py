@@ -1,4 +1,4 @@
-"""Embedded ``bkill [-s SIGNAL] ID...``.
+"""Embedded ``bkill [-s SIGNAL] [-C REASON] ID...``.
 
 Without ``-s`` the job is killed: a pending job ends at once (EXIT), a running
 one gets IBM's TERMINATE action on every process of the job: SIGINT, SIGTERM
@@ -24,10 +24,15 @@ from summit_jobs.errors import describe_os_error
 def main(argv: Optional[List[str]] = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     sig: Optional[int] = None
+    reason: Optional[str] = None
     ids: List[int] = []
     i = 0
     while i < len(args):
         a = args[i]
+        if a == "-C" and i + 1 < len(args):
+            reason = args[i + 1]            # IBM's bkill -C kill_reason, shown by bjobs -o kill_reason
+            i += 2
+            continue
         if a == "-s" and i + 1 < len(args):
             try:
                 sig = signal_number(args[i + 1])
@@ -46,13 +51,13 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 255
     try:
         lsf_home = state.home()
-        return max(_kill_one(lsf_home, jid, sig) for jid in ids)
+        return max(_kill_one(lsf_home, jid, sig, reason) for jid in ids)
     except OSError as exc:
         print(f"bkill: embedded LSF state: {describe_os_error(exc)}", file=sys.stderr)
         return 255
 
 
-def _kill_one(lsf_home, jid: int, sig: Optional[int]) -> int:
+def _kill_one(lsf_home, jid: int, sig: Optional[int], reason: Optional[str] = None) -> int:
     """Kill (or signal) one job under the lock; LSF's answer line, and 0 or 255."""
     with state.locked(lsf_home):
         job = state.load_job(lsf_home, jid)
@@ -71,6 +76,8 @@ def _kill_one(lsf_home, jid: int, sig: Optional[int]) -> int:
             state.signal_job(dict(job, pgid=job.get("pgid") or job["pid"]), sig, lsf_home)
             print(f"Job <{jid}> is being signaled")
             return 0
+        if reason is not None:
+            job["kill_reason"] = reason
         if job["state"] == "PEND":
             job.update(state="EXIT", exit_code=None, finish_time=time.time(), pend_reason=None,
                        exit_reason="TERM_OWNER: job killed by owner", kill_requested=time.time())

@@ -364,8 +364,11 @@ def build_job(opts: Dict[str, object], command: List[str], script: Optional[str]
 
     out = out_path("-oo") or out_path("-o")
     err = out_path("-eo") or out_path("-e")
+    typed_name = job_name(typed if typed is not None else command, script)
     return {
-        "id": job_id, "name": str(opts.get("-J") or job_name(typed if typed is not None else command, script)),
+        "id": job_id, "name": str(opts.get("-J") or typed_name), "command_line": typed_name,
+        "name_given": "-J" in opts, "slots_asked": int(str(opts["-n"])) if "-n" in opts else None,
+        "resreq": str(opts.get("-R") or ""),
         "queue": queue, "queue_given": "-q" in opts, "project": opts.get("-P") or opts.get("-G"),
         "form": form, "slots": slots, "nnodes": len(slots), "nodes_total": nodes_total,
         "cores": state.cores_per_node(), "job_file": f"{int(time.time())}.{job_id}",
