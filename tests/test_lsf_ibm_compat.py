@@ -5,6 +5,7 @@ process of its jobs is left."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Dict, List
 
@@ -118,3 +119,98 @@ def test_one_string_command_exit_code(lsf_env, tmp_path):
     assert rec["STAT"] == "EXIT" and rec["EXIT_CODE"] == "3"
     name = run(["bjobs", "-o", "job_name", "-json", jid], lsf_env).stdout
     assert json.loads(name)["RECORDS"][0]["JOB_NAME"] == "echo x; exit 3"
+
+
+# --- bjobs -u, -l, -o ----------------------------------------------------------------------------------
+
+def test_bjobs_user_selection(lsf_env, tmp_path):
+    import getpass
+    jid = submit(["sleep 30"], lsf_env, tmp_path)
+    me = getpass.getuser()
+    for user in ("all", me):
+        res = run(["bjobs", "-u", user, "-o", "jobid user", "-json"], lsf_env)
+        assert res.returncode == 0, res.stderr
+        assert [(r["JOBID"], r["USER"]) for r in json.loads(res.stdout)["RECORDS"]] == [(jid, me)]
+    res = run(["bjobs", "-u", "someone_else"], lsf_env)
+    assert res.returncode == 255 and res.stderr.strip() == "No unfinished job found" and not res.stdout
+    assert run(["bkill", jid], lsf_env).returncode == 0
+    finished(jid, lsf_env)
+
+
+def test_bjobs_long_layout(lsf_env, tmp_path):
+    """The phrases clients (toil) read in `bjobs -l`: Job <id>, Status <STAT>, the end lines."""
+    done = submit(["-J", "ok", "-W", "5", "true"], lsf_env, tmp_path)
+    failed = submit(["echo x; exit 3"], lsf_env, tmp_path)
+    finished(done, lsf_env)
+    finished(failed, lsf_env)
+    text = run(["bjobs", "-l", done], lsf_env).stdout
+    assert f"Job <{done}>, Job Name <ok>, User <" in text and "Status <DONE>" in text
+    assert "Done successfully. The CPU time used is" in text and "RUNLIMIT" in text
+    assert "Started 3 Task(s) on Host(s) <batch1><2*127.1.0.1>" in text
+    text = run(["bjobs", "-l", failed], lsf_env).stdout
+    assert "Status <EXIT>" in text and "Exited with exit code 3. The CPU time used is" in text
+    assert "Completed <exit>." in text and "Command <echo x; exit 3>" in text
+    pending = submit(["-w", f"done({failed})", "true"], lsf_env, tmp_path)
+    text = wait_for_text(["bjobs", "-l", pending], lsf_env, "never satisfied")
+    assert "Status <PEND>" in text and " PENDING REASONS:" in text and "DEPENDENCY CONDITION" in text
+    assert run(["bkill", "-C", "not needed", pending], lsf_env).returncode == 0
+    rec = json.loads(run(["bjobs", "-o", "jobid stat kill_reason suspend_reason exit_reason", "-json", pending],
+                         lsf_env).stdout)["RECORDS"][0]
+    assert rec == {"JOBID": pending, "STAT": "EXIT", "KILL_REASON": "not needed", "SUSPEND_REASON": "",
+                   "EXIT_REASON": "TERM_OWNER: job killed by owner"}
+    assert "Completed <exit>; TERM_OWNER: job killed by owner." in run(["bjobs", "-l", pending], lsf_env).stdout
+
+
+def wait_for_text(argv: List[str], env: Dict[str, str], needle: str) -> str:
+    from conftest_lsf import wait_for
+    return wait_for(lambda: (lambda out: out if needle in out else None)(run(argv, env).stdout), 20, needle)
+
+
+def test_bjobs_output_fields(lsf_env, tmp_path):
+    """psij's field list, IBM's aliases and `all`; an unknown field is refused."""
+    jid = submit(["-n", "2", "-o", "o.txt", "true"], lsf_env, tmp_path)
+    finished(jid, lsf_env)
+    res = run(["bjobs", "-o", "JOBID STAT EXIT_REASON KILL_REASON SUSPEND_REASON", "-json", jid], lsf_env)
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["RECORDS"][0] == {"JOBID": jid, "STAT": "DONE", "EXIT_REASON": "",
+                                                   "KILL_REASON": "", "SUSPEND_REASON": ""}
+    rec = json.loads(run(["bjobs", "-o", "id name nreq_slot nalloc_slot first_host output_file cmd", "-json", jid],
+                         lsf_env).stdout)["RECORDS"][0]
+    assert rec == {"ID": jid, "NAME": "true", "NREQ_SLOT": "2", "NALLOC_SLOT": "2", "FIRST_HOST": "127.1.0.1",
+                   "OUTPUT_FILE": "o.txt", "CMD": "true"}
+    assert len(json.loads(run(["bjobs", "-o", "all", "-json", jid], lsf_env).stdout)["RECORDS"][0]) > 50
+    text = run(["bjobs", "-noheader", "-o", "jobid stat delimiter=','", jid], lsf_env).stdout
+    assert text == f"{jid},DONE\n"
+    res = run(["bjobs", "-o", "jobid bogus_field", jid], lsf_env)
+    assert res.returncode == 255 and "bogus_field: Illegal field name" in res.stderr and not res.stdout
+
+
+# --- EXIT_REASON -------------------------------------------------------------------------------------
+
+def test_exit_reason_only_where_lsf_ended_the_job(lsf_env, tmp_path):
+    """A plain non-zero exit has no EXIT_REASON (IBM sets none); bkill's TERM_OWNER and -M's TERM_MEMLIMIT stay."""
+    plain = submit(["exit 3"], lsf_env, tmp_path)
+    killed = submit(["sleep 30"], lsf_env, tmp_path)
+    hog = submit(["-M", "20MB", sys.executable + " -c \"b = bytearray(200 * 2**20); import time; time.sleep(30)\""],
+                 lsf_env, tmp_path)
+    wait_state(killed, lsf_env, ("RUN",))
+    assert run(["bkill", killed], lsf_env).returncode == 0
+    assert finished(plain, lsf_env) == {"JOBID": plain, "STAT": "EXIT", "EXIT_CODE": "3", "EXIT_REASON": "",
+                                        "PEND_REASON": ""}
+    assert finished(killed, lsf_env)["EXIT_REASON"] == "TERM_OWNER: job killed by owner"
+    assert finished(hog, lsf_env)["EXIT_REASON"].startswith("TERM_MEMLIMIT")
+    text = run(["bjobs", "-l", plain], lsf_env).stdout
+    assert "Exited with exit code 3." in text and "Completed <exit>." in text and "TERM_" not in text
+
+
+def test_resource_usage_is_reported(lsf_env, tmp_path):
+    """bjobs -l's MEMORY USAGE and CPU time, and the -o fields max_mem / cpu_used, for a job that used some."""
+    prog = ("b = bytearray(60 * 2**20)\nimport time\nt = time.time()\nwhile time.time() - t < 3: pass\n")
+    (tmp_path / "use.py").write_text(prog)
+    jid = submit([sys.executable + " use.py"], lsf_env, tmp_path)
+    finished(jid, lsf_env)
+    rec = json.loads(run(["bjobs", "-o", "max_mem avg_mem cpu_used", "-json", jid], lsf_env).stdout)["RECORDS"][0]
+    assert int(rec["MAX_MEM"].split()[0]) >= 60 and rec["MAX_MEM"].endswith(" Mbytes"), rec
+    assert float(rec["CPU_USED"].split()[0]) > 0.1, rec
+    text = run(["bjobs", "-l", jid], lsf_env).stdout
+    assert " MEMORY USAGE:" in text and " MAX MEM: " in text

@@ -36,6 +36,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import resource
 import shutil
 import signal
 import subprocess
@@ -308,19 +309,40 @@ def memory_by_host(pgid: int, first_host: str) -> Dict[str, int]:
     return usage
 
 
-def _over_memory(lsf_home: Path, job: Dict, pgid: int) -> bool:
+class _Usage:
+    """The job's memory as bjobs reports it (MEM, MAX MEM, AVG MEM): RSS of its process group, all hosts."""
+
+    def __init__(self) -> None:
+        self.samples: List[int] = []
+
+    def add(self, usage: Dict[str, int]) -> None:
+        self.samples.append(sum(usage.values()))
+
+    def fields(self) -> Dict[str, Optional[int]]:
+        if not self.samples:
+            return {}
+        return {"mem_kb": self.samples[-1], "max_mem_kb": max(self.samples),
+                "avg_mem_kb": sum(self.samples) // len(self.samples)}
+
+
+#: Seconds between two looks at the memory of a job without -M (only for bjobs' usage figures).
+USAGE_CHECK = 2.0
+
+
+def _over_memory(lsf_home: Path, job: Dict, pgid: int, usage_log: Optional[_Usage] = None) -> bool:
     """Whether the job uses more than its -M limit on one of its hosts; the usage is recorded when it does."""
     limit = job.get("mem_limit_kb")
-    if not limit:
-        return False
     usage = memory_by_host(pgid, job["hosts"][0] if job.get("hosts") else state.LAUNCH_NODE)
-    if max(usage.values(), default=0) <= limit:
+    if usage_log is not None:
+        usage_log.add(usage)
+    if not limit or max(usage.values(), default=0) <= limit:
         return False
     _update(lsf_home, job["id"], memory_kb_at_kill=usage)
     return True
 
 
-def _supervise(lsf_home: Path, job: Dict, proc: subprocess.Popen) -> Tuple[Optional[str], bool]:
+def _supervise(lsf_home: Path, job: Dict, proc: subprocess.Popen,
+               usage: Optional[_Usage] = None) -> Tuple[Optional[str], bool]:
     """Warn, enforce the run limit and bkill until the script ends: (why LSF acted, whether it terminated)."""
     start, limit = job["start_time"], job.get("limit_s")
     warn_at = (start + max(0.0, limit - job["warn_s"])) if (limit and job.get("warn_signal")) else None
@@ -346,9 +368,10 @@ def _supervise(lsf_home: Path, job: Dict, proc: subprocess.Popen) -> Tuple[Optio
             if _owner_kill(lsf_home, job["id"]):
                 reason = OWNER_KILL
                 terminate.start(now)
-        if terminate.started_at is None and now - last_memory >= MEMORY_CHECK:
+        every = MEMORY_CHECK if job.get("mem_limit_kb") else USAGE_CHECK
+        if terminate.started_at is None and now - last_memory >= every:
             last_memory = now
-            if _over_memory(lsf_home, job, proc.pid):
+            if _over_memory(lsf_home, job, proc.pid, usage):
                 reason = MEMLIMIT
                 terminate.start(now)
         terminate.tick(now)
@@ -361,13 +384,16 @@ def _outcome(code: int, reason: Optional[str], terminated: bool) -> Tuple[str, O
 
     A job LSF terminated (bkill, or the run limit's grace over) is EXIT even if
     it exited 0, as in LSF. A job that got the run limit's USR2 and ended on its
-    own within the grace ends as it exits: 0 is DONE.
+    own within the grace ends as it exits: 0 is DONE. A plain non-zero exit is
+    EXIT without a reason, as in IBM LSF.
     """
     if reason in (OWNER_KILL, MEMLIMIT) or (reason and terminated):
         return "EXIT", reason
     if code == 0:
         return "DONE", None
-    return "EXIT", reason or f"exited with exit code {code}"
+    # IBM sets a termination reason only where LSF ended the job; a job that simply exits non-zero has
+    # none (bjobs -l: "Exited with exit code N", no TERM_* word).
+    return "EXIT", reason
 
 
 def _kill_leftovers(lsf_home: Path, job_id: int, pgid: int) -> None:
@@ -380,9 +406,13 @@ def _kill_leftovers(lsf_home: Path, job_id: int, pgid: int) -> None:
 
 
 def _finish(lsf_home: Path, job_id: int, proc: subprocess.Popen, reason: Optional[str],
-            terminated: bool) -> None:
-    """Record how the job ended, with the exit code the job really had (128 + signal when one ended it)."""
+            terminated: bool, usage: Optional[_Usage] = None) -> None:
+    """Record how the job ended, with the exit code the job really had (128 + signal when one ended it),
+    its CPU time (the script and every process it waited for: this supervisor's children's usage) and
+    its memory figures."""
     rc = proc.returncode
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    figures = dict(usage.fields() if usage else {}, cpu_s=round(children.ru_utime + children.ru_stime, 3))
     code = 128 - rc if rc < 0 else rc
     _kill_leftovers(lsf_home, job_id, proc.pid)
     try:
@@ -393,7 +423,7 @@ def _finish(lsf_home: Path, job_id: int, proc: subprocess.Popen, reason: Optiona
             if reason is None and rec.get("kill_requested"):
                 reason = OWNER_KILL
             job_state, why = _outcome(code, reason, terminated)
-            rec.update(exit_code=code, finish_time=time.time(), state=job_state, exit_reason=why)
+            rec.update(exit_code=code, finish_time=time.time(), state=job_state, exit_reason=why, **figures)
             state.save_job(lsf_home, rec)
     except OSError:
         pass
@@ -407,8 +437,9 @@ def run(lsf_home: Path, job_id: int) -> int:
     if proc is None:
         return 0
     job, pipe = _record_start(lsf_home, job, proc)
-    reason, terminated = _supervise(lsf_home, job, proc)
-    _finish(lsf_home, job_id, proc, reason, terminated)
+    usage = _Usage()
+    reason, terminated = _supervise(lsf_home, job, proc, usage)
+    _finish(lsf_home, job_id, proc, reason, terminated, usage)
     # As LSF removes a job's temporary directory: the virtual nodes' TMPDIR folders go with the job.
     shutil.rmtree(state.job_tmp_root(lsf_home, job_id), ignore_errors=True)
     if pipe is not None:
