@@ -214,3 +214,26 @@ def test_resource_usage_is_reported(lsf_env, tmp_path):
     assert float(rec["CPU_USED"].split()[0]) > 0.1, rec
     text = run(["bjobs", "-l", jid], lsf_env).stdout
     assert " MEMORY USAGE:" in text and " MAX MEM: " in text
+
+
+# --- -R select[] -------------------------------------------------------------------------------------
+
+def test_select_checked_against_the_virtual_nodes(lsf_env, tmp_path):
+    """toil's `-R "select[mem>X] rusage[mem=X]"`: runs where a node has the memory; pends with LSF's reason,
+    for good, where none has (IBM keeps such a job pending rather than refusing it)."""
+    env = dict(lsf_env, SUMMIT_JOBS_LSF_MEM="4000")
+    fits = submit(["-R", "select[mem>3000] rusage[mem=3000]", "true"], env, tmp_path)
+    assert finished(fits, env)["STAT"] == "DONE"
+    too_big = submit(["-R", "select[mem>8000] rusage[mem=8000]", "true"], env, tmp_path)
+    too_wide = submit(["-n", "2", "-R", "select[ncpus>=4 && mem>10] span[ptile=2]", "true"], env, tmp_path)
+    for jid in (too_big, too_wide):
+        rec = wait_for_text(["bjobs", "-o", "stat pend_reason", "-json", jid], env, "not satisfied")
+        assert "Job's resource requirements not satisfied: 4 hosts" in rec and '"PEND"' in rec
+    big_rusage = submit(["-R", "rusage[mem=9000]", "true"], env, tmp_path)
+    rec = wait_for_text(["bjobs", "-o", "pend_reason", "-json", big_rusage], env, "not satisfied")
+    assert "Job requirements for reserving resource (mem) not satisfied" in rec
+    for jid in (too_big, too_wide, big_rusage):
+        assert run(["bkill", jid], env).returncode == 0
+        assert finished(jid, env)["STAT"] == "EXIT"
+    res = run(["bsub", "-R", "select[type==X86_64]", "true"], env, cwd=tmp_path)
+    assert res.returncode == 255 and "Job not submitted." in res.stderr and "select[type==X86_64]" in res.stderr

@@ -331,9 +331,26 @@ def host_resources(opts: Dict[str, object]) -> Dict[str, object]:
                         f"embedded LSF has {state.gpus_per_node()} (SUMMIT_JOBS_LSF_GPUS); the job could "
                         "never start")
     mem_limit = resources.memory_kb(str(opts["-M"]), "-M", "KB") if "-M" in opts else None
-    rusage_mem = resources.parse_resreq(str(opts["-R"]))[1] if "-R" in opts else None
+    _span, rusage_mem, select = resources.parse_resreq(str(opts["-R"])) if "-R" in opts else ({}, None, [])
     app = resources.check_app(str(opts["-app"]), state.app_profiles()) if "-app" in opts else None
-    return {"gpu": gpu, "mem_limit_kb": mem_limit, "rusage_mem_mb": rusage_mem, "app": app}
+    return {"gpu": gpu, "mem_limit_kb": mem_limit, "rusage_mem_mb": rusage_mem, "app": app,
+            "select": [list(t) for t in select], "unsatisfiable": unsatisfiable(select, rusage_mem)}
+
+
+def unsatisfiable(select: List[Tuple[str, str, int]], rusage_mem: Optional[int]) -> Optional[str]:
+    """LSF's pending reason for a job no virtual node can ever run (None when nodes can).
+
+    IBM LSF accepts such a job and keeps it pending with the reason
+    (https://www.ibm.com/docs/en/SSWRJV_10.1.0/lsf_admin/select_string.html: hosts that
+    do not satisfy the selection are not candidates); every virtual node is alike
+    and never changes, so one check against a node decides for good.
+    """
+    node = state.node_resources()
+    if select and not resources.select_holds(select, node):
+        return f"Job's resource requirements not satisfied: {state.virtual_nodes()} hosts"
+    if rusage_mem is not None and rusage_mem > node["mem"]:
+        return f"Job requirements for reserving resource (mem) not satisfied: {state.virtual_nodes()} hosts"
+    return None
 
 
 def build_job(opts: Dict[str, object], command: List[str], script: Optional[str], lsf_home: Path,

@@ -17,6 +17,9 @@ Settings (environment variables, read by each command):
 ``SUMMIT_JOBS_LSF_GPUS``
     GPUs of each virtual node (default 0: a job asking ``-gpu`` could never
     start). A job's GPUs are told to it in CUDA_VISIBLE_DEVICES (jobenv.py).
+``SUMMIT_JOBS_LSF_MEM``
+    Memory of each virtual node in MB, what ``-R "select[mem>X]"`` is
+    checked against (default: this machine's memory divided by the nodes).
 ``SUMMIT_JOBS_LSF_APPS``
     Comma-separated names of the application profiles ``bsub -app`` accepts
     (default none).
@@ -150,6 +153,27 @@ def gpus_per_node() -> int:
         raise LsfError(f"SUMMIT_JOBS_LSF_GPUS={raw!r} must be a whole number of GPUs per virtual node "
                        "from 0 to 64")
     return int(raw)
+
+
+def memory_per_node_mb() -> int:
+    """Memory of each virtual node in MB (SUMMIT_JOBS_LSF_MEM), what ``select[mem>X]`` is checked against;
+    default: this machine's memory shared out evenly between the virtual nodes."""
+    raw = os.environ.get("SUMMIT_JOBS_LSF_MEM")
+    if raw:
+        return _env_count("SUMMIT_JOBS_LSF_MEM", 1, 2 ** 40)
+    try:
+        total_mb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2 ** 20
+    except (ValueError, OSError):
+        total_mb = 4096
+    return max(1, total_mb // virtual_nodes())
+
+
+def node_resources() -> Dict[str, int]:
+    """What a virtual node offers to ``select[]``: memory (MB), cores, GPUs. Nodes are never shared, so a
+    node's available memory is all of it."""
+    mem = memory_per_node_mb()
+    return {"mem": mem, "maxmem": mem, "ncpus": cores_per_node(), "maxslots": cores_per_node(),
+            "ngpus": gpus_per_node()}
 
 
 def app_profiles() -> List[str]:

@@ -79,6 +79,8 @@ def _try_start(lsf_home: Path, job: Dict, jobs: List[Dict]) -> Tuple[Optional[st
         return None, True
     if reason is not None:
         return reason, False
+    if job.get("unsatisfiable"):
+        return job["unsatisfiable"], False          # no virtual node meets -R: pending for good, as in LSF
     busy = {h for j in jobs if j["state"] == "RUN" for h in j["hosts"]}
     free = [n for n in state.node_names(job["nodes_total"]) if n not in busy]
     if len(free) >= job["nnodes"]:
