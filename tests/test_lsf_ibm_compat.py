@@ -237,3 +237,43 @@ def test_select_checked_against_the_virtual_nodes(lsf_env, tmp_path):
         assert finished(jid, env)["STAT"] == "EXIT"
     res = run(["bsub", "-R", "select[type==X86_64]", "true"], env, cwd=tmp_path)
     assert res.returncode == 255 and "Job not submitted." in res.stderr and "select[type==X86_64]" in res.stderr
+
+
+# --- job arrays --------------------------------------------------------------------------------------
+
+def test_job_array(lsf_env, tmp_path):
+    """ipyparallel's -J "ipengine[1-2]": one element per index with LSB_JOBINDEX, %I in file names, the slot
+    limit %M, bjobs per element and for the whole array, bkill of one element."""
+    jid = submit(["-J", "eng[1-4]%2", "-o", "out.%J.%I", "echo $LSB_JOBID $LSB_JOBINDEX $LSB_JOBNAME; sleep 1"],
+                 lsf_env, tmp_path)
+    rows = json.loads(run(["bjobs", "-o", "jobid jobindex job_name stat pend_reason", "-json", jid],
+                          lsf_env).stdout)["RECORDS"]
+    assert [(r["JOBID"], r["JOBINDEX"], r["JOB_NAME"]) for r in rows] == [(jid, str(i), f"eng[{i}]")
+                                                                         for i in range(1, 5)]
+    assert sum(r["STAT"] == "RUN" for r in rows) <= 2
+    killed = run(["bkill", f"{jid}[4]"], lsf_env)
+    assert killed.returncode == 0 and f"Job <{jid}[4]> is being terminated" in killed.stdout
+    from conftest_lsf import wait_for
+    done = wait_for(lambda: (lambda recs: recs if all(r["STAT"] in ("DONE", "EXIT") for r in recs) else None)(
+        json.loads(run(["bjobs", "-a", "-o", "jobindex stat exit_reason", "-json", jid], lsf_env).stdout)["RECORDS"]),
+        40, "the array to end")
+    assert [r["STAT"] for r in done] == ["DONE", "DONE", "DONE", "EXIT"]
+    assert done[3]["EXIT_REASON"] == "TERM_OWNER: job killed by owner"
+    for i in (1, 2, 3):
+        assert (tmp_path / f"out.{jid}.{i}").read_text() == f"{jid} {i} eng[{i}]\n"
+    one = run(["bjobs", "-a", "-o", "jobid jobindex stat", "-json", f"{jid}[2]"], lsf_env).stdout
+    assert json.loads(one)["RECORDS"] == [{"JOBID": jid, "JOBINDEX": "2", "STAT": "DONE"}]
+    assert run(["bjobs", "-l", f"{jid}[2]"], lsf_env).stdout.startswith(f"\nJob <{jid}[2]>")
+    assert not job_processes(jid, lsf_env["SUMMIT_JOBS_LSF_HOME"])
+
+
+def test_job_array_killed_whole(lsf_env, tmp_path):
+    jid = submit(["-J", "w[1-3]", "sleep 30"], lsf_env, tmp_path)
+    wait_state(jid, lsf_env, ("RUN",))
+    assert run(["bkill", jid], lsf_env).stdout.strip() == f"Job <{jid}> is being terminated"
+    from conftest_lsf import wait_for
+    wait_for(lambda: all(r["STAT"] == "EXIT" for r in json.loads(
+        run(["bjobs", "-a", "-o", "stat", "-json", jid], lsf_env).stdout)["RECORDS"]), 30, "the array to end")
+    assert not job_processes(jid, lsf_env["SUMMIT_JOBS_LSF_HOME"])
+    res = run(["bsub", "-J", "bad[0-2]", "true"], lsf_env, cwd=tmp_path)
+    assert res.returncode == 255 and "Bad job name" in res.stderr and "Job not submitted." in res.stderr

@@ -17,6 +17,7 @@ import time
 from typing import Dict, List, Optional, Tuple
 
 from summit_jobs.embedded import jobenv, state
+from summit_jobs.embedded.bkill import parse_target
 from summit_jobs.errors import describe_os_error
 
 #: IBM's ``bjobs -o`` fields that mean something on one machine (IBM Docs, "bjobs -o",
@@ -92,7 +93,7 @@ def values(job: Dict) -> Dict[str, str]:
     code = job.get("exit_code")
     req = job.get("resreq") or ""
     out = {
-        "jobid": str(job["id"]), "jobindex": str(job.get("index") or 0), "stat": job["state"],
+        "jobid": str(state.lsf_id(job)), "jobindex": str(job.get("index") or 0), "stat": job["state"],
         "user": job["user"], "user_group": "", "queue": job["queue"], "job_name": job["name"],
         "job_description": "", "proj_name": str(job.get("project") or "default"),
         "application": str(job.get("app") or ""), "service_class": "", "job_group": "", "job_priority": "",
@@ -180,8 +181,8 @@ def parse_args(args: List[str]) -> Dict:
             else:
                 opts["user"] = args[i + 1]
             i += 1
-        elif a.isascii() and a.isdecimal():
-            opts["ids"].append(int(a))
+        elif parse_target(a) is not None:
+            opts["ids"].append(parse_target(a))
         else:
             raise SystemExit(f"bjobs: illegal option or job id {a!r}")
         i += 1
@@ -202,7 +203,7 @@ def long_form(job: Dict) -> str:
     successfully``, ``Exited with exit code N``, ``Completed <exit>; REASON``, ``PENDING REASONS``.
     """
     v = values(job)
-    head = [f"Job <{job['id']}>"]
+    head = [f"Job <{state.shown_id(job)}>"]
     head += [f"Job Name <{job['name']}>"] if job.get("name_given") else []
     head += [f"User <{v['user']}>", f"Project <{v['proj_name']}>", f"Status <{v['stat']}>", f"Queue <{v['queue']}>",
              f"Command <{v['command']}>"]
@@ -242,7 +243,7 @@ def _ending(job: Dict, v: Dict[str, str]) -> List[str]:
     return out + [f"{when}: Completed <exit>{reason}."]
 
 
-def _select(opts: Dict, jobs: List[Dict]) -> Tuple[List[Dict], List[int]]:
+def _select(opts: Dict, jobs: List[Dict]) -> Tuple[List[Dict], List[str]]:
     """(the jobs to show, the ids asked for that bjobs does not know)."""
     horizon = time.time() - state.clean_period()
     visible = {j["id"]: j for j in jobs
@@ -252,7 +253,16 @@ def _select(opts: Dict, jobs: List[Dict]) -> Tuple[List[Dict], List[int]]:
         visible = {k: j for k, j in visible.items() if j.get("user") == user}
     if not opts["ids"]:
         return [j for j in visible.values() if opts["all"] or j["state"] not in state.FINISHED], []
-    return [visible[i] for i in opts["ids"] if i in visible], [i for i in opts["ids"] if i not in visible]
+    selected: List[Dict] = []
+    missing: List[str] = []
+    for jid, index in opts["ids"]:
+        found = [j for j in visible.values() if state.lsf_id(j) == jid and (index is None or
+                                                                          j.get("index") == index)]
+        if found and (index is None or found[0].get("array_id")):
+            selected += found
+        else:
+            missing.append(f"{jid}[{index}]" if index is not None else str(jid))
+    return selected, missing
 
 
 def _table(names: List[str], selected: List[Dict], noheader: bool, delimiter: Optional[str]) -> None:

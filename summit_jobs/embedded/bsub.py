@@ -259,8 +259,12 @@ def check_dependency(opts: Dict[str, object], lsf_home: Path) -> Optional[str]:
     except DependencyError as exc:
         raise BsubError(f"{dependency}: Dependency condition syntax error: {exc}") from None
     for _kind, dep_id in terms:
-        if state.load_job(lsf_home, dep_id) is None:
+        rec = state.load_job(lsf_home, dep_id)
+        if rec is None or state.lsf_id(rec) != dep_id:
             raise BsubError(f"{dependency}: No matching job found: job <{dep_id}>")
+        if rec.get("array_id"):
+            raise BsubError(f"{dependency}: job <{dep_id}> is a job array; this embedded LSF does not take "
+                            "dependencies on job arrays")
     return dependency
 
 
@@ -353,10 +357,51 @@ def unsatisfiable(select: List[Tuple[str, str, int]], rusage_mem: Optional[int])
     return None
 
 
+#: IBM's default MAX_JOB_ARRAY_SIZE (lsb.params): the most elements, and the largest index, of an array.
+MAX_ARRAY = 1000
+ARRAY_RE = re.compile(r"^(.*)\[([^\[\]]*)\](?:%(\S*))?$", re.S)
+
+
+def parse_array(name: Optional[str]) -> Optional[Dict]:
+    """A job array's ``-J "name[index_list]%limit"`` (IBM: bsub -J, "Job arrays"); None for a plain name.
+
+    ``index_list`` is ``start[-end[:step]]`` items separated by commas, every
+    index from 1 to MAX_JOB_ARRAY_SIZE (1000) and none twice; ``%limit`` is how
+    many elements may run at once.
+    """
+    m = ARRAY_RE.fullmatch(str(name or ""))
+    if not m:
+        return None
+    text = str(name)
+    indices: List[int] = []
+    for item in m.group(2).split(","):
+        im = re.fullmatch(r"\s*(\d+)(?:\s*-\s*(\d+)(?:\s*:\s*(\d+))?)?\s*", item)
+        if not im:
+            raise BsubError(f'-J "{text}": Bad job name: {item.strip()!r} is not an index range '
+                            "(start[-end[:step]], comma-separated)")
+        start, end, step = int(im.group(1)), int(im.group(2) or im.group(1)), int(im.group(3) or 1)
+        if not 1 <= start <= end <= MAX_ARRAY or step < 1:
+            raise BsubError(f'-J "{text}": Bad job name: {item.strip()!r}: indices go from 1 to {MAX_ARRAY} '
+                            "(MAX_JOB_ARRAY_SIZE), start <= end, step >= 1")
+        indices += range(start, end + 1, step)
+    if len(set(indices)) != len(indices) or len(indices) > MAX_ARRAY:
+        raise BsubError(f'-J "{text}": Bad job name: an index is given twice, or more than {MAX_ARRAY} elements')
+    limit = m.group(3)
+    if limit is not None and (not limit.isdecimal() or int(limit) < 1):
+        raise BsubError(f'-J "{text}": %{limit}: the job slot limit must be a positive whole number')
+    return {"base": m.group(1), "indices": indices, "end": max(indices), "limit": int(limit) if limit else None}
+
+
 def build_job(opts: Dict[str, object], command: List[str], script: Optional[str], lsf_home: Path,
-              job_id: int, typed: Optional[List[str]] = None) -> Dict:
-    """The job's record, every option checked; BsubError names the first value refused."""
+              job_id: int, typed: Optional[List[str]] = None, element: Optional[Tuple[Dict, int, int]] = None
+              ) -> Dict:
+    """The job's record, every option checked; BsubError names the first value refused.
+
+    ``element``: (the array, its id, this element's index) for an element of a job array: its own
+    record (own id, hidden), shown as ``id[index]``, with ``%J``/``%I`` of its file names filled in.
+    """
     cwd = os.getcwd()
+    array, array_id, index = element if element else (None, job_id, 0)
     nodes_total = state.virtual_nodes()
     form, slots = slot_request(opts, nodes_total, state.cores_per_node())
     asked = host_resources(opts)
@@ -376,14 +421,18 @@ def build_job(opts: Dict[str, object], command: List[str], script: Optional[str]
         value = opts.get(key)
         if value is None:
             return None
-        text = str(value).replace("%J", str(job_id)).replace("%I", "0")
+        text = str(value).replace("%J", str(array_id)).replace("%I", str(index))
         return os.path.join(cwd, text)
 
     out = out_path("-oo") or out_path("-o")
     err = out_path("-eo") or out_path("-e")
     typed_name = job_name(typed if typed is not None else command, script)
+    name = f"{array['base']}[{index}]" if array else str(opts.get("-J") or typed_name)
+    extra = {"array_id": array_id, "index": index, "array_end": array["end"],
+             "array_limit": array["limit"]} if array else {}
     return {
-        "id": job_id, "name": str(opts.get("-J") or typed_name), "command_line": typed_name,
+        **extra,
+        "id": job_id, "name": name, "command_line": typed_name,
         "name_given": "-J" in opts, "slots_asked": int(str(opts["-n"])) if "-n" in opts else None,
         "resreq": str(opts.get("-R") or ""),
         "queue": queue, "queue_given": "-q" in opts, "project": opts.get("-P") or opts.get("-G"),
@@ -489,18 +538,28 @@ def submit(opts: Dict[str, object], command: List[str], script: Optional[str],
     with state.locked(lsf_home), state.machine_ids() as counter:
         state.clean_leftovers(lsf_home)
         job_id = state.peek_job_id(lsf_home, counter)
-        job = build_job(opts, command, script, lsf_home, job_id, typed)
-        jdir = state.job_dir(lsf_home, job_id)
-        jdir.mkdir(parents=True, exist_ok=False, mode=0o700)
+        array = parse_array(str(opts["-J"])) if "-J" in opts else None
+        if array is None:
+            jobs = [build_job(opts, command, script, lsf_home, job_id, typed)]
+        else:
+            jobs = [build_job(opts, command, script, lsf_home, job_id + k, typed, (array, job_id, idx))
+                    for k, idx in enumerate(array["indices"])]
+        made: List[Path] = []
         try:
-            _record(lsf_home, jdir, job, script)
-            state.commit_job_id(lsf_home, job_id, counter)
-            job["supervisor_pid"] = _start_supervisor(lsf_home, jdir, job_id)
-            state.save_job(lsf_home, job)
+            for job in jobs:
+                jdir = state.job_dir(lsf_home, job["id"])
+                jdir.mkdir(parents=True, exist_ok=False, mode=0o700)
+                made.append(jdir)
+                _record(lsf_home, jdir, job, script)
+            state.commit_job_id(lsf_home, jobs[-1]["id"], counter)
+            for job, jdir in zip(jobs, made):
+                job["supervisor_pid"] = _start_supervisor(lsf_home, jdir, job["id"])
+                state.save_job(lsf_home, job)
         except BaseException:
-            shutil.rmtree(jdir, ignore_errors=True)
+            for jdir in made:
+                shutil.rmtree(jdir, ignore_errors=True)
             raise
-    return job
+    return dict(jobs[0], id=job_id)
 
 
 def _record(lsf_home: Path, jdir: Path, job: Dict, script: Optional[str]) -> None:
@@ -520,7 +579,7 @@ def _start_supervisor(lsf_home: Path, jdir: Path, job_id: int) -> int:
     submitting job's mark, and ending that job (state.job_processes) would end the
     next link's supervisor with it.
     """
-    env = {k: v for k, v in os.environ.items() if k != "LSB_JOBID"}
+    env = {k: v for k, v in os.environ.items() if k not in ("LSB_JOBID", state.JOB_RECORD)}
     with open(jdir / "supervisor.log", "ab") as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "summit_jobs.embedded.supervisor", str(lsf_home), str(job_id)],

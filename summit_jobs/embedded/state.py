@@ -519,7 +519,12 @@ def _has_job_marker(pid: int, job_id: int, lsf_home: Optional[Path] = None) -> b
     words = _environ(pid)
     if words is None:
         return not os.path.isdir("/proc")
-    if f"LSB_JOBID={job_id}".encode() not in words:
+    # An element of a job array shares LSB_JOBID with its siblings; JOB_RECORD names the element's own record.
+    record = next((w for w in words if w.startswith(JOB_RECORD.encode() + b"=")), None)
+    if record is not None:
+        if record != f"{JOB_RECORD}={job_id}".encode():
+            return False
+    elif f"LSB_JOBID={job_id}".encode() not in words:
         return False
     return lsf_home is None or f"SUMMIT_JOBS_LSF_HOME={lsf_home}".encode() in words
 
@@ -596,6 +601,18 @@ def end_job_group(job: Dict, grace: float, lsf_home: Optional[Path] = None) -> b
 
 
 LOST = "embedded LSF supervisor process is gone; job lost"
+#: The variable naming the record (job, or element of a job array) a process belongs to.
+JOB_RECORD = "SUMMIT_JOBS_LSF_JOB"
+
+
+def lsf_id(job: Dict) -> int:
+    """The id LSF shows for a record: its array's id for an element of a job array, else its own."""
+    return int(job.get("array_id") or job["id"])
+
+
+def shown_id(job: Dict) -> str:
+    """``12`` or, for an element of a job array, ``12[3]``."""
+    return f"{lsf_id(job)}[{job['index']}]" if job.get("array_id") else str(job["id"])
 
 
 def mark_lost(lsf_home: Path, job: Dict, why: str) -> None:

@@ -81,6 +81,9 @@ def _try_start(lsf_home: Path, job: Dict, jobs: List[Dict]) -> Tuple[Optional[st
         return reason, False
     if job.get("unsatisfiable"):
         return job["unsatisfiable"], False          # no virtual node meets -R: pending for good, as in LSF
+    limit = job.get("array_limit")
+    if limit and sum(1 for j in jobs if j["state"] == "RUN" and j.get("array_id") == job["array_id"]) >= limit:
+        return "The job array has reached its job slot limit", False       # IBM's words (bjobs -p)
     busy = {h for j in jobs if j["state"] == "RUN" for h in j["hosts"]}
     free = [n for n in state.node_names(job["nodes_total"]) if n not in busy]
     if len(free) >= job["nnodes"]:
@@ -431,6 +434,19 @@ def _finish(lsf_home: Path, job_id: int, proc: subprocess.Popen, reason: Optiona
         pass
 
 
+def _remove_tmp(lsf_home: Path, job: Dict) -> None:
+    """The job's per-node temporary folders. The elements of an array share their array's id, so each
+    removes the folders of its own hosts, and the last one the array's folder."""
+    root = state.job_tmp_root(lsf_home, state.lsf_id(job))
+    if not job.get("array_id"):
+        shutil.rmtree(root, ignore_errors=True)
+        return
+    for host in job.get("hosts") or []:
+        shutil.rmtree(root / host, ignore_errors=True)
+    with contextlib.suppress(OSError):
+        root.rmdir()
+
+
 def run(lsf_home: Path, job_id: int) -> int:
     job = _pending(lsf_home, job_id)
     if job is None:
@@ -443,7 +459,7 @@ def run(lsf_home: Path, job_id: int) -> int:
     reason, terminated = _supervise(lsf_home, job, proc, usage)
     _finish(lsf_home, job_id, proc, reason, terminated, usage)
     # As LSF removes a job's temporary directory: the virtual nodes' TMPDIR folders go with the job.
-    shutil.rmtree(state.job_tmp_root(lsf_home, job_id), ignore_errors=True)
+    _remove_tmp(lsf_home, job)
     if pipe is not None:
         with contextlib.suppress(OSError):
             os.write(pipe, watchdog.FINISHED)
