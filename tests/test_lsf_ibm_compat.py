@@ -182,7 +182,7 @@ def test_bjobs_output_fields(lsf_env, tmp_path):
     text = run(["bjobs", "-noheader", "-o", "jobid stat delimiter=','", jid], lsf_env).stdout
     assert text == f"{jid},DONE\n"
     res = run(["bjobs", "-o", "jobid bogus_field", jid], lsf_env)
-    assert res.returncode == 255 and "bogus_field: Illegal field name" in res.stderr and not res.stdout
+    assert res.returncode == 255 and "'bogus_field': Illegal field name" in res.stderr and not res.stdout
 
 
 # --- EXIT_REASON -------------------------------------------------------------------------------------

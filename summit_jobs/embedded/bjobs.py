@@ -148,7 +148,7 @@ def parse_fields(text: str) -> Tuple[List[str], Optional[str]]:
             names += list(FIELDS)
             continue
         if name not in FIELDS and name not in ALIASES:
-            raise FormatError(f"{token}: Illegal field name in -o (the fields of this embedded LSF: "
+            raise FormatError(f"{token!r}: Illegal field name in -o (the fields of this embedded LSF: "
                               f"{' '.join(FIELDS)})")
         names.append(name)
     if not names:
@@ -225,7 +225,7 @@ def long_form(job: Dict) -> str:
     if v["max_mem"]:
         lines += ["", " MEMORY USAGE:", f" MAX MEM: {v['max_mem']};  AVG MEM: {v['avg_mem'] or v['max_mem']}"]
     if v["dependency"]:
-        lines += ["", f" DEPENDENCY CONDITION:", f" {v['dependency']}"]
+        lines += ["", " DEPENDENCY CONDITION:", f" {v['dependency']}"]
     return "\n".join(lines) + "\n"
 
 

@@ -7,6 +7,10 @@ stdin (most LSF sites). Options on the command line win over ``#BSUB`` lines.
 ``bsub [options] "command args"``, one string naming no file, is run by
 ``/bin/sh -c`` as IBM documents it.
 
+``-env`` chooses the submission variables the job gets (env_selection), ``-J
+"name[1-N%M]"`` submits a job array (parse_array): one record per element,
+each with an id of its own that only the state uses, shown as ``ID[i]``.
+
 The job is spooled (the script copied into the state folder, as LSF does) so
 that editing the file after submission changes nothing. The job runs in the
 submission folder (``LS_SUBCWD``) with the submission environment, like LSF.
