@@ -5,7 +5,8 @@ with real jobs' environments (tests/data/lsf/env_*.txt, each citing its
 source) without running a job. The facts, from IBM's documentation and real
 job dumps:
 
-* the batch script gets LSB_JOBID, LSB_JOBNAME (``-J``, else the command as
+* the batch script gets LSB_JOBID (an array's id for its elements, with
+  LSB_JOBINDEX the element's index and LSB_JOBINDEX_END the largest), LSB_JOBNAME (``-J``, else the command as
   typed), LSB_QUEUE, LS_SUBCWD, LSB_JOBINDEX=0, LSB_SUB_HOST,
   LSB_JOB_EXECUSER, LSB_EXEC_CLUSTER, LS_JOBPID (set by the supervisor's
   starter, see supervisor.py), LSB_JOBFILENAME (the spooled job file) with
@@ -73,8 +74,8 @@ def variables(lsf_home: Path, job: Dict) -> Dict[str, str]:
     pairs = host_slots(job)
     jfile = str(job_file(lsf_home, job))
     env = {
-        "LSB_JOBID": str(job["id"]), "LSB_JOBNAME": job["name"], "LSB_QUEUE": job["queue"],
-        "LS_SUBCWD": job["subcwd"], "LSB_JOBINDEX": "0", "LSB_SUB_HOST": job.get("from_host", "localhost"),
+        "LSB_JOBID": str(state.lsf_id(job)), "LSB_JOBNAME": job["name"], "LSB_QUEUE": job["queue"],
+        "LS_SUBCWD": job["subcwd"], "LSB_JOBINDEX": str(job.get("index") or 0), state.JOB_RECORD: str(job["id"]), "LSB_SUB_HOST": job.get("from_host", "localhost"),
         "LSB_JOB_EXECUSER": job.get("user", ""), "LSB_EXEC_CLUSTER": CLUSTER,
         "LSB_JOBFILENAME": jfile, "LSB_DJOB_HOSTFILE": jfile + ".hostfile",
         "LSB_DJOB_NUMPROC": str(sum(n for _, n in pairs)),
@@ -82,6 +83,8 @@ def variables(lsf_home: Path, job: Dict) -> Dict[str, str]:
         "LSB_MCPU_HOSTS": " ".join(f"{h} {n}" for h, n in pairs),
         "SUMMIT_JOBS_LSF_HOME": str(lsf_home), "SUMMIT_JOBS_LSF_CORES": str(job["cores"]),
     }
+    if job.get("array_id"):
+        env["LSB_JOBINDEX_END"] = str(job["array_end"])
     for var, key in (("LSB_OUTPUTFILE", "out"), ("LSB_ERRORFILE", "err")):
         if job.get(key):
             env[var] = job[key]
@@ -93,7 +96,7 @@ def variables(lsf_home: Path, job: Dict) -> Dict[str, str]:
         first = pairs[0][0]
         env["SUMMIT_JOBS_VNODE"] = first
         env["SUMMIT_JOBS_NVME"] = str(lsf_home / "nodes" / first / "nvme")
-        env["TMPDIR"] = str(state.job_tmp_root(lsf_home, job["id"]) / first)     # that node's own /tmp
+        env["TMPDIR"] = str(state.job_tmp_root(lsf_home, state.lsf_id(job)) / first)     # that node's own /tmp
         gpus = gpu_list(job, first)
         if gpus is not None:
             env["CUDA_VISIBLE_DEVICES"] = gpus
@@ -105,5 +108,5 @@ def write_host_files(env: Dict[str, str], job: Dict) -> None:
     NVMe and temporary folders where the script runs on one."""
     if "SUMMIT_JOBS_NVME" in env:
         Path(env["SUMMIT_JOBS_NVME"]).mkdir(parents=True, exist_ok=True)
-        state.node_tmp_dir(Path(env["SUMMIT_JOBS_LSF_HOME"]), job["id"], env["SUMMIT_JOBS_VNODE"])
+        state.node_tmp_dir(Path(env["SUMMIT_JOBS_LSF_HOME"]), state.lsf_id(job), env["SUMMIT_JOBS_VNODE"])
     state.write_bytes(Path(env["LSB_DJOB_HOSTFILE"]), slot_lines(job).encode(), 0o600)

@@ -7,8 +7,9 @@ would refuse is refused here too, with the offending word named:
   gmodel=NAME:gmem=SIZE"`` (``-gpu -``: the defaults, ``num=1:mode=shared:
   mps=no:j_exclusive=no``); ``num`` is GPUs per host;
 * ``-M LIMIT``: KB unless a unit says otherwise (LSF_UNIT_FOR_LIMITS=KB);
-* ``-R`` sections: ``span[...]`` and ``rusage[mem=X]`` (MB unless a unit
-  says otherwise) are honoured, every other section is refused, so a
+* ``-R`` sections: ``select[...]`` on a node's memory, cores and GPUs,
+  ``span[...]`` and ``rusage[mem=X]`` (MB unless a unit says otherwise) are
+  honoured, every other section is refused, so a
   requirement is never silently dropped. ``rusage[ngpus_excl_p=N]`` is
   LSF's legacy GPU form, refused with ``-gpu`` named as its replacement.
 """
@@ -25,7 +26,7 @@ GPU_KEYWORDS = ("num", "mode", "mps", "j_exclusive", "gmodel", "gmem")
 UNITS_KB = {"KB": 1, "MB": 1024, "GB": 1024 ** 2, "TB": 1024 ** 3}
 AMOUNT_RE = re.compile(r"^(\d+)\s*([KMGT]B?)?$", re.IGNORECASE)
 RES_SECTION_RE = re.compile(r"\s*([a-z_]+)\[([^\[\]]*)\]\s*")
-HONOURED = "span[ptile=N], span[hosts=1] and rusage[mem=X]"
+HONOURED = "select[mem>X && ncpus>=N], span[ptile=N], span[hosts=1] and rusage[mem=X]"
 MAX_GPUS = 64
 
 
@@ -80,14 +81,57 @@ def memory_kb(text: str, what: str, default_unit: str) -> int:
     return int(m.group(1)) * UNITS_KB[unit if unit.endswith("B") else unit + "B"]
 
 
-def parse_resreq(res_req: str) -> Tuple[Dict[str, int], Optional[int]]:
-    """(the span keys, the rusage memory in MB or None) of a ``-R`` string; other sections refused.
+#: Resources a ``select[]`` may name here, what each is on a virtual node (IBM's built-in indices).
+SELECT_RESOURCES = ("mem", "maxmem", "ncpus", "maxslots", "ngpus")
+SELECT_TERM_RE = re.compile(r"^\s*([a-z_]+)\s*(>=|<=|==|!=|=|>|<)\s*([0-9]+\s*[KMGT]?B?)\s*$", re.IGNORECASE)
+
+
+def parse_select(res_req: str, body: str) -> List[Tuple[str, str, int]]:
+    """The terms of ``select[...]``: (resource, operator, value; memory in MB), joined by ``&&`` or ``and``.
+
+    IBM's select strings (https://www.ibm.com/docs/en/SSWRJV_10.1.0/lsf_admin/select_string.html) may
+    do far more (``||``, ``!``, host types, defined functions); what cannot be checked against a
+    virtual node is refused rather than ignored.
+    """
+    terms = []
+    for part in re.split(r"&&|\band\b", body):
+        m = SELECT_TERM_RE.fullmatch(part)
+        if not m:
+            raise ResourceError(f"-R {res_req!r}: select[{body}]: this embedded LSF reads terms like mem>4000 "
+                                f"joined by && (resources {', '.join(SELECT_RESOURCES)})")
+        name, op, value = m.group(1).lower(), m.group(2), m.group(3)
+        if name not in SELECT_RESOURCES:
+            raise ResourceError(f"{name}: Unknown resource name in -R {res_req!r} (a virtual node has "
+                                f"{', '.join(SELECT_RESOURCES)})")
+        amount = memory_kb(value, f"-R select[{name}]", "MB") // 1024 if name in ("mem", "maxmem") else \
+            _count(res_req, value)
+        terms.append((name, "==" if op == "=" else op, amount))
+    return terms
+
+
+def _count(res_req: str, value: str) -> int:
+    if not value.strip().isdecimal():
+        raise ResourceError(f"-R {res_req!r}: {value!r} is not a whole number")
+    return int(value)
+
+
+def select_holds(terms: List[Tuple[str, str, int]], node: Dict[str, int]) -> bool:
+    """Whether a virtual node with these resources meets every term."""
+    ops = {">": lambda a, b: a > b, ">=": lambda a, b: a >= b, "<": lambda a, b: a < b,
+           "<=": lambda a, b: a <= b, "==": lambda a, b: a == b, "!=": lambda a, b: a != b}
+    return all(ops[op](node[name], value) for name, op, value in terms)
+
+
+def parse_resreq(res_req: str) -> Tuple[Dict[str, int], Optional[int], List[Tuple[str, str, int]]]:
+    """(the span keys, the rusage memory in MB or None, the select terms) of a ``-R`` string; other
+    sections refused.
 
     Why refuse and not ignore: a requirement this LSF cannot honour would let a
     job run here in a shape it would never get on the cluster.
     """
     span: Dict[str, int] = {}
     mem_mb: Optional[int] = None
+    select: List[Tuple[str, str, int]] = []
     pos = 0
     for m in RES_SECTION_RE.finditer(res_req):
         if m.start() != pos:
@@ -97,12 +141,14 @@ def parse_resreq(res_req: str) -> Tuple[Dict[str, int], Optional[int]]:
             span = _span_items(res_req, m.group(2), span)
         elif m.group(1) == "rusage":
             mem_mb = _rusage(res_req, m.group(2))
+        elif m.group(1) == "select":
+            select += parse_select(res_req, m.group(2))
         else:
             raise ResourceError(f"-R {res_req!r}: this embedded LSF honours only {HONOURED} "
                                 f"(not {m.group(1)}[...])")
     if pos != len(res_req) or not res_req.strip():
         raise ResourceError(f"{res_req}: Bad resource requirement syntax")
-    return span, mem_mb
+    return span, mem_mb, select
 
 
 def _span_items(res_req: str, body: str, span: Dict[str, int]) -> Dict[str, int]:

@@ -17,6 +17,9 @@ Settings (environment variables, read by each command):
 ``SUMMIT_JOBS_LSF_GPUS``
     GPUs of each virtual node (default 0: a job asking ``-gpu`` could never
     start). A job's GPUs are told to it in CUDA_VISIBLE_DEVICES (jobenv.py).
+``SUMMIT_JOBS_LSF_MEM``
+    Memory of each virtual node in MB, what ``-R "select[mem>X]"`` is
+    checked against (default: this machine's memory divided by the nodes).
 ``SUMMIT_JOBS_LSF_APPS``
     Comma-separated names of the application profiles ``bsub -app`` accepts
     (default none).
@@ -139,6 +142,27 @@ def gpus_per_node() -> int:
         raise LsfError(f"SUMMIT_JOBS_LSF_GPUS={raw!r} must be a whole number of GPUs per virtual node "
                        "from 0 to 64")
     return int(raw)
+
+
+def memory_per_node_mb() -> int:
+    """Memory of each virtual node in MB (SUMMIT_JOBS_LSF_MEM), what ``select[mem>X]`` is checked against;
+    default: this machine's memory shared out evenly between the virtual nodes."""
+    raw = os.environ.get("SUMMIT_JOBS_LSF_MEM")
+    if raw:
+        return _env_count("SUMMIT_JOBS_LSF_MEM", 1, 2 ** 40)
+    try:
+        total_mb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2 ** 20
+    except (ValueError, OSError):
+        total_mb = 4096
+    return max(1, total_mb // virtual_nodes())
+
+
+def node_resources() -> Dict[str, int]:
+    """What a virtual node offers to ``select[]``: memory (MB), cores, GPUs. Nodes are never shared, so a
+    node's available memory is all of it."""
+    mem = memory_per_node_mb()
+    return {"mem": mem, "maxmem": mem, "ncpus": cores_per_node(), "maxslots": cores_per_node(),
+            "ngpus": gpus_per_node()}
 
 
 def app_profiles() -> List[str]:
@@ -484,7 +508,12 @@ def _has_job_marker(pid: int, job_id: int, lsf_home: Optional[Path] = None) -> b
     words = _environ(pid)
     if words is None:
         return not os.path.isdir("/proc")
-    if f"LSB_JOBID={job_id}".encode() not in words:
+    # An element of a job array shares LSB_JOBID with its siblings; JOB_RECORD names the element's own record.
+    record = next((w for w in words if w.startswith(JOB_RECORD.encode() + b"=")), None)
+    if record is not None:
+        if record != f"{JOB_RECORD}={job_id}".encode():
+            return False
+    elif f"LSB_JOBID={job_id}".encode() not in words:
         return False
     return lsf_home is None or f"SUMMIT_JOBS_LSF_HOME={lsf_home}".encode() in words
 
@@ -561,6 +590,18 @@ def end_job_group(job: Dict, grace: float, lsf_home: Optional[Path] = None) -> b
 
 
 LOST = "embedded LSF supervisor process is gone; job lost"
+#: The variable naming the record (job, or element of a job array) a process belongs to.
+JOB_RECORD = "SUMMIT_JOBS_LSF_JOB"
+
+
+def lsf_id(job: Dict) -> int:
+    """The id LSF shows for a record: its array's id for an element of a job array, else its own."""
+    return int(job.get("array_id") or job["id"])
+
+
+def shown_id(job: Dict) -> str:
+    """``12`` or, for an element of a job array, ``12[3]``."""
+    return f"{lsf_id(job)}[{job['index']}]" if job.get("array_id") else str(job["id"])
 
 
 def mark_lost(lsf_home: Path, job: Dict, why: str) -> None:

@@ -36,6 +36,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import resource
 import shutil
 import signal
 import subprocess
@@ -78,6 +79,11 @@ def _try_start(lsf_home: Path, job: Dict, jobs: List[Dict]) -> Tuple[Optional[st
         return None, True
     if reason is not None:
         return reason, False
+    if job.get("unsatisfiable"):
+        return job["unsatisfiable"], False          # no virtual node meets -R: pending for good, as in LSF
+    limit = job.get("array_limit")
+    if limit and sum(1 for j in jobs if j["state"] == "RUN" and j.get("array_id") == job["array_id"]) >= limit:
+        return "The job array has reached its job slot limit", False       # IBM's words (bjobs -p)
     busy = {h for j in jobs if j["state"] == "RUN" for h in j["hosts"]}
     free = [n for n in state.node_names(job["nodes_total"]) if n not in busy]
     if len(free) >= job["nnodes"]:
@@ -120,7 +126,27 @@ def _environment(lsf_home: Path, job: Dict) -> Dict[str, str]:
                   "SUMMIT_JOBS_VNODE", "SUMMIT_JOBS_NVME") + (("CUDA_VISIBLE_DEVICES",) if job.get("gpu") else ()):
         env.pop(stale, None)            # a job submitted from inside another must not inherit these
     env.update(lsf)
+    _installation(env)
     return env
+
+
+def _installation(env: Dict[str, str]) -> None:
+    """What the job needs of the LSF installation, whatever ``bsub -env`` left of the submission environment.
+
+    On a cluster a job reaches LSF's commands and configuration without its
+    submitter's variables (``-env none``): LSF's own settings come from lsf.conf,
+    HOME from the execution host. Here the embedded LSF's settings
+    (SUMMIT_JOBS_LSF_*, SUMMIT_JOBS_PYTHON) are the configuration, so they are
+    always set, and a job without PATH gets the embedded commands and the
+    system's default folders.
+    """
+    for key, value in os.environ.items():
+        if key.startswith("SUMMIT_JOBS_LSF_") or key == "SUMMIT_JOBS_PYTHON":
+            env.setdefault(key, value)
+    if "PATH" not in env:
+        env["PATH"] = os.pathsep.join([str(Path(__file__).resolve().parent / "bin"), os.defpath.lstrip(":")])
+    if "HOME" not in env:
+        env["HOME"] = os.path.expanduser("~")
 
 
 #: Starts the job's command with LS_JOBPID set to its own pid (the shell execs it, keeping the pid).
@@ -129,6 +155,8 @@ _STARTER = ["/bin/sh", "-c", 'LS_JOBPID=$$; export LS_JOBPID; exec "$@"', "lsf-j
 
 
 def _command(lsf_home: Path, job: Dict) -> List[str]:
+    if job.get("shell_command"):
+        return _STARTER + ["/bin/sh", "-c", job["command"][0]]      # bsub "prog args": Bourne shell text
     if not job["is_script"]:
         return _STARTER + list(job["command"])
     script = jobenv.job_file(lsf_home, job)
@@ -286,19 +314,40 @@ def memory_by_host(pgid: int, first_host: str) -> Dict[str, int]:
     return usage
 
 
-def _over_memory(lsf_home: Path, job: Dict, pgid: int) -> bool:
+class _Usage:
+    """The job's memory as bjobs reports it (MEM, MAX MEM, AVG MEM): RSS of its process group, all hosts."""
+
+    def __init__(self) -> None:
+        self.samples: List[int] = []
+
+    def add(self, usage: Dict[str, int]) -> None:
+        self.samples.append(sum(usage.values()))
+
+    def fields(self) -> Dict[str, Optional[int]]:
+        if not self.samples:
+            return {}
+        return {"mem_kb": self.samples[-1], "max_mem_kb": max(self.samples),
+                "avg_mem_kb": sum(self.samples) // len(self.samples)}
+
+
+#: Seconds between two looks at the memory of a job without -M (only for bjobs' usage figures).
+USAGE_CHECK = 2.0
+
+
+def _over_memory(lsf_home: Path, job: Dict, pgid: int, usage_log: Optional[_Usage] = None) -> bool:
     """Whether the job uses more than its -M limit on one of its hosts; the usage is recorded when it does."""
     limit = job.get("mem_limit_kb")
-    if not limit:
-        return False
     usage = memory_by_host(pgid, job["hosts"][0] if job.get("hosts") else state.LAUNCH_NODE)
-    if max(usage.values(), default=0) <= limit:
+    if usage_log is not None:
+        usage_log.add(usage)
+    if not limit or max(usage.values(), default=0) <= limit:
         return False
     _update(lsf_home, job["id"], memory_kb_at_kill=usage)
     return True
 
 
-def _supervise(lsf_home: Path, job: Dict, proc: subprocess.Popen) -> Tuple[Optional[str], bool]:
+def _supervise(lsf_home: Path, job: Dict, proc: subprocess.Popen,
+               usage: Optional[_Usage] = None) -> Tuple[Optional[str], bool]:
     """Warn, enforce the run limit and bkill until the script ends: (why LSF acted, whether it terminated)."""
     start, limit = job["start_time"], job.get("limit_s")
     warn_at = (start + max(0.0, limit - job["warn_s"])) if (limit and job.get("warn_signal")) else None
@@ -324,9 +373,10 @@ def _supervise(lsf_home: Path, job: Dict, proc: subprocess.Popen) -> Tuple[Optio
             if _owner_kill(lsf_home, job["id"]):
                 reason = OWNER_KILL
                 terminate.start(now)
-        if terminate.started_at is None and now - last_memory >= MEMORY_CHECK:
+        every = MEMORY_CHECK if job.get("mem_limit_kb") else USAGE_CHECK
+        if terminate.started_at is None and now - last_memory >= every:
             last_memory = now
-            if _over_memory(lsf_home, job, proc.pid):
+            if _over_memory(lsf_home, job, proc.pid, usage):
                 reason = MEMLIMIT
                 terminate.start(now)
         terminate.tick(now)
@@ -339,13 +389,16 @@ def _outcome(code: int, reason: Optional[str], terminated: bool) -> Tuple[str, O
 
     A job LSF terminated (bkill, or the run limit's grace over) is EXIT even if
     it exited 0, as in LSF. A job that got the run limit's USR2 and ended on its
-    own within the grace ends as it exits: 0 is DONE.
+    own within the grace ends as it exits: 0 is DONE. A plain non-zero exit is
+    EXIT without a reason, as in IBM LSF.
     """
     if reason in (OWNER_KILL, MEMLIMIT) or (reason and terminated):
         return "EXIT", reason
     if code == 0:
         return "DONE", None
-    return "EXIT", reason or f"exited with exit code {code}"
+    # IBM sets a termination reason only where LSF ended the job; a job that simply exits non-zero has
+    # none (bjobs -l: "Exited with exit code N", no TERM_* word).
+    return "EXIT", reason
 
 
 def _kill_leftovers(lsf_home: Path, job_id: int, pgid: int) -> None:
@@ -358,9 +411,13 @@ def _kill_leftovers(lsf_home: Path, job_id: int, pgid: int) -> None:
 
 
 def _finish(lsf_home: Path, job_id: int, proc: subprocess.Popen, reason: Optional[str],
-            terminated: bool) -> None:
-    """Record how the job ended, with the exit code the job really had (128 + signal when one ended it)."""
+            terminated: bool, usage: Optional[_Usage] = None) -> None:
+    """Record how the job ended, with the exit code the job really had (128 + signal when one ended it),
+    its CPU time (the script and every process it waited for: this supervisor's children's usage) and
+    its memory figures."""
     rc = proc.returncode
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    figures = dict(usage.fields() if usage else {}, cpu_s=round(children.ru_utime + children.ru_stime, 3))
     code = 128 - rc if rc < 0 else rc
     _kill_leftovers(lsf_home, job_id, proc.pid)
     try:
@@ -371,11 +428,24 @@ def _finish(lsf_home: Path, job_id: int, proc: subprocess.Popen, reason: Optiona
             if reason is None and rec.get("kill_requested"):
                 reason = OWNER_KILL
             job_state, why = _outcome(code, reason, terminated)
-            rec.update(exit_code=code, finish_time=time.time(), state=job_state, exit_reason=why)
+            rec.update(exit_code=code, finish_time=time.time(), state=job_state, exit_reason=why, **figures)
             rec.update(bacct.usage_at_finish(lsf_home, job_id))     # what bacct shows of the job
             state.save_job(lsf_home, rec)
     except OSError:
         pass
+
+
+def _remove_tmp(lsf_home: Path, job: Dict) -> None:
+    """The job's per-node temporary folders. The elements of an array share their array's id, so each
+    removes the folders of its own hosts, and the last one the array's folder."""
+    root = state.job_tmp_root(lsf_home, state.lsf_id(job))
+    if not job.get("array_id"):
+        shutil.rmtree(root, ignore_errors=True)
+        return
+    for host in job.get("hosts") or []:
+        shutil.rmtree(root / host, ignore_errors=True)
+    with contextlib.suppress(OSError):
+        root.rmdir()
 
 
 def run(lsf_home: Path, job_id: int) -> int:
@@ -386,10 +456,11 @@ def run(lsf_home: Path, job_id: int) -> int:
     if proc is None:
         return 0
     job, pipe = _record_start(lsf_home, job, proc)
-    reason, terminated = _supervise(lsf_home, job, proc)
-    _finish(lsf_home, job_id, proc, reason, terminated)
+    usage = _Usage()
+    reason, terminated = _supervise(lsf_home, job, proc, usage)
+    _finish(lsf_home, job_id, proc, reason, terminated, usage)
     # As LSF removes a job's temporary directory: the virtual nodes' TMPDIR folders go with the job.
-    shutil.rmtree(state.job_tmp_root(lsf_home, job_id), ignore_errors=True)
+    _remove_tmp(lsf_home, job)
     if pipe is not None:
         with contextlib.suppress(OSError):
             os.write(pipe, watchdog.FINISHED)
