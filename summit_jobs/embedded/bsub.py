@@ -412,12 +412,7 @@ def build_job(opts: Dict[str, object], command: List[str], script: Optional[str]
     queue = str(opts.get("-q") or DEFAULT_QUEUE)
     if not QUEUE_RE.fullmatch(queue):
         raise BsubError(f"queue {queue!r} is not a valid queue name")
-    scale = state.seconds_per_minute()
-    limit_min = minutes(str(opts["-W"]), "-W") if "-W" in opts else None
-    warn_sig = signal_number(str(opts["-wa"])) if "-wa" in opts else None
-    warn_min = minutes(str(opts["-wt"]), "-wt") if "-wt" in opts else None
-    if (warn_sig is None) != (warn_min is None):
-        raise BsubError("-wa and -wt go together: the signal and the minutes before the run limit")
+    limits = time_limits(opts)
     dependency = check_dependency(opts, lsf_home)
     env_selection(str(opts["-env"]) if "-env" in opts else None, dict(os.environ))   # refused before the id is used
 
@@ -442,12 +437,11 @@ def build_job(opts: Dict[str, object], command: List[str], script: Optional[str]
         "queue": queue, "queue_given": "-q" in opts, "project": opts.get("-P") or opts.get("-G"),
         "form": form, "slots": slots, "nnodes": len(slots), "nodes_total": nodes_total,
         "cores": state.cores_per_node(), "job_file": f"{int(time.time())}.{job_id}",
-        "limit_minutes": limit_min, "limit_s": limit_min * scale if limit_min else None,
-        "warn_signal": warn_sig, "warn_s": warn_min * scale if warn_min else None,
-        "dependency": dependency, "subcwd": cwd, "out": out, "err": err,
+        **limits, "dependency": dependency, "subcwd": cwd, "out": out, "err": err,
         "out_given": opts.get("-oo") or opts.get("-o"), "err_given": opts.get("-eo") or opts.get("-e"),
         "out_overwrite": "-oo" in opts, "err_overwrite": "-eo" in opts,
-        "command": command, "is_script": script is not None, "shell_command": bool(opts.get("shell_command")), "alloc_flags": opts.get("-alloc_flags"),
+        "command": command, "is_script": script is not None, "shell_command": bool(opts.get("shell_command")),
+        "alloc_flags": opts.get("-alloc_flags"),
         "state": "PEND", "pend_reason": "New job is waiting for scheduling",
         "submit_time": time.time(), "start_time": None, "finish_time": None, "hosts": [],
         "pid": None, "exit_code": None, "exit_reason": None, "kill_requested": None,
@@ -457,6 +451,19 @@ def build_job(opts: Dict[str, object], command: List[str], script: Optional[str]
         "kill_grace": state.kill_grace(), "runlimit_grace_s": state.runlimit_grace(),
         "orphan_terminate": bool(opts.get("-ti")), "env_spec": opts.get("-env"), **asked,
     }
+
+
+def time_limits(opts: Dict[str, object]) -> Dict[str, object]:
+    """The run limit (-W) and the warning (-wa signal, -wt minutes before the limit), in LSF minutes and in
+    this machine's seconds (SUMMIT_JOBS_LSF_MINUTE); BsubError for a value refused or a half warning."""
+    scale = state.seconds_per_minute()
+    limit_min = minutes(str(opts["-W"]), "-W") if "-W" in opts else None
+    warn_sig = signal_number(str(opts["-wa"])) if "-wa" in opts else None
+    warn_min = minutes(str(opts["-wt"]), "-wt") if "-wt" in opts else None
+    if (warn_sig is None) != (warn_min is None):
+        raise BsubError("-wa and -wt go together: the signal and the minutes before the run limit")
+    return {"limit_minutes": limit_min, "limit_s": limit_min * scale if limit_min else None,
+            "warn_signal": warn_sig, "warn_s": warn_min * scale if warn_min else None}
 
 
 def job_name(typed: List[str], script: Optional[str]) -> str:
