@@ -44,7 +44,7 @@ import time
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
-from summit_jobs.embedded import deps, jobenv, state, watchdog
+from summit_jobs.embedded import deps, jobenv, state, vnode_ns, watchdog
 
 NEVER = "Dependency condition invalid or never satisfied"
 OWNER_KILL = "TERM_OWNER: job killed by owner"
@@ -180,9 +180,16 @@ def _start(lsf_home: Path, job: Dict) -> Optional[subprocess.Popen]:
     out = _open(job["out"], job["out_overwrite"], jdir / "output")
     err = out if not job["err"] else _open(job["err"], job["err_overwrite"], jdir / "output")
     try:
-        return subprocess.Popen(_command(lsf_home, job), cwd=job["subcwd"], env=_environment(lsf_home, job),
-                                stdin=subprocess.DEVNULL, stdout=out, stderr=err, start_new_session=True)
-    except OSError as exc:
+        env = _environment(lsf_home, job)
+        on = env.get("SUMMIT_JOBS_VNODE") or state.LAUNCH_NODE        # the CSM form's script: the launch node
+        note = vnode_ns.fallback_note()
+        if note:
+            err.write(f"{note}\n".encode())
+            err.flush()
+        return subprocess.Popen(_command(lsf_home, job), cwd=job["subcwd"], env=env, stdin=subprocess.DEVNULL,
+                                stdout=out, stderr=err, start_new_session=True,
+                                preexec_fn=vnode_ns.preexec(on, job["hosts"], lsf_home))
+    except (OSError, subprocess.SubprocessError) as exc:
         out.write(f"embedded LSF: cannot start the job: {exc}\n".encode())
         _update(lsf_home, job["id"], state="EXIT", exit_code=127, exit_reason=f"cannot start: {exc}",
                 finish_time=time.time())
