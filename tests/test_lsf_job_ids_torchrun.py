@@ -76,7 +76,7 @@ def test_torchrun_jobs_of_two_homes_run_side_by_side_to_the_end(tmp_path):
         assert ended[name]["STAT"] == "DONE", f"{name} (job {job['id']}) ended {ended[name]}:\n{out[-4000:]}"
         assert "RendezvousConnectionError" not in out
         assert f"ranks started by torchrun; rank 0 on {NODE1[:-1]}" in out, out[-4000:]
-        found = re.search(rf"job {job['id']} starting 4 ranks on 2 nodes \(torchrun, rendezvous ([\d.]+):(\d+)\)",
+        found = re.search(rf"job {job['id']} starting 4 ranks on 2 nodes \(torchrun, rendezvous ([\w.-]+):(\d+)\)",
                           out)
         assert found, out[-4000:]
         ports[name] = found.group(2)
