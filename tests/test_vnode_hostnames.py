@@ -13,15 +13,18 @@ tests skip, saying why.
 from __future__ import annotations
 
 import json
+import re
+import shutil
 import socket
 import sys
 import textwrap
+import time
 from pathlib import Path
 from typing import Dict, List
 
 import pytest
 
-from conftest_lsf import job_processes, lsf_env, run, submitted_id, wait_for, wait_state  # noqa: F401
+from conftest_lsf import bjobs_state, job_processes, lsf_env, run, submitted_id, wait_for, wait_state  # noqa: F401
 from summit_jobs.embedded import state, vnode_ns
 
 PY = sys.executable
@@ -186,6 +189,83 @@ def test_switched_off_the_nodes_keep_their_loopback_addresses(tmp_path, lsf_env)
     mine = socket.gethostname()
     assert f"task 127.1.0.1 {mine}" in out and f"task 127.1.0.2 {mine}" in out, out
     assert "embedded LSF: virtual nodes are named" not in out
+
+
+#: Runs a command without CAP_SYS_ADMIN (so tasks need a user namespace for their host names).
+NO_SYS_ADMIN = ["setpriv", "--bounding-set", "-sys_admin", "--inh-caps", "-sys_admin"]
+#: Runs a command where no namespace can be had: in a user namespace that allows no more of them, and
+#: without CAP_SYS_ADMIN there.
+NO_NAMESPACES = ["unshare", "--user", "--map-root-user", "sh", "-c",
+                 'echo 0 > /proc/sys/user/max_user_namespaces && exec "$@"', "sh"] + NO_SYS_ADMIN
+
+
+def confined(prefix: List[str]) -> None:
+    """Skips, saying why, where the tools that take namespaces away are missing."""
+    if not all(shutil.which(p) for p in {prefix[0], "setpriv"}):
+        pytest.skip("setpriv and unshare (util-linux) are needed to take namespaces away from a job")
+
+
+def test_without_cap_sys_admin_tasks_get_their_names_in_a_user_namespace(tmp_path, lsf_env, mode):
+    """The path of a user who is not root: unshare(CLONE_NEWUSER) with the own ids mapped, then the rest."""
+    confined(NO_SYS_ADMIN)
+    (tmp_path / "rec.py").write_text(RECORD)
+    jid = submitted_id(run(NO_SYS_ADMIN + ["bsub", script(tmp_path, f"""
+        #BSUB -n 4
+        #BSUB -R "span[ptile=2]"
+        #BSUB -o out.%J
+        grep CapBnd /proc/self/status
+        jsrun -n 4 -r 2 -a 1 -c 1 {PY} {tmp_path}/rec.py {tmp_path}/jsrun
+        blaunch {PY} {tmp_path}/rec.py {tmp_path}/blaunch
+        """)], lsf_env, cwd=tmp_path).stdout)
+    out = finish(tmp_path, lsf_env, jid)
+    bounding = int(re.search(r"CapBnd:\s*([0-9a-f]+)", out).group(1), 16)
+    assert not bounding & (1 << 21), f"the job still had CAP_SYS_ADMIN: {out}"
+    assert "embedded LSF: virtual nodes are named" not in out, out
+    for stem in ("jsrun", "blaunch"):
+        tasks = records(tmp_path, stem)
+        assert len(tasks) == 4, out
+        for task in tasks:
+            check_named(task, f"{stem} task {task['rank']} without CAP_SYS_ADMIN")
+
+
+def test_where_no_namespace_can_be_had_nodes_keep_their_addresses_and_the_job_says_so_once(tmp_path, lsf_env,
+                                                                                          record_property):
+    confined(NO_NAMESPACES)
+    probe = run(NO_NAMESPACES + [PY, "-c", "from summit_jobs.embedded import vnode_ns; print(vnode_ns.unavailable())"],
+                lsf_env)
+    if probe.returncode != 0:
+        pytest.skip(f"cannot build a namespace-less sandbox here: {probe.stderr.strip()}")
+    print(f"virtual node naming mode in the sandbox: addresses ({probe.stdout.strip()})")
+    record_property("vnode_naming_mode_sandbox", probe.stdout.strip())
+    assert "cannot enter UTS and mount namespaces" in probe.stdout
+    jid = submitted_id(run(NO_NAMESPACES + ["bsub", script(tmp_path, f"""
+        #BSUB -n 2
+        #BSUB -R "span[ptile=1]"
+        #BSUB -o out.%J
+        echo "MCPU=$LSB_MCPU_HOSTS"
+        blaunch -no-shell {PY} -c "import os, socket; print('task', os.environ['SUMMIT_JOBS_VNODE'], socket.gethostname())"
+        """)], lsf_env, cwd=tmp_path).stdout)
+    out = finish(tmp_path, lsf_env, jid)
+    assert "MCPU=127.1.0.1 1 127.1.0.2 1" in out, out
+    mine = socket.gethostname()
+    assert f"task 127.1.0.1 {mine}" in out and f"task 127.1.0.2 {mine}" in out, out
+    assert out.count("embedded LSF: virtual nodes are named by their loopback addresses") == 1, out
+
+
+def test_a_node_held_under_its_address_is_not_given_out_again_under_its_name(tmp_path, lsf_env, mode):
+    """Jobs submitted with and without host names share one home: vnode1 and 127.1.0.1 are one node."""
+    release = tmp_path / "release"
+    hold = script(tmp_path, f"#BSUB -nnodes 4\n#BSUB -o out.%J\nwhile [ ! -e {release} ]; do sleep 0.1; done\n")
+    blocker = submitted_id(run(["bsub", hold], dict(lsf_env, SUMMIT_JOBS_LSF_HOSTNAMES="off"), cwd=tmp_path).stdout)
+    wait_for(lambda: bjobs_state(blocker, lsf_env)["STAT"] == "RUN", 20, "the blocker to run")
+    second = submitted_id(run(["bsub", "-nnodes", "1", "-o", str(tmp_path / "second.out"), "true"], lsf_env,
+                              cwd=tmp_path).stdout)
+    time.sleep(1.5)
+    rec = bjobs_state(second, lsf_env)
+    assert rec["STAT"] == "PEND" and rec["PEND_REASON"].startswith("Not enough virtual nodes free"), rec
+    release.write_text("")
+    assert wait_state(second, lsf_env)["STAT"] == "DONE"
+    finish(tmp_path, lsf_env, blocker)
 
 
 def test_hosts_file_keeps_the_machines_lines_and_replaces_its_own_block():

@@ -78,8 +78,8 @@ def _try_start(lsf_home: Path, job: Dict, jobs: List[Dict]) -> Tuple[Optional[st
         return None, True
     if reason is not None:
         return reason, False
-    busy = {h for j in jobs if j["state"] == "RUN" for h in j["hosts"]}
-    free = [n for n in state.node_names(job["nodes_total"]) if n not in busy]
+    busy = {vnode_ns.address_of(h) for j in jobs if j["state"] == "RUN" for h in j["hosts"]}
+    free = [n for n in state.node_names(job["nodes_total"]) if vnode_ns.address_of(n) not in busy]
     if len(free) >= job["nnodes"]:
         job.update(state="RUN", hosts=free[:job["nnodes"]], start_time=time.time(), pend_reason=None)
         if job.get("form", "csm") == "csm":

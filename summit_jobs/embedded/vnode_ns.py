@@ -142,6 +142,15 @@ def is_address(host: str) -> bool:
         return False
 
 
+def address_of(host: str) -> str:
+    """A virtual node's loopback address, whichever way it is named (``vnode2`` and ``127.1.0.2`` are one
+    node: jobs started with and without host names must never share it)."""
+    m = NAME_RE.match(host)
+    if m:
+        return state.node_address(int(m.group(1)))
+    return LAUNCH_ADDRESS if host == state.LAUNCH_NODE else host
+
+
 def hosts_text(base: str, count: int) -> str:
     """The private hosts file: ``base`` (the machine's /etc/hosts, any earlier block of ours cut off), a
     line per virtual node and one for the launch node."""
