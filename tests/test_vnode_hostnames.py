@@ -219,7 +219,8 @@ def test_without_cap_sys_admin_tasks_get_their_names_in_a_user_namespace(tmp_pat
         blaunch {PY} {tmp_path}/rec.py {tmp_path}/blaunch
         """)], lsf_env, cwd=tmp_path).stdout)
     out = finish(tmp_path, lsf_env, jid)
-    assert re.search(rf"^uid_map\s+{os.geteuid()}\s+{os.geteuid()}\s+1$", out, re.M), f"the script is not in a user namespace: {out}"
+    uid = os.geteuid()
+    assert re.search(rf"^uid_map\s+{uid}\s+{uid}\s+1$", out, re.M), f"the script is not in a user namespace: {out}"
     assert "embedded LSF: virtual nodes are named" not in out, out
     for stem in ("jsrun", "blaunch"):
         tasks = records(tmp_path, stem)
