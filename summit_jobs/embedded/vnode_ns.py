@@ -61,7 +61,10 @@ MS_REC = 16384
 MS_PRIVATE = 1 << 18
 
 
+@functools.lru_cache(maxsize=None)
 def _libc():
+    """The C library, loaded in the parent: loading it between fork and exec could wait forever on a lock
+    another thread of the parent held at the fork."""
     return ctypes.CDLL(None, use_errno=True)
 
 
@@ -100,6 +103,7 @@ def unavailable() -> Optional[str]:
         return f"{SWITCH}=off"
     if not Path("/proc/self/ns/uts").exists():
         return "this system has no Linux namespaces"
+    _libc()
     pid = os.fork()
     if pid == 0:                                        # pragma: no cover - the child
         code = 0
@@ -184,4 +188,5 @@ def preexec(host: str, hosts: Iterable[str], lsf_home: Optional[Path] = None) ->
     if current != text:
         state.write_bytes(path, text.encode())
     hosts_file = str(path)
+    _libc()
     return lambda: enter(host, hosts_file)
