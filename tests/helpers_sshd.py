@@ -59,7 +59,9 @@ def remote_lsf_env(base: Path, **extra: str) -> Dict[str, str]:
     bin_dir = Path(__file__).resolve().parent.parent / "summit_jobs" / "embedded" / "bin"
     return {"PATH": f"{bin_dir}:/usr/local/bin:/usr/bin:/bin", "SUMMIT_JOBS_PYTHON": sys.executable,
             "SUMMIT_JOBS_LSF_HOME": str(base / "lsf"), "SUMMIT_JOBS_LSF_MINUTE": "2",
-            "SUMMIT_JOBS_LSF_KILL_GRACE": "1", **extra}
+            "SUMMIT_JOBS_LSF_KILL_GRACE": "1",
+            # The code under test on both sides of the connection (a worktree's, not the installed one).
+            **({"PYTHONPATH": os.environ["PYTHONPATH"]} if os.environ.get("PYTHONPATH") else {}), **extra}
 
 
 def _free_port(address: str = "127.0.0.1") -> int:

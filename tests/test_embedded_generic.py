@@ -14,6 +14,10 @@ from typing import Dict, List
 import pytest
 
 from conftest_lsf import lsf_env, run, submitted_id, wait_state  # noqa: F401
+from summit_jobs.embedded.state import node_names
+
+#: The virtual nodes' host names on this machine: vnode1... where tasks get host names, else 127.1.0.1...
+NODE1, NODE2, NODE3, NODE4 = node_names(4)
 
 PY = sys.executable
 #: Prints one line with what a rank or task is told about itself.
@@ -64,7 +68,7 @@ def test_mpirun_through_blaunch_starts_four_ranks_on_their_hosts(tmp_path, lsf_e
     ranks = sorted(shown(out), key=lambda r: int(r["OMPI_COMM_WORLD_RANK"]))
     assert [r["OMPI_COMM_WORLD_RANK"] for r in ranks] == ["0", "1", "2", "3"], out
     assert {r["OMPI_COMM_WORLD_SIZE"] for r in ranks} == {"4"}
-    assert [r["SUMMIT_JOBS_VNODE"] for r in ranks] == ["127.1.0.1", "127.1.0.1", "127.1.0.2", "127.1.0.2"]
+    assert [r["SUMMIT_JOBS_VNODE"] for r in ranks] == [NODE1, NODE1, NODE2, NODE2]
     assert [r["OMPI_COMM_WORLD_LOCAL_RANK"] for r in ranks] == ["0", "1", "0", "1"]
     assert {r["CUDA_VISIBLE_DEVICES"] for r in ranks} == {"0,1"}
 
@@ -72,17 +76,17 @@ def test_mpirun_through_blaunch_starts_four_ranks_on_their_hosts(tmp_path, lsf_e
 def test_blaunch_runs_its_command_through_a_shell_unless_no_shell(tmp_path, lsf_env):
     """As rsh and ssh do (IBM: a drop-in replacement for both): the words are joined and run by /bin/sh, so
     quoting meant for the remote shell is undone there; -no-shell passes them as they are."""
-    jid, rec = submit_and_wait(tmp_path, lsf_env, """
+    jid, rec = submit_and_wait(tmp_path, lsf_env, f"""
         #BSUB -n 2
         #BSUB -R "span[ptile=1]"
         #BSUB -o sh.%J.out
-        blaunch 127.1.0.2 echo 'on=$SUMMIT_JOBS_VNODE' '"quoted"'
-        blaunch -no-shell 127.1.0.2 echo 'on=$SUMMIT_JOBS_VNODE' '"quoted"'
-        blaunch -use-login-shell -z 127.1.0.1 echo 'login=$LSF_PM_TASKID'
+        blaunch {NODE2} echo 'on=$SUMMIT_JOBS_VNODE' '"quoted"'
+        blaunch -no-shell {NODE2} echo 'on=$SUMMIT_JOBS_VNODE' '"quoted"'
+        blaunch -use-login-shell -z {NODE1} echo 'login=$LSF_PM_TASKID'
         """)
     out = (tmp_path / f"sh.{jid}.out").read_text()
     assert rec["STAT"] == "DONE", out
-    assert out.splitlines() == ["on=127.1.0.2 quoted", 'on=$SUMMIT_JOBS_VNODE "quoted"', "login=1"], out
+    assert out.splitlines() == [f"on={NODE2} quoted", 'on=$SUMMIT_JOBS_VNODE "quoted"', "login=1"], out
 
 
 def test_gpu_job_sees_its_hosts_gpus_in_the_script_and_every_task(tmp_path, lsf_env):
@@ -101,7 +105,7 @@ def test_gpu_job_sees_its_hosts_gpus_in_the_script_and_every_task(tmp_path, lsf_
     assert "script=0,1,2" in out                       # the submission's CUDA_VISIBLE_DEVICES=7 is not kept
     tasks = sorted(shown(out), key=lambda t: int(t["LSF_PM_TASKID"]))
     assert [(t["SUMMIT_JOBS_VNODE"], t["CUDA_VISIBLE_DEVICES"]) for t in tasks] == [
-        ("127.1.0.1", "0,1,2"), ("127.1.0.1", "0,1,2"), ("127.1.0.2", "0,1,2")]
+        (NODE1, "0,1,2"), (NODE1, "0,1,2"), (NODE2, "0,1,2")]
     record = json.loads((Path(env["SUMMIT_JOBS_LSF_HOME"]) / "jobs" / jid / "job.json").read_text())
     assert record["gpu"] == {"num": 3, "mode": "shared", "mps": "no", "j_exclusive": "yes",
                              "gmodel": "TeslaV100_SXM2_32GB", "gmem": 32000}
@@ -131,14 +135,14 @@ def test_a_job_above_its_memory_limit_is_killed_with_term_memlimit(tmp_path, lsf
         #BSUB -R "span[ptile=1] rusage[mem=100]"
         #BSUB -M 60MB
         #BSUB -o mem.%J.out
-        blaunch 127.1.0.2 {PY} -c '"import time; x = bytearray(150 * 2**20); time.sleep(60)"'
+        blaunch {NODE2} {PY} -c '"import time; x = bytearray(150 * 2**20); time.sleep(60)"'
         echo "blaunch-rc=$?"
         """)
     assert rec["STAT"] == "EXIT", (tmp_path / f"mem.{jid}.out").read_text()
     assert rec["EXIT_REASON"] == "TERM_MEMLIMIT: job killed after reaching LSF memory usage limit"
     record = json.loads((Path(lsf_env["SUMMIT_JOBS_LSF_HOME"]) / "jobs" / jid / "job.json").read_text())
     assert record["mem_limit_kb"] == 60 * 1024 and record["rusage_mem_mb"] == 100
-    assert record["memory_kb_at_kill"]["127.1.0.2"] > 60 * 1024
+    assert record["memory_kb_at_kill"][NODE2] > 60 * 1024
 
 
 def test_a_job_within_its_memory_limit_and_a_known_app_profile_runs(tmp_path, lsf_env):

@@ -14,6 +14,10 @@ from pathlib import Path
 
 from conftest_lsf import (bjobs_state, lsf_env, program, run, submitted_id, wait_for,  # noqa: F401
                           wait_state)
+from summit_jobs.embedded.state import node_names
+
+#: The virtual nodes' host names on this machine: vnode1... where tasks get host names, else 127.1.0.1...
+NODE1, NODE2, NODE3, NODE4 = node_names(4)
 
 PY = sys.executable
 
@@ -42,8 +46,8 @@ def test_bsub_runs_script_with_lsf_variables_and_output_files(tmp_path, lsf_env)
     assert wait_state(jid, lsf_env)["STAT"] == "DONE"
     out = (tmp_path / f"vars.{jid}.out").read_text()
     assert f"JOBID={jid} QUEUE=batch SUBCWD={tmp_path}" in out
-    assert "MCPU=batch1 1 127.1.0.1 2 127.1.0.2 2 \n" in out     # trailing space, as on Summit
-    assert "HOSTS=batch1 127.1.0.1 127.1.0.1 127.1.0.2 127.1.0.2" in out
+    assert f"MCPU=batch1 1 {NODE1} 2 {NODE2} 2 \n" in out     # trailing space, as on Summit
+    assert f"HOSTS=batch1 {NODE1} {NODE1} {NODE2} {NODE2}" in out
     assert (tmp_path / f"vars.{jid}.err").read_text() == "to-stderr\n"
 
 
@@ -211,8 +215,8 @@ os.environ.get("SUMMIT_JOBS_RENDEZVOUS_ADDR", "-"), os.getcwd()]) + "\\n").encod
     assert wait_state(jid, lsf_env)["STAT"] == "DONE"
     rows = sorted(line.split() for line in (tmp_path / f"env.{jid}.out").read_text().splitlines())
     home = lsf_env["SUMMIT_JOBS_LSF_HOME"]
-    assert [r[:3] for r in rows] == [["0", "0", "127.1.0.1"], ["1", "1", "127.1.0.1"],
-                                     ["2", "0", "127.1.0.2"], ["3", "1", "127.1.0.2"]]
+    assert [r[:3] for r in rows] == [["0", "0", NODE1], ["1", "1", NODE1],
+                                     ["2", "0", NODE2], ["3", "1", NODE2]]
     for r in rows:
         assert r[3] == f"{home}/nodes/{r[2]}/nvme" and os.path.isdir(r[3])
         assert r[4:] == ["val", "-", str(tmp_path / "wd")]     # ranks find the rendezvous in the host list

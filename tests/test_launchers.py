@@ -18,6 +18,10 @@ import torch
 
 from conftest_lsf import cli, lsf_env, run, submitted_id, wait_for, wait_state  # noqa: F401
 from trainer_utils import REPO, make_dataset, tiny_args
+from summit_jobs.embedded.state import node_names
+
+#: The virtual nodes' host names on this machine: vnode1... where tasks get host names, else 127.1.0.1...
+NODE1, NODE2, NODE3, NODE4 = node_names(4)
 
 LAUNCHERS = ["blaunch", "mpirun", "torchrun"]
 #: Open MPI refuses to run as root without these (the CI machine runs tests as root).
@@ -83,7 +87,7 @@ def test_each_launcher_trains_to_the_weights_of_the_jsrun_path(tmp_path, lsf_env
     for launcher in LAUNCHERS:
         out = outputs[launcher]
         source = {"blaunch": "blaunch", "mpirun": "mpi", "torchrun": "torchrun"}[launcher]
-        assert f"ranks started by {source}; rank 0 on 127.1.0." in out, out
+        assert f"ranks started by {source}; rank 0 on {NODE1[:-1]}" in out, out
         assert "ddp engine, 4 ranks" in out
         weights = _weights(jobs[launcher][1])
         assert weights.keys() == reference.keys()
@@ -102,15 +106,15 @@ def test_rank_0_claimed_on_two_nodes_fails_fast_with_both_hosts_named(tmp_path, 
 #BSUB -n 2
 #BSUB -R "span[ptile=1]"
 #BSUB -o twice.%J.out
-export RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 MASTER_ADDR=127.1.0.1 OMP_NUM_THREADS=1 SUMMIT_JOBS_RENDEZVOUS_TIMEOUT=600
-blaunch -no-shell -z "127.1.0.1 127.1.0.2" {sys.executable} -m trainer {args}
+export RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 MASTER_ADDR={NODE1} OMP_NUM_THREADS=1 SUMMIT_JOBS_RENDEZVOUS_TIMEOUT=600
+blaunch -no-shell -z "{NODE1} {NODE2}" {sys.executable} -m trainer {args}
 """)
     started = time.time()
     jid = submitted_id(run(["bsub", str(script)], lsf_env, cwd=tmp_path).stdout)
     rec = wait_state(jid, lsf_env, timeout=120)
     out = (tmp_path / f"twice.{jid}.out").read_text()
     assert rec["STAT"] == "EXIT" and time.time() - started < 90, out
-    assert "rank 0 runs on virtual node 127.1.0.2, but the rendezvous host is 127.1.0.1" in out
+    assert f"rank 0 runs on virtual node {NODE2}, but the rendezvous host is {NODE1}" in out
     assert "Traceback" not in out
 
 

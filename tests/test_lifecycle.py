@@ -11,6 +11,10 @@ from pathlib import Path
 
 from conftest_lsf import (bjobs_state, cli, lsf_env, program, run, submitted_id, template_dir,  # noqa: F401
                           wait_for, wait_state)
+from summit_jobs.embedded.state import node_names
+
+#: The virtual nodes' host names on this machine: vnode1... where tasks get host names, else 127.1.0.1...
+NODE1, NODE2, NODE3, NODE4 = node_names(4)
 
 
 def submit(env, template_dir, runs_dir, *extra, nodes="2", name="e2e", trainer_args=()):
@@ -74,7 +78,7 @@ def test_end_to_end_pend_run_done_logs_and_exit_code(tmp_path, lsf_env, template
         for rank, line in enumerate(lines):
             assert (f"JSM_NAMESPACE_RANK={rank} JSM_NAMESPACE_SIZE=4 JSM_NAMESPACE_LOCAL_RANK={rank % 2} "
                     f"OMPI_COMM_WORLD_RANK={rank} OMPI_COMM_WORLD_SIZE=4 OMPI_COMM_WORLD_LOCAL_RANK={rank % 2} "
-                    f"PMIX_RANK={rank} SUMMIT_JOBS_VNODE=127.1.0.{1 + rank // 2}") in line
+                    f"PMIX_RANK={rank} SUMMIT_JOBS_VNODE={node_names(4)[rank // 2]}") in line
     assert f"==> {run_dir}/e2e.{jid}.out <==" in logs.stderr
     assert (run_dir / f"exitcode.{jid}").read_text() == "0\n"
     # The run record.

@@ -24,6 +24,10 @@ import pytest
 
 from conftest_lsf import lsf_env, run, submitted_id, wait_state  # noqa: F401
 from trainer_utils import make_dataset, tiny_args
+from summit_jobs.embedded.state import node_names
+
+#: The virtual nodes' host names on this machine: vnode1... where tasks get host names, else 127.1.0.1...
+NODE1, NODE2, NODE3, NODE4 = node_names(4)
 
 DATA = Path(__file__).parent / "data" / "lsf"
 PY = sys.executable
@@ -100,18 +104,18 @@ def test_generic_job_environment_matches_a_real_one(tmp_path, lsf_env):
     real = fixture("env_lsf7_grid_cluster_ompi2009.txt")
     assert {v for v in JOB_VARS if v in real} <= set(ours)
     check_shape(ours, jid)
-    assert ours["LSB_MCPU_HOSTS"] == "127.1.0.1 2 127.1.0.2 2"
+    assert ours["LSB_MCPU_HOSTS"] == f"{NODE1} 2 {NODE2} 2"
     assert ours["LSB_DJOB_NUMPROC"] == "4"
-    assert Path(ours["LSB_DJOB_HOSTFILE"]).read_text().split() == ["127.1.0.1"] * 2 + ["127.1.0.2"] * 2
+    assert Path(ours["LSB_DJOB_HOSTFILE"]).read_text().split() == [NODE1] * 2 + [NODE2] * 2
     assert ours["LSB_JOBNAME"] == f"{s} first arg"
     assert ours["LSB_QUEUE"] == "batch" and ours["LS_SUBCWD"] == str(tmp_path)
     out = (tmp_path / f"gen.{jid}.out").read_text()
     assert f"SHELLPID={ours['LS_JOBPID']}" in out           # LS_JOBPID is the job's own process
     assert ours["LSB_OUTPUTFILE"] == str(tmp_path / f"gen.{jid}.out") and "LSB_ERRORFILE" not in ours
-    assert ours["SUMMIT_JOBS_VNODE"] == "127.1.0.1"           # the script runs on the first host
+    assert ours["SUMMIT_JOBS_VNODE"] == NODE1           # the script runs on the first host
     assert "CSM_ALLOCATION_ID" not in ours and "LSB_DJOB_RANKFILE" not in ours
     listed = run(["bjobs", "-o", "exec_host nexec_host", "-json", jid], lsf_env)
-    assert json.loads(listed.stdout)["RECORDS"][0] == {"EXEC_HOST": "2*127.1.0.1:2*127.1.0.2", "NEXEC_HOST": "2"}
+    assert json.loads(listed.stdout)["RECORDS"][0] == {"EXEC_HOST": f"2*{NODE1}:2*{NODE2}", "NEXEC_HOST": "2"}
 
 
 def test_csm_job_environment_matches_summit_and_satisfies_lightning(tmp_path, lsf_env):
@@ -129,7 +133,7 @@ def test_csm_job_environment_matches_summit_and_satisfies_lightning(tmp_path, ls
     assert wait_state(jid, lsf_env)["STAT"] == "DONE"
     ours = dumped(tmp_path / "script.env")
     check_shape(ours, jid)
-    assert ours["LSB_MCPU_HOSTS"] == "batch1 1 127.1.0.1 2 127.1.0.2 2 "   # trailing space, as on Summit
+    assert ours["LSB_MCPU_HOSTS"] == f"batch1 1 {NODE1} 2 {NODE2} 2 "   # trailing space, as on Summit
     assert ours["LSB_DJOB_NUMPROC"] == str(2 * 2 + 1) and ours["LSB_JOBNAME"] == "csm"
     assert ours["LSB_ERRORFILE"] == str(tmp_path / f"csm.{jid}.err")
     assert ours["CSM_ALLOCATION_ID"].isdecimal() and ours["CSM_ALLOCATION_ID"] != jid
@@ -139,7 +143,7 @@ def test_csm_job_environment_matches_summit_and_satisfies_lightning(tmp_path, ls
     assert re.fullmatch(shape, os.path.basename(real_rankfile))
     assert re.fullmatch(shape, os.path.basename(ours["LSB_DJOB_RANKFILE"])).group(1) == jid
     lines = Path(ours["LSB_DJOB_RANKFILE"]).read_text().split()
-    assert lines == ["batch1"] + ["127.1.0.1"] * 2 + ["127.1.0.2"] * 2
+    assert lines == ["batch1"] + [NODE1] * 2 + [NODE2] * 2
     real_rank = fixture("env_summit_jsrun_rank_octotiger334.txt")
     jsm = {k for k in real_rank if k.startswith("JSM_NAMESPACE_")}
     ranks = [dumped(tmp_path / f"rank.env{r}") for r in range(4)]
@@ -155,7 +159,7 @@ def test_csm_job_environment_matches_summit_and_satisfies_lightning(tmp_path, ls
                                         "JSM_NAMESPACE_SIZE"))
         hosts = [line.strip() for line in open(env["LSB_DJOB_RANKFILE"])][1:]
         unique = list(dict.fromkeys(hosts))
-        assert hosts[0] == "127.1.0.1" and int(env["JSM_NAMESPACE_SIZE"]) == 4
+        assert hosts[0] == NODE1 and int(env["JSM_NAMESPACE_SIZE"]) == 4
         assert unique.index(env["SUMMIT_JOBS_VNODE"]) == int(env["JSM_NAMESPACE_RANK"]) // 2
     # Each virtual node its own TMPDIR (ranks of one node share it), gone with the job.
     tmp_of = {env["SUMMIT_JOBS_VNODE"]: env["TMPDIR"] for env in ranks}
@@ -170,16 +174,16 @@ def test_blaunch_runs_one_task_per_slot_with_task_ids_from_1(tmp_path, lsf_env):
         #BSUB -o bl.%J.out
         echo "script-tmp=$TMPDIR mode=$(stat -c %a "$TMPDIR")"
         blaunch -no-shell {PY} -c "{DUMP}" "$LS_SUBCWD/task.env"
-        blaunch -no-shell -z "127.1.0.2" {PY} -c "{DUMP}" "$LS_SUBCWD/one.env"
-        blaunch 127.1.0.4 true; echo "unknown-host-rc=$?"
+        blaunch -no-shell -z "{NODE2}" {PY} -c "{DUMP}" "$LS_SUBCWD/one.env"
+        blaunch {NODE4} true; echo "unknown-host-rc=$?"
         blaunch --bogus true; echo "bad-option-rc=$?"
         """)
     jid = submitted_id(run(["bsub", s], lsf_env, cwd=tmp_path).stdout)
     assert wait_state(jid, lsf_env)["STAT"] == "DONE"
     tasks = [dumped(tmp_path / f"task.env{t}") for t in (1, 2, 3)]
-    assert [t["SUMMIT_JOBS_VNODE"] for t in tasks] == ["127.1.0.1", "127.1.0.1", "127.1.0.2"]
+    assert [t["SUMMIT_JOBS_VNODE"] for t in tasks] == [NODE1, NODE1, NODE2]
     for t in tasks:
-        assert t["LSB_JOBID"] == jid and t["LSB_MCPU_HOSTS"] == "127.1.0.1 2 127.1.0.2 1"
+        assert t["LSB_JOBID"] == jid and t["LSB_MCPU_HOSTS"] == f"{NODE1} 2 {NODE2} 1"
         assert not any(k in t for k in ("JSM_NAMESPACE_RANK", "OMPI_COMM_WORLD_RANK", "RANK", "PMIX_RANK"))
         assert t["SUMMIT_JOBS_NVME"].endswith(f"/nodes/{t['SUMMIT_JOBS_VNODE']}/nvme")
     assert len({t["PID"] for t in tasks}) == 3
@@ -190,9 +194,9 @@ def test_blaunch_runs_one_task_per_slot_with_task_ids_from_1(tmp_path, lsf_env):
     assert f"script-tmp={tasks[0]['TMPDIR']} mode=700" in out, out
     assert len(tasks[2]["TMPDIR"]) < 60 and not any(Path(t["TMPDIR"]).exists() for t in tasks)
     one = dumped(tmp_path / "one.env1")
-    assert one["SUMMIT_JOBS_VNODE"] == "127.1.0.2" and not (tmp_path / "one.env2").exists()
+    assert one["SUMMIT_JOBS_VNODE"] == NODE2 and not (tmp_path / "one.env2").exists()
     out = (tmp_path / f"bl.{jid}.out").read_text()
-    assert f"host '127.1.0.4' is not allocated to job {jid}" in out and "unknown-host-rc=255" in out
+    assert f"host '{NODE4}' is not allocated to job {jid}" in out and "unknown-host-rc=255" in out
     assert "unknown option '--bogus'" in out and "bad-option-rc=255" in out
     outside = run(["blaunch", "true"], {k: v for k, v in lsf_env.items() if not k.startswith("LSB_")})
     assert outside.returncode == 255 and "not inside a job" in outside.stderr
@@ -220,7 +224,7 @@ def test_a_two_host_generic_job_trains_with_rank_0_and_the_rendezvous_on_the_fir
     rec = wait_state(jid, lsf_env, timeout=240)
     out = (tmp_path / f"train.{jid}.out").read_text()
     assert rec["STAT"] == "DONE", out
-    assert "ranks started by blaunch; rank 0 on 127.1.0.1, rendezvous host 127.1.0.1" in out
+    assert f"ranks started by blaunch; rank 0 on {NODE1}, rendezvous host {NODE1}" in out
     assert "ddp engine, 4 ranks" in out
 
 
@@ -228,13 +232,13 @@ def test_a_rendezvous_on_the_wrong_host_fails_fast_with_both_hosts_named(tmp_pat
     """A MASTER_ADDR naming the second host: rank 0 (on the first) stops at once; nothing waits for the
     600 s rendezvous timeout."""
     started = time.time()
-    jid = submitted_id(run(["bsub", trainer_job(tmp_path, data, "export MASTER_ADDR=127.1.0.2")], lsf_env,
+    jid = submitted_id(run(["bsub", trainer_job(tmp_path, data, f"export MASTER_ADDR={NODE2}")], lsf_env,
                            cwd=tmp_path).stdout)
     rec = wait_state(jid, lsf_env, timeout=120)
     out = (tmp_path / f"train.{jid}.out").read_text()
     assert rec["STAT"] == "EXIT", out
     assert time.time() - started < 90
-    assert ("trainer: rank 0 runs on virtual node 127.1.0.1, but the rendezvous host is 127.1.0.2 "
+    assert (f"trainer: rank 0 runs on virtual node {NODE1}, but the rendezvous host is {NODE2} "
             "(a different virtual node)") in out
     assert "Traceback" not in out
 
@@ -256,18 +260,18 @@ def test_a_node_tmp_folder_in_the_way_that_is_not_private_is_refused(tmp_path, m
     from summit_jobs.embedded import state
     monkeypatch.setenv("SUMMIT_JOBS_LSF_TMP", str(tmp_path / "tmp"))
     home = tmp_path / "lsf"
-    made = state.node_tmp_dir(home, "77", "127.1.0.2")
-    assert made == state.job_tmp_root(home, "77") / "127.1.0.2" and made.is_dir()
+    made = state.node_tmp_dir(home, "77", NODE2)
+    assert made == state.job_tmp_root(home, "77") / NODE2 and made.is_dir()
     top = tmp_path / "tmp" / f"summit-jobs-{os.getuid()}"
     assert (top.stat().st_mode & 0o777, made.stat().st_mode & 0o777) == (0o700, 0o700)
     assert state.job_tmp_root(tmp_path / "other-lsf", "77") != state.job_tmp_root(home, "77")
     top.chmod(0o777)
     with pytest.raises(OSError, match="not a private folder.*SUMMIT_JOBS_LSF_TMP"):
-        state.node_tmp_dir(home, "78", "127.1.0.1")
+        state.node_tmp_dir(home, "78", NODE1)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir(mode=0o700)
     top.chmod(0o700)
     top.rename(tmp_path / "moved")
     top.symlink_to(elsewhere)
     with pytest.raises(OSError, match=str(top)):
-        state.node_tmp_dir(home, "79", "127.1.0.1")
+        state.node_tmp_dir(home, "79", NODE1)

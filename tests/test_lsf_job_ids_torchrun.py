@@ -22,6 +22,10 @@ pytest.importorskip("torch")
 from conftest_lsf import REPO, bjobs_state, job_processes, lsf_environment, proc_alive  # noqa: E402
 from test_launchers import _trainer_args  # noqa: E402
 from trainer_utils import make_dataset  # noqa: E402
+from summit_jobs.embedded.state import node_names
+
+#: The virtual nodes' host names on this machine: vnode1... where tasks get host names, else 127.1.0.1...
+NODE1, NODE2, NODE3, NODE4 = node_names(4)
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the embedded LSF's virtual nodes need Linux")
 
@@ -71,8 +75,8 @@ def test_torchrun_jobs_of_two_homes_run_side_by_side_to_the_end(tmp_path):
         out = outputs[name]
         assert ended[name]["STAT"] == "DONE", f"{name} (job {job['id']}) ended {ended[name]}:\n{out[-4000:]}"
         assert "RendezvousConnectionError" not in out
-        assert "ranks started by torchrun; rank 0 on 127.1.0." in out, out[-4000:]
-        found = re.search(rf"job {job['id']} starting 4 ranks on 2 nodes \(torchrun, rendezvous ([\d.]+):(\d+)\)",
+        assert f"ranks started by torchrun; rank 0 on {NODE1[:-1]}" in out, out[-4000:]
+        found = re.search(rf"job {job['id']} starting 4 ranks on 2 nodes \(torchrun, rendezvous ([\w.-]+):(\d+)\)",
                           out)
         assert found, out[-4000:]
         ports[name] = found.group(2)

@@ -24,6 +24,10 @@ import pytest
 
 from conftest import run_cli
 from test_staging import FAKES, blob_dataset
+from summit_jobs.embedded.state import node_names
+
+#: The virtual nodes' host names on this machine: vnode1... where tasks get host names, else 127.1.0.1...
+NODE1, NODE2, NODE3, NODE4 = node_names(4)
 
 #: A plain progress line of synth, pack or report: "pack: 12/40 videos (30%), ...".
 COUNT = re.compile(r"^(?P<what>synth|pack|report): (?:stopped at )?(?P<done>\d+)/(?P<total>\d+) (?:videos|plots) "
@@ -191,7 +195,7 @@ def test_stage_data_through_a_pipe_prints_plain_lines_for_each_hop(cli_env, tmp_
     for node in (0, 1):
         assert re.search(rf"^stage\[node {node}\]: train-\d+\.tar: copied .* verified$", r.stderr, re.M), r.stderr
         assert re.search(rf"^stage\[node {node}\]: \d+ shards .* all verified$", r.stderr, re.M), r.stderr
-    assert "stage-data: hop 1: 20 shards in" in r.stdout and r.stdout.count("stage-data: hop 2: 127.1.0.") == 2
+    assert "stage-data: hop 1: 20 shards in" in r.stdout and r.stdout.count(f"stage-data: hop 2: {NODE1[:-1]}") == 2
 
 
 def _run_dir(root: Path) -> Path:

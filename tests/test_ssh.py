@@ -12,6 +12,10 @@ import pytest
 
 from conftest_lsf import (PROGRAM, bjobs_state, cli, lsf_environment, run, submitted_id, wait_for,
                           wait_state, write_template)
+from summit_jobs.embedded.state import node_names
+
+#: The virtual nodes' host names on this machine: vnode1... where tasks get host names, else 127.1.0.1...
+NODE1, NODE2, NODE3, NODE4 = node_names(4)
 from helpers_sshd import remote_lsf_env, ssh_profile, start_sshd
 
 
@@ -76,7 +80,7 @@ def test_end_to_end_over_ssh(world):
     assert len(lines) == 4
     for rank, line in enumerate(lines):
         assert f"JSM_NAMESPACE_RANK={rank} JSM_NAMESPACE_SIZE=4 JSM_NAMESPACE_LOCAL_RANK={rank % 2}" in line
-        assert f"SUMMIT_JOBS_VNODE=127.1.0.{1 + rank // 2}" in line
+        assert f"SUMMIT_JOBS_VNODE={node_names(4)[rank // 2]}" in line
     assert (run_dir / f"exitcode.{jid}").read_text() == "0\n"
     run(["bkill", jb], env)
 

@@ -12,6 +12,10 @@ import pytest
 
 from conftest import REPO, run_cli
 from trainer import shards, stage
+from summit_jobs.embedded.state import node_names
+
+#: The virtual nodes' host names on this machine: vnode1... where tasks get host names, else 127.1.0.1...
+NODE1, NODE2, NODE3, NODE4 = node_names(4)
 
 FAKES = REPO / "tests" / "fakes"
 
@@ -143,7 +147,7 @@ def test_pack_then_both_hops_on_two_virtual_nodes(cli_env, tmp_path):
     assert verified_names(tmp_path / "pfs", manifest) == {s["name"] for s in manifest["shards"]}
     expected = stage.placement(manifest, 2, "partition")
     keys = []
-    for node, host in enumerate(["127.1.0.1", "127.1.0.2"]):
+    for node, host in enumerate([NODE1, NODE2]):
         d = tmp_path / "lsf" / "nodes" / host / "nvme" / "summit-jobs" / "data"
         assert verified_names(d, manifest) == {s["name"] for s in expected[node]}
         local = shards.read_manifest(d)
@@ -420,8 +424,8 @@ def test_blake3_manifest_end_to_end(cli_env, tmp_path):
     r = run_cli(["stage-data", "-M", str(tmp_path / "sh" / "manifest.json"), "--nodes", "2", "--to-nvme", "--json"],
                 env, timeout=120)
     assert r.returncode == 0, r.stderr
-    d = tmp_path / "lsf" / "nodes" / "127.1.0.2" / "nvme" / "summit-jobs" / "data"
+    d = tmp_path / "lsf" / "nodes" / NODE2 / "nvme" / "summit-jobs" / "data"
     victim = next(d.glob("train-*.tar"))
     flip_byte(victim, 100)
-    r = run_stage(tmp_path / "sh", tmp_path / "lsf" / "nodes" / "127.1.0.2" / "nvme" / "summit-jobs", 1, 2)
+    r = run_stage(tmp_path / "sh", tmp_path / "lsf" / "nodes" / NODE2 / "nvme" / "summit-jobs", 1, 2)
     assert r.returncode == 0 and f"{victim.name}: was corrupt, copied" in r.stderr

@@ -2,8 +2,11 @@
 
 This machine pretends to be a small LSF cluster: ``SUMMIT_JOBS_LSF_NODES``
 virtual nodes, each with ``SUMMIT_JOBS_LSF_CORES`` cores, an NVMe folder of
-its own and a loopback address of its own that is also its host name
-(``127.1.0.1``..., state.node_address). A ``-nnodes`` job gets whole nodes
+its own and a loopback address of its own (``127.1.0.1``...,
+state.node_address). Its host name is ``vnode1``, ``vnode2``...: its tasks
+run in namespaces where gethostname() is that name and the name resolves to
+the node's address (vnode_ns); where namespaces are unavailable, the address
+is the name. A ``-nnodes`` job gets whole nodes
 behind a launch node ``batch1`` listed first, as on Summit; a ``-n`` job gets
 slots placed by ``-R span[...]`` with no launch node, as on other LSF
 clusters. Jobs run for real: each job gets a detached supervisor process

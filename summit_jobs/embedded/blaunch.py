@@ -10,8 +10,8 @@
 Each task gets the batch script's environment plus LSF_PM_TASKID, counted
 from 1 in launch order, CUDA_VISIBLE_DEVICES of its host when the job asked
 ``-gpu`` (jobenv.gpu_list), and, as on the embedded LSF's other launchers,
-SUMMIT_JOBS_VNODE (its virtual host), SUMMIT_JOBS_NVME (that node's NVMe
-folder) and TMPDIR (that node's own temporary folder for the job,
+SUMMIT_JOBS_VNODE (its virtual host, which is also its gethostname(),
+vnode_ns), SUMMIT_JOBS_NVME (that node's NVMe folder) and TMPDIR (that node's own temporary folder for the job,
 state.node_tmp_dir: a real node has its own /tmp). Like IBM's blaunch it
 sets no MPI or torchrun rank variables: a program derives its rank from
 LSF_PM_TASKID (trainer.engines does). Tasks run, fail and get signals as

@@ -13,9 +13,10 @@ PMIX_RANK, the ``-E`` variables, ``-h`` as working folder, and:
   (state.node_tmp_dir), removed when the job ends, as a real node has its
   own /tmp.
 
-Host names are the virtual nodes' loopback addresses (state.node_address), so
-a rank finds the rendezvous host in the job's host list as it would on a
-cluster. A layout that does not fit the allocation is refused before anything
+Host names are the virtual nodes' names (``vnode1``...; their loopback
+addresses where namespaces are unavailable, vnode_ns), and each rank runs
+where gethostname() is its node's name, so a rank finds itself and the
+rendezvous host in the job's host list as it would on a cluster. A layout that does not fit the allocation is refused before anything
 starts. Ranks run, fail and get signals as tasks.py describes.
 """
 from __future__ import annotations

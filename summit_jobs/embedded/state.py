@@ -202,8 +202,9 @@ def node_address(index: int) -> str:
 
 
 def node_names(count: int) -> List[str]:
-    """The virtual nodes' host names, which are their addresses (node_address)."""
-    return [node_address(i) for i in range(1, count + 1)]
+    """The virtual nodes' host names: ``vnode1``... where tasks can get them, else their addresses (vnode_ns)."""
+    from summit_jobs.embedded import vnode_ns
+    return vnode_ns.node_names(count)
 
 
 def next_allocation_id(lsf_home: Path) -> int:

@@ -45,7 +45,7 @@ import time
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
-from summit_jobs.embedded import bacct, deps, jobenv, state, watchdog
+from summit_jobs.embedded import bacct, deps, jobenv, state, vnode_ns, watchdog
 
 NEVER = "Dependency condition invalid or never satisfied"
 OWNER_KILL = "TERM_OWNER: job killed by owner"
@@ -84,8 +84,8 @@ def _try_start(lsf_home: Path, job: Dict, jobs: List[Dict]) -> Tuple[Optional[st
     limit = job.get("array_limit")
     if limit and sum(1 for j in jobs if j["state"] == "RUN" and j.get("array_id") == job["array_id"]) >= limit:
         return "The job array has reached its job slot limit", False       # IBM's words (bjobs -p)
-    busy = {h for j in jobs if j["state"] == "RUN" for h in j["hosts"]}
-    free = [n for n in state.node_names(job["nodes_total"]) if n not in busy]
+    busy = {vnode_ns.address_of(h) for j in jobs if j["state"] == "RUN" for h in j["hosts"]}
+    free = [n for n in state.node_names(job["nodes_total"]) if vnode_ns.address_of(n) not in busy]
     if len(free) >= job["nnodes"]:
         job.update(state="RUN", hosts=free[:job["nnodes"]], start_time=time.time(), pend_reason=None)
         if job.get("form", "csm") == "csm":
@@ -208,9 +208,16 @@ def _start(lsf_home: Path, job: Dict) -> Optional[subprocess.Popen]:
     out = _open(job["out"], job["out_overwrite"], jdir / "output")
     err = out if not job["err"] else _open(job["err"], job["err_overwrite"], jdir / "output")
     try:
-        return subprocess.Popen(_command(lsf_home, job), cwd=job["subcwd"], env=_environment(lsf_home, job),
-                                stdin=subprocess.DEVNULL, stdout=out, stderr=err, start_new_session=True)
-    except OSError as exc:
+        env = _environment(lsf_home, job)
+        on = env.get("SUMMIT_JOBS_VNODE") or state.LAUNCH_NODE        # the CSM form's script: the launch node
+        note = vnode_ns.fallback_note()
+        if note:
+            err.write(f"{note}\n".encode())
+            err.flush()
+        return subprocess.Popen(_command(lsf_home, job), cwd=job["subcwd"], env=env, stdin=subprocess.DEVNULL,
+                                stdout=out, stderr=err, start_new_session=True,
+                                preexec_fn=vnode_ns.preexec(on, job["hosts"], lsf_home))
+    except (OSError, subprocess.SubprocessError) as exc:
         out.write(f"embedded LSF: cannot start the job: {exc}\n".encode())
         _update(lsf_home, job["id"], state="EXIT", exit_code=127, exit_reason=f"cannot start: {exc}",
                 finish_time=time.time())

@@ -6,7 +6,9 @@ the kill grace): a distributed step with one rank gone never finishes, and a
 step that hangs until the run limit wastes the allocation. USR1/USR2/TERM/INT/
 HUP received by the launcher are forwarded to every task, so the warning
 signal and bkill reach the ranks. Tasks write straight to the launcher's
-stdout/stderr.
+stdout/stderr. A task on a virtual node with a host name (vnode_ns) starts in
+namespaces of its own where gethostname() is that name and the nodes' names
+resolve to their addresses.
 """
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ import sys
 import time
 from typing import Dict, List, Optional
 
-from summit_jobs.embedded import state
+from summit_jobs.embedded import state, vnode_ns
 
 FORWARDED = (signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
@@ -37,12 +39,14 @@ def run(command: List[str], task_envs: List[Dict[str, str]], cwd: str, who: str,
 
     for sig in FORWARDED:
         signal.signal(sig, forward)
+    hosts = [e.get("SUMMIT_JOBS_VNODE", "") for e in task_envs]
     for index, extra in enumerate(task_envs):
         env = dict(os.environ)
         env.update(extra)
         try:
-            procs.append(subprocess.Popen(command, cwd=cwd, env=env, stdin=subprocess.DEVNULL))
-        except OSError as exc:
+            prepare = vnode_ns.preexec(extra.get("SUMMIT_JOBS_VNODE", ""), hosts)
+            procs.append(subprocess.Popen(command, cwd=cwd, env=env, stdin=subprocess.DEVNULL, preexec_fn=prepare))
+        except (OSError, subprocess.SubprocessError) as exc:
             print(f"{who}: error: cannot start {command[0]!r} for {unit} {index}: {exc}", file=sys.stderr)
             forward(signal.SIGKILL, None)
             return 255
