@@ -13,6 +13,10 @@ import pytest
 
 from conftest_lsf import job_processes, lsf_env, run, submitted_id, wait_state  # noqa: F401
 
+from summit_jobs.embedded.state import node_names
+
+NODE1 = node_names(1)[0]   # vnode1 where namespaces give nodes names, else 127.1.0.1
+
 
 def env_of(path: Path) -> Dict[str, str]:
     """The variables a job dumped with /usr/bin/env (one NAME=value a line)."""
@@ -146,7 +150,7 @@ def test_bjobs_long_layout(lsf_env, tmp_path):
     text = run(["bjobs", "-l", done], lsf_env).stdout
     assert f"Job <{done}>, Job Name <ok>, User <" in text and "Status <DONE>" in text
     assert "Done successfully. The CPU time used is" in text and "RUNLIMIT" in text
-    assert "Started 3 Task(s) on Host(s) <batch1><2*127.1.0.1>" in text
+    assert f"Started 3 Task(s) on Host(s) <batch1><2*{NODE1}>" in text
     text = run(["bjobs", "-l", failed], lsf_env).stdout
     assert "Status <EXIT>" in text and "Exited with exit code 3. The CPU time used is" in text
     assert "Completed <exit>." in text and "Command <echo x; exit 3>" in text
@@ -176,7 +180,7 @@ def test_bjobs_output_fields(lsf_env, tmp_path):
                                                    "KILL_REASON": "", "SUSPEND_REASON": ""}
     rec = json.loads(run(["bjobs", "-o", "id name nreq_slot nalloc_slot first_host output_file cmd", "-json", jid],
                          lsf_env).stdout)["RECORDS"][0]
-    assert rec == {"ID": jid, "NAME": "true", "NREQ_SLOT": "2", "NALLOC_SLOT": "2", "FIRST_HOST": "127.1.0.1",
+    assert rec == {"ID": jid, "NAME": "true", "NREQ_SLOT": "2", "NALLOC_SLOT": "2", "FIRST_HOST": NODE1,
                    "OUTPUT_FILE": "o.txt", "CMD": "true"}
     assert len(json.loads(run(["bjobs", "-o", "all", "-json", jid], lsf_env).stdout)["RECORDS"][0]) > 50
     text = run(["bjobs", "-noheader", "-o", "jobid stat delimiter=','", jid], lsf_env).stdout
