@@ -2,8 +2,8 @@
 a plain DDP script that knows only env://}, each as a chain until complete on 2 virtual nodes x 2 ranks.
 
 Each cell submits with `summit-jobs submit --until-complete` as a user would. Every link is warned once it
-has trained a step past where it started: the test sends the warning with ``bkill -s USR2``, which
-delivers it as LSF's -wa action does (to every process of the job, ``state.signal_job``), so the number
+has trained a step past where it started: the test sends the warning as ``bkill -s USR2`` and LSF's -wa
+action deliver it (to every process of the job, ``state.signal_job``, called here), so the number
 of links does not depend on this machine's speed (the -wa timing itself is tested in
 test_warning_paths.py). Then, for every link:
 - the ranks agree on a step, checkpoint, and exit 0; the link queues the next one; the last writes COMPLETE;
@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import sys
 import time
 from pathlib import Path
@@ -27,7 +28,8 @@ from typing import Dict, List, Set
 import pytest
 import torch
 
-from conftest_lsf import bjobs_state, cli, job_processes, lsf_env, proc_alive, run, wait_for  # noqa: F401
+from conftest_lsf import bjobs_state, cli, job_processes, lsf_env, wait_for  # noqa: F401
+from summit_jobs.embedded import state as lsf_state
 from test_launchers import _trainer_args
 from trainer_utils import REPO, make_dataset
 
@@ -38,7 +40,7 @@ MPI_ROOT = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"
 #: Steps of the whole run, and how far each link trains before its warning. The DDP script sleeps 0.2 s a
 #: step, so its ranks stop within 2 steps of the warning: at most 3 steps a link, and 8 steps take at least
 #: 3 links. The built-in trainer's tiny steps take milliseconds, and on a loaded machine a few more of them
-#: pass while bkill starts: 12 steps keep its chains at 3 links or more even at 5 steps a link.
+#: pass before the ranks agree to stop: 12 steps keep its chains at 3 links or more even at 5 steps a link.
 TOTAL_STEPS = {"trainer": 12, "ddp": 8}
 STEPS_BEFORE_WARNING = 1
 DDP_SCRIPT = REPO / "tests" / "ddp_env_train.py"
@@ -82,6 +84,17 @@ def _steps(run_dir: Path) -> int:
     return best
 
 
+def _warn(env: Dict[str, str], jid: str) -> None:
+    """The warning, as ``bkill -s USR2`` and the -wa action deliver it: to every process of the job
+    (state.signal_job), sent from this process. Not through a bkill process: on a loaded machine its start
+    takes seconds, in which the tiny trainer trains through its whole link."""
+    home = Path(env["SUMMIT_JOBS_LSF_HOME"])
+    job = lsf_state.load_job(home, int(jid))
+    assert job is not None, f"job {jid} has no record in {home}"
+    if job.get("state") == "RUN":           # the last link may have finished before its warning
+        lsf_state.signal_job(job, signal.SIGUSR2, home)
+
+
 def _drive_link(env: Dict[str, str], jid: str, cell: Path, run_dir: Path) -> Set[int]:
     """Watch one link: warn it a step past its start, wait for its end; the pids it ran."""
     wait_for(lambda: bjobs_state(jid, env)["STAT"] != "PEND", timeout=120, what=f"job {jid} to start")
@@ -91,9 +104,7 @@ def _drive_link(env: Dict[str, str], jid: str, cell: Path, run_dir: Path) -> Set
         # the step first, and the warning at once: a bjobs call in between lets a loaded machine's
         # trainer run several more steps
         if not warned and _steps(run_dir) >= start + STEPS_BEFORE_WARNING:
-            res = run(["bkill", "-s", "USR2", jid], env)
-            # refused only for a link that ended first (the last one may finish before its warning)
-            assert res.returncode == 0 or bjobs_state(jid, env)["STAT"] in ("DONE", "EXIT"), res.stderr
+            _warn(env, jid)
             warned = True
         pids |= job_processes(jid, env["SUMMIT_JOBS_LSF_HOME"], cell)
         stat = bjobs_state(jid, env)["STAT"]
@@ -103,7 +114,9 @@ def _drive_link(env: Dict[str, str], jid: str, cell: Path, run_dir: Path) -> Set
     else:
         raise AssertionError(f"job {jid} did not end within 300 s")
     assert len(pids) > 2, f"too few processes of job {jid} were seen: {sorted(pids)}"
-    left = sorted(p for p in pids | job_processes(jid, env["SUMMIT_JOBS_LSF_HOME"], cell) if proc_alive(p))
+    # the job's processes now: a pid recorded earlier may since have exec'd into another job's process (the
+    # chain's bsub forks what becomes the next link's supervisor, which carries no LSB_JOBID)
+    left = sorted(job_processes(jid, env["SUMMIT_JOBS_LSF_HOME"], cell))
     assert not left, f"job {jid} ended, but its processes {left} are alive: " + "; ".join(
         _cmdline(p) for p in left)
     return pids
