@@ -29,3 +29,17 @@ def run_module(module: str, args: Sequence[str], env: dict, cwd=None, timeout: f
     """``python -m module args`` as a user would run it (the real entry point, a real process)."""
     return subprocess.run([sys.executable, "-m", module, *args], env=env, cwd=cwd, capture_output=True,
                           text=True, timeout=timeout, input=input)
+
+
+def option_names(command) -> set:
+    """Each parameter of a click command as the bad-input tables name it: an argument by its name, an
+    option by its long spelling (its first one when it has none)."""
+    import click
+    out = set()
+    for p in command.params:
+        if isinstance(p, click.Argument):
+            out.add(p.name)
+        elif p.name != "help":
+            out.add(next((o for o in p.opts if o.startswith("--")), p.opts[0]))
+    return out
+

@@ -27,7 +27,7 @@ import click
 import numpy as np
 import pytest
 
-from badinput import assert_refused, run_module
+from badinput import assert_refused, option_names, run_module
 from conftest_lsf import lsf_environment
 from trainer.scores import write_scores
 
@@ -165,6 +165,14 @@ CASES: List[Tuple[str, str, List[str], str, object]] = [
     ("doctor", "--data", ["doctor", "--data", "{r}/nope"], FAIL, ["FAIL  data folder: {r}/nope does not exist"]),
     ("doctor", "--json", ["doctor", "--json=1"], REFUSE, ["--json", "does not take a value"]),
     ("machines", "--json", ["machines", "--json=1"], REFUSE, ["--json", "does not take a value"]),
+    # lsf env / lsf shell: the embedded LSF's commands for one shell of the user's
+    ("lsf env", "--home", ["lsf", "env", "--home", "{r}/afile"], REFUSE, ["is a file, not a folder"]),
+    ("lsf env", "--home", ["lsf", "env", "--home", ""], REFUSE, ["--home '' is empty"]),
+    ("lsf env", "--json", ["lsf", "env", "--json=1"], REFUSE, ["--json", "does not take a value"]),
+    ("lsf shell", "--home", ["lsf", "shell", "--home", "{r}/afile", "--", "true"], REFUSE,
+     ["is a file, not a folder"]),
+    ("lsf shell", "command", ["lsf", "shell", "--home", "{r}/lsf-home", "--", HOSTILE], REFUSE,
+     ["was not found on PATH"]),
     # scaling
     ("scaling", "--nodes-list", ["scaling", "--nodes-list", "1;2"], REFUSE, ["--nodes-list '1;2'"]),
     ("scaling", "--nodes-list", ["scaling", "--nodes-list", "0"], REFUSE, ["--nodes-list '0'"]),
@@ -354,20 +362,17 @@ def test_a_good_project_is_shown_by_config(world):
 # ---- the suite covers every option ---------------------------------------------------------------------------
 
 def _tree() -> List[Tuple[str, click.Command]]:
+    """Every command that runs, a group's commands as ``group command`` (``lsf env``)."""
     from summit_jobs import main  # noqa: F401 - registers the commands
     from summit_jobs.cli import cli
     ctx = click.Context(cli)
-    return [(name, cli.get_command(ctx, name)) for name in cli.list_commands(ctx)]
-
-
-def _names(command: click.Command) -> set:
-    """Each parameter as the tables name it: an argument by its name, an option by its long spelling."""
-    out = set()
-    for p in command.params:
-        if isinstance(p, click.Argument):
-            out.add(p.name)
-        elif p.name != "help":
-            out.add(next((o for o in p.opts if o.startswith("--")), p.opts[0]))
+    out = []
+    for name in cli.list_commands(ctx):
+        command = cli.get_command(ctx, name)
+        if isinstance(command, click.Group):
+            out += [(f"{name} {sub}", command.get_command(ctx, sub)) for sub in command.list_commands(ctx)]
+        else:
+            out.append((name, command))
     return out
 
 
@@ -378,10 +383,10 @@ def test_every_option_of_every_command_has_a_bad_value():
     covered = {(c, o) for c, o, *_ in CASES}
     covered |= {("submit", o) for o, _, _ in SHARED + SUBMIT_ONLY}
     covered |= {("simulate", o) for o, _, _ in SHARED + SIMULATE_ONLY}
-    missing = sorted((name, opt) for name, command in _tree() for opt in _names(command)
+    missing = sorted((name, opt) for name, command in _tree() for opt in option_names(command)
                      if (name, opt) not in covered)
     assert missing == []
-    assert _names(cli) - {"--version"} - {o for o, _, _ in GLOBAL} == set()
+    assert option_names(cli) - {"--version"} - {o for o, _, _ in GLOBAL} == set()
     # Every command of the tree is here or in the submit/simulate tables (none forgotten as a whole).
     assert {name for name, _ in _tree()} == {c for c, *_ in CASES} | set(ELSEWHERE)
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import click
 import pytest
 
-from badinput import assert_refused
+from badinput import assert_refused, option_names
 from conftest import run_cli
 from conftest_lsf import lsf_environment, wait_state
 
@@ -378,21 +378,11 @@ def _covered(tables) -> set:
     return {option for table in tables for option, _, _ in table}
 
 
-def _options(command: click.Command) -> set:
-    out = set()
-    for p in command.params:
-        if isinstance(p, click.Argument):
-            out.add(p.name)
-        elif p.name != "help":
-            out.add(next((o for o in p.opts if o.startswith("--")), p.opts[0]))
-    return out
-
-
 def test_every_option_of_submit_and_simulate_has_a_bad_value():
     from summit_jobs.cli import cli
-    assert _options(_command("submit")) - _covered([SHARED, SUBMIT_ONLY]) == set()
-    assert _options(_command("simulate")) - _covered([SHARED, SIMULATE_ONLY]) == set()
-    assert _options(cli) - {"--version"} - _covered([GLOBAL]) == set()
+    assert option_names(_command("submit")) - _covered([SHARED, SUBMIT_ONLY]) == set()
+    assert option_names(_command("simulate")) - _covered([SHARED, SIMULATE_ONLY]) == set()
+    assert option_names(cli) - {"--version"} - _covered([GLOBAL]) == set()
 
 
 def test_the_cases_are_counted():

@@ -36,7 +36,6 @@ from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 from summit_jobs.embedded import jobenv, state
-from summit_jobs.errors import describe_os_error
 
 USAGE = "Usage: bacct [-l] [-u user_name | -u all] [job_ID ...]"
 RULE = "-" * 78
@@ -200,16 +199,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     if parsed is None:
         return 255
     long, user, ids = parsed
-    try:
-        lsf_home = state.home()
-        with state.locked(lsf_home):
-            jobs = state.all_jobs(lsf_home)
-            state.reap_lost(lsf_home, jobs)
-    except (state.LsfError, SystemExit) as exc:
-        print(f"bacct: {exc}", file=sys.stderr)
-        return 255
-    except OSError as exc:
-        print(f"bacct: embedded LSF state: {describe_os_error(exc)}", file=sys.stderr)
+    jobs = state.jobs_for_report("bacct")
+    if jobs is None:
         return 255
     chosen = select(jobs, user, ids)
     out = header("all users" if user == "all" or ids else f"users {user}")

@@ -24,7 +24,6 @@ import sys
 from typing import Dict, List, Optional
 
 from summit_jobs.embedded import jobenv, state
-from summit_jobs.errors import describe_os_error
 
 HEADER = ("HOST_NAME", "STATUS", "JL/U", "MAX", "NJOBS", "RUN", "SSUSP", "USUSP", "RSV")
 USAGE = "Usage: bhosts [-w] [host_name ...]"
@@ -73,15 +72,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     wide, asked = parsed
     try:
         names, cores = state.node_names(state.virtual_nodes()), state.cores_per_node()
-        lsf_home = state.home()
-        with state.locked(lsf_home):
-            jobs = state.all_jobs(lsf_home)
-            state.reap_lost(lsf_home, jobs)
     except (state.LsfError, SystemExit) as exc:
         print(f"bhosts: {exc}", file=sys.stderr)
         return 255
-    except OSError as exc:
-        print(f"bhosts: embedded LSF state: {describe_os_error(exc)}", file=sys.stderr)
+    jobs = state.jobs_for_report("bhosts")
+    if jobs is None:
         return 255
     missing = [a for a in asked if a not in names]
     for name in missing:

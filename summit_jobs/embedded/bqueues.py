@@ -20,7 +20,7 @@ import sys
 from typing import Dict, List, Optional
 
 from summit_jobs.embedded import state
-from summit_jobs.errors import UserError, describe_os_error
+from summit_jobs.errors import UserError
 
 HEADER = ("QUEUE_NAME", "PRIO", "STATUS", "MAX", "JL/U", "JL/P", "JL/H", "NJOBS", "PEND", "RUN", "SUSP")
 PRIORITY = 30
@@ -84,15 +84,11 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 255
     try:
         names = queue_names()
-        lsf_home = state.home()
-        with state.locked(lsf_home):
-            jobs = state.all_jobs(lsf_home)
-            state.reap_lost(lsf_home, jobs)
     except (UserError, state.LsfError) as exc:
         print(f"bqueues: {exc}", file=sys.stderr)
         return 255
-    except OSError as exc:
-        print(f"bqueues: embedded LSF state: {describe_os_error(exc)}", file=sys.stderr)
+    jobs = state.jobs_for_report("bqueues")
+    if jobs is None:
         return 255
     missing = [a for a in asked if a not in names]
     for name in missing:

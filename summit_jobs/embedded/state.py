@@ -638,3 +638,23 @@ def fmt_time(ts: Optional[float]) -> str:
     if not ts:
         return "-"
     return time.strftime("%b %d %H:%M", time.localtime(ts))
+
+
+def jobs_for_report(command: str) -> Optional[List[Dict]]:
+    """Every job of this LSF home, lost ones marked first, for a command that only reads (bacct, bhosts,
+    bqueues); None after one line on stderr in the command's name when the home cannot be read, the exit
+    status 255 IBM's commands use then."""
+    from summit_jobs.errors import describe_os_error
+    try:
+        lsf_home = home()
+        with locked(lsf_home):
+            jobs = all_jobs(lsf_home)
+            reap_lost(lsf_home, jobs)
+    except (LsfError, SystemExit) as exc:
+        print(f"{command}: {exc}", file=sys.stderr)
+        return None
+    except OSError as exc:
+        print(f"{command}: embedded LSF state: {describe_os_error(exc)}", file=sys.stderr)
+        return None
+    return jobs
+
