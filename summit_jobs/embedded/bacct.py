@@ -15,7 +15,7 @@ and bjobs"); the exit code of a job that exited non-zero is given in the
 words of ``bjobs -l`` and ``bhist -l``, ``Exited with exit code N.``.
 
 What is accounted is recorded by the job's supervisor when the job ends
-(usage_at_finish): the CPU time (user + system) and the largest resident size
+(the same ``cpu_s`` bjobs shows, and peak_rss_kb): the CPU time (user + system) and the largest resident size
 of the job's processes that ended within it (the kernel's rusage of the
 supervisor's children), and, for a job ended at its ``-M`` limit, the memory
 it was ended with when that is larger. A peak no larger than the supervisor's
@@ -32,7 +32,6 @@ import getpass
 import resource
 import sys
 import time
-from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 from summit_jobs.embedded import jobenv, state
@@ -41,26 +40,24 @@ USAGE = "Usage: bacct [-l] [-u user_name | -u all] [job_ID ...]"
 RULE = "-" * 78
 
 
-def usage_at_finish(lsf_home: Path, job_id: int) -> Dict[str, float]:
-    """CPU seconds and peak resident KB of the job's processes, for its record (called by its supervisor).
+def peak_rss_kb(children: "resource.struct_rusage") -> float:
+    """Peak resident KB of the job's processes, from its supervisor's RUSAGE_CHILDREN at the job's end.
 
-    The supervisor's only reaped children by then are the job's script and,
-    through it, everything the script waited for (ranks of jsrun and blaunch
-    included): RUSAGE_CHILDREN adds their CPU time and keeps the largest of
-    their peak resident sizes. The memory a job was ended with at its ``-M``
-    limit (``memory_kb_at_kill``, its processes on one host added up) counts
-    when larger.
+    The supervisor's only reaped children by then are the job's script and, through it, everything the
+    script waited for (ranks of jsrun and blaunch included): the kernel keeps the largest of their peaks.
+    A child's peak includes the copy of the supervisor it was forked as (the high-water mark survives
+    exec), so a peak no larger than the supervisor's own says nothing about the job: 0.
     """
-    use = resource.getrusage(resource.RUSAGE_CHILDREN)
     own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    # A child's peak includes the copy of the supervisor it was forked as (the kernel keeps the high-water
-    # mark across exec): a peak no larger than the supervisor's own says nothing about the job.
-    peak = float(use.ru_maxrss) if use.ru_maxrss > own else 0.0      # KB on Linux
-    rec = state.load_job(lsf_home, job_id) or {}
-    at_kill = rec.get("memory_kb_at_kill") or {}
-    if isinstance(at_kill, dict) and at_kill:
-        peak = max(peak, float(max(at_kill.values())))
-    return {"acct_cpu_s": round(use.ru_utime + use.ru_stime, 3), "acct_max_rss_kb": peak}
+    return float(children.ru_maxrss) if children.ru_maxrss > own else 0.0      # KB on Linux
+
+
+def job_memory_kb(job: Dict) -> float:
+    """MEM of a finished job: its processes' peak, or the memory it was ended with at its ``-M`` limit (its
+    processes on one host added up) when that is larger."""
+    at_kill = job.get("memory_kb_at_kill") or {}
+    killed = float(max(at_kill.values())) if isinstance(at_kill, dict) and at_kill else 0.0
+    return max(float(job.get("peak_rss_kb") or 0.0), killed)
 
 
 # -- what each job shows ------------------------------------------------------------------------------------
@@ -79,7 +76,7 @@ def figures(job: Dict) -> Dict[str, float]:
     """CPU time, wait, turnaround, run time and hog factor of a finished job, in seconds."""
     submit, finish = float(job["submit_time"]), float(job.get("finish_time") or job["submit_time"])
     start = float(job.get("start_time") or finish)
-    cpu = float(job.get("acct_cpu_s") or 0.0)
+    cpu = float(job.get("cpu_s") or 0.0)
     turnaround = max(0.0, finish - submit)
     return {"cpu": cpu, "wait": max(0.0, start - submit), "turnaround": turnaround,
             "run": max(0.0, finish - start) if job.get("start_time") else 0.0,
@@ -105,7 +102,7 @@ def _completed(job: Dict) -> List[str]:
     code, reason = job.get("exit_code"), job.get("exit_reason") or ""
     if code:
         out.append(f"{at}: Exited with exit code {code}. The CPU time used is "
-                   f"{float(job.get('acct_cpu_s') or 0.0):.1f} seconds.")
+                   f"{float(job.get('cpu_s') or 0.0):.1f} seconds.")
     term = reason.split(":", 1)[0] if reason.startswith("TERM_") else ""
     out.append(f"{at}: Completed <exit>; {reason}." if term else f"{at}: Completed <exit>.")
     return out
@@ -129,7 +126,7 @@ def long_block(job: Dict) -> List[str]:
     lines += ["", "Accounting information about this job:",
               "     CPU_T     WAIT     TURNAROUND   STATUS     HOG_FACTOR    MEM    SWAP",
               f"{f['cpu']:>10.2f}{f['wait']:>9.0f}{f['turnaround']:>15.0f}{job['state'].lower():>9}"
-              f"{f['hog']:>15.4f}{memory_text(job.get('acct_max_rss_kb')):>7}{'0M':>8}",
+              f"{f['hog']:>15.4f}{memory_text(job_memory_kb(job)):>7}{'0M':>8}",
               RULE]
     return lines
 

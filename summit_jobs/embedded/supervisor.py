@@ -424,7 +424,8 @@ def _finish(lsf_home: Path, job_id: int, proc: subprocess.Popen, reason: Optiona
     its memory figures."""
     rc = proc.returncode
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
-    figures = dict(usage.fields() if usage else {}, cpu_s=round(children.ru_utime + children.ru_stime, 3))
+    figures = dict(usage.fields() if usage else {}, cpu_s=round(children.ru_utime + children.ru_stime, 3),
+                   peak_rss_kb=bacct.peak_rss_kb(children))
     code = 128 - rc if rc < 0 else rc
     _kill_leftovers(lsf_home, job_id, proc.pid)
     try:
@@ -436,7 +437,6 @@ def _finish(lsf_home: Path, job_id: int, proc: subprocess.Popen, reason: Optiona
                 reason = OWNER_KILL
             job_state, why = _outcome(code, reason, terminated)
             rec.update(exit_code=code, finish_time=time.time(), state=job_state, exit_reason=why, **figures)
-            rec.update(bacct.usage_at_finish(lsf_home, job_id))     # what bacct shows of the job
             state.save_job(lsf_home, rec)
     except OSError:
         pass
