@@ -30,7 +30,6 @@ from typing import Dict, List, Optional, Tuple
 import click
 
 from summit_jobs.cli import State, cli  # noqa: F401
-from summit_jobs.cli_types import refuse_empty_values
 from summit_jobs.errors import UserError
 
 #: The variables the exports set, in the order they are printed (PYTHONPATH and SUMMIT_JOBS_CONFIG only when
@@ -281,6 +280,3 @@ def shell_cmd(state: State, home: Optional[str], command: Tuple[str, ...]) -> No
     except OSError as exc:
         raise UserError(f"cannot run {argv[0]}: {exc.strerror}.") from None
 
-
-refuse_empty_values(env_cmd)
-refuse_empty_values(shell_cmd)

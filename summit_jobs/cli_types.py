@@ -89,7 +89,11 @@ def _refuse_empty_callback(previous):
 
 
 def refuse_empty_values(command: click.Command) -> click.Command:
-    """Make every text option of ``command`` (not its arguments) refuse an empty value; idempotent."""
+    """Make every text option of ``command`` (not its arguments) refuse an empty value, a group's commands
+    included (``lsf env``); idempotent."""
+    if isinstance(command, click.Group):
+        for sub in command.commands.values():
+            refuse_empty_values(sub)
     for param in command.params:
         if isinstance(param, click.Option) and not param.is_flag and not getattr(param, _GUARDED, False):
             param.callback = _refuse_empty_callback(param.callback)
