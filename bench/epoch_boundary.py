@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import tempfile
 import time
@@ -36,6 +35,7 @@ from trainer.clips import ClipSpec  # noqa: E402
 from trainer.data import EvalClips, Pipeline, TrainClips  # noqa: E402
 from trainer.sampler import MicroBatchSampler  # noqa: E402
 from trainer.shards import ShardWriter, write_manifest  # noqa: E402
+from benchstats import spread
 
 
 def make_shards(root: Path, videos: int, frames: int) -> None:
@@ -87,12 +87,6 @@ class Mode:
         self.pipe.close()
 
 
-def spread(values: List[float]) -> Dict[str, float]:
-    """Median and min-max, in seconds."""
-    return {"median": round(statistics.median(values), 3), "min": round(min(values), 3),
-            "max": round(max(values), 3)}
-
-
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--workers", type=int, default=2)
@@ -125,8 +119,8 @@ def main() -> None:
               f"{a.epochs - 1}")
         res, out = {}, {"workers": a.workers, "epochs": a.epochs, "videos": a.videos, "order": order}
         for persistent, m in modes.items():
-            tr, va = spread(m.waits["train"][1:]), spread(m.waits["val"][1:])
-            both = spread([t + v for t, v in zip(m.waits["train"][1:], m.waits["val"][1:])])
+            tr, va = spread(m.waits["train"][1:], 3), spread(m.waits["val"][1:], 3)
+            both = spread([t + v for t, v in zip(m.waits["train"][1:], m.waits["val"][1:])], 3)
             res[persistent] = both["median"]
             name = "kept for the run" if persistent else "started every pass"
             out[name] = {"epoch_start_s": tr, "validation_start_s": va, "boundary_s": both,

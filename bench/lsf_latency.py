@@ -30,12 +30,7 @@ sys.path.insert(0, str(REPO))
 
 from summit_jobs import lsf  # noqa: E402
 from summit_jobs.hosts import embedded_environment  # noqa: E402
-
-
-def spread_ms(seconds: List[float]) -> Dict[str, float]:
-    """Median and min-max in milliseconds: one sample of a subprocess call says little on a shared machine."""
-    return {"median": round(statistics.median(seconds) * 1000, 1), "min": round(min(seconds) * 1000, 1),
-            "max": round(max(seconds) * 1000, 1), "n": len(seconds)}
+from benchstats import spread
 
 
 def main() -> None:
@@ -90,10 +85,10 @@ def main() -> None:
         out = {
             "jobs": args.jobs,
             "rounds": args.rounds,
-            "bsub_latency_ms": spread_ms(submit_s),
-            "bsub_to_running_ms": spread_ms(dispatch_s),
-            "status_batched_one_call_ms": spread_ms(times["batched"]),
-            "status_one_call_per_job_ms": spread_ms(times["per_job"]),
+            "bsub_latency_ms": dict(spread(submit_s, 1, 1000), n=len(submit_s)),
+            "bsub_to_running_ms": dict(spread(dispatch_s, 1, 1000), n=len(dispatch_s)),
+            "status_batched_one_call_ms": dict(spread(times["batched"], 1, 1000), n=len(times["batched"])),
+            "status_one_call_per_job_ms": dict(spread(times["per_job"], 1, 1000), n=len(times["per_job"])),
             "per_job_over_batched_ratio": {"median": round(statistics.median(ratios), 1),
                                            "min": round(min(ratios), 1), "max": round(max(ratios), 1)},
         }

@@ -43,6 +43,7 @@ from typing import Dict, List
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from summit_jobs import pack, synth  # noqa: E402
+from benchstats import spread
 
 
 def cpu_seconds() -> float:
@@ -70,11 +71,6 @@ def pool_start(workers: int) -> float:
         pool.terminate()
         pool.join()
     return time.perf_counter() - t
-
-
-def spread(values: List[float], nd: int = 2) -> Dict[str, float]:
-    return {"median": round(statistics.median(values), nd), "min": round(min(values), nd),
-            "max": round(max(values), nd)}
 
 
 def main() -> None:

@@ -36,9 +36,7 @@ import argparse
 import io
 import json
 import math
-import os
 import shutil
-import statistics
 import sys
 import tempfile
 import time
@@ -52,6 +50,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from summit_jobs import synth  # noqa: E402
 from trainer import shards, transforms  # noqa: E402
+from benchstats import evict, spread
 
 SEGMENTS = 8
 SIZE = 224
@@ -129,22 +128,6 @@ def draft_share(frames_of: Callable[[int, List[int]], List[bytes]], plan: Sequen
         img.draft("RGB", (math.ceil(full[0] * SIZE / bw), math.ceil(full[1] * SIZE / bh)))
         reduced += img.size != full
     return reduced / len(plan)
-
-
-def evict(paths: Sequence[Path]) -> None:
-    """Drop the files' pages from the page cache, so the next read comes from the disk."""
-    for p in paths:
-        fd = os.open(p, os.O_RDONLY)
-        try:
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(fd)
-
-
-def spread(values: Sequence[float], nd: int = 2) -> Dict[str, float]:
-    """Median and min-max of per-round values."""
-    return {"median": round(statistics.median(values), nd), "min": round(min(values), nd),
-            "max": round(max(values), nd)}
 
 
 def run_case(base: Path, height: int, n_videos: int, frames: int, clips: int, rounds: int) -> dict:

@@ -36,21 +36,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from trainer import shards, stage  # noqa: E402
+from benchstats import evict
 
 
 def cpu_seconds(who: int) -> float:
     """User + system CPU time of this process (all its threads) or of its reaped children (cp)."""
     r = resource.getrusage(who)
     return r.ru_utime + r.ru_stime
-
-
-def evict(paths) -> None:
-    for p in paths:
-        fd = os.open(p, os.O_RDONLY)
-        try:
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(fd)
 
 
 def hash_speeds(mb: int = 256) -> dict:
