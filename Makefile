@@ -14,7 +14,7 @@ $(PY):
 
 $(STAMP): $(PY) setup.cfg constraints.txt
 	$(PIP) install --quiet -c constraints.txt torch==2.13.0
-	$(PIP) install --quiet -c constraints.txt -e '.[train,video,plots,tensorboard,flow,test]'
+	$(PIP) install --quiet -c constraints.txt -e '.[train,video,plots,tensorboard,flow,test,clients]'
 	rm -f $(VENV)/.installed-* && touch $(STAMP)
 
 venv: $(STAMP)

@@ -170,3 +170,19 @@ def job_processes(jid: str, lsf_home: str, cell: Optional[Path] = None) -> Set[i
             found.add(int(entry))
     return found
 
+
+
+def require_client(module: str):
+    """Import a third-party LSF client library, or skip the test without it.
+
+    CI installs the ``clients`` extra and sets SUMMIT_JOBS_REQUIRE_CLIENTS=1, so there a missing client is a
+    failure, never a silent skip.
+    """
+    import importlib
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        if os.environ.get("SUMMIT_JOBS_REQUIRE_CLIENTS") == "1":
+            pytest.fail(f"SUMMIT_JOBS_REQUIRE_CLIENTS=1 but {module} cannot be imported ({exc}); "
+                        f"install the clients extra: pip install -e '.[clients]'")
+        pytest.skip(f"{module} is not installed (pip install -e '.[clients]')")

@@ -20,7 +20,7 @@ from typing import Dict
 
 import pytest
 
-from conftest_lsf import BIN, job_processes, run, submitted_id, wait_for
+from conftest_lsf import BIN, job_processes, require_client, run, submitted_id, wait_for
 
 BASH = shutil.which("bash")
 pytestmark = pytest.mark.skipif(BASH is None, reason="needs bash")
@@ -227,7 +227,7 @@ finally:
 
 def test_dask_jobqueue_lsfcluster_runs_a_task_through_lsf_env(user_env, tmp_path):
     """dask-jobqueue's LSFCluster, unchanged, submits its worker with bsub and gets a result back."""
-    pytest.importorskip("dask_jobqueue")
+    require_client("dask_jobqueue")
     home = tmp_path / "lsf"
     (tmp_path / "dask_client.py").write_text(DASK_SCRIPT)
     (tmp_path / "logs").mkdir()
