@@ -183,7 +183,7 @@ def test_switched_off_the_nodes_keep_their_loopback_addresses(tmp_path, lsf_env)
         #BSUB -R "span[ptile=1]"
         #BSUB -o out.%J
         echo "MCPU=$LSB_MCPU_HOSTS"
-        blaunch -no-shell {PY} -c "import os, socket; print('task', os.environ['SUMMIT_JOBS_VNODE'], socket.gethostname())"
+        blaunch -no-shell {PY} -c "import os, socket; os.write(1, ('task %s %s\\n' % (os.environ['SUMMIT_JOBS_VNODE'], socket.gethostname())).encode())"
         """)], env, cwd=tmp_path).stdout)
     out = finish(tmp_path, env, jid)
     assert "MCPU=127.1.0.1 1 127.1.0.2 1" in out, out
@@ -244,7 +244,7 @@ def test_where_no_namespace_can_be_had_nodes_keep_their_addresses_and_the_job_sa
         #BSUB -R "span[ptile=1]"
         #BSUB -o out.%J
         echo "MCPU=$LSB_MCPU_HOSTS"
-        blaunch -no-shell {PY} -c "import os, socket; print('task', os.environ['SUMMIT_JOBS_VNODE'], socket.gethostname())"
+        blaunch -no-shell {PY} -c "import os, socket; os.write(1, ('task %s %s\\n' % (os.environ['SUMMIT_JOBS_VNODE'], socket.gethostname())).encode())"
         """)], lsf_env, cwd=tmp_path).stdout)
     out = finish(tmp_path, lsf_env, jid)
     assert "MCPU=127.1.0.1 1 127.1.0.2 1" in out, out
@@ -275,3 +275,27 @@ def test_hosts_file_keeps_the_machines_lines_and_replaces_its_own_block():
     assert first.splitlines() == ["127.0.0.1 localhost", "::1 localhost", vnode_ns.MARKER,
                                   "127.1.0.1\tvnode1", "127.1.0.2\tvnode2", f"{vnode_ns.LAUNCH_ADDRESS}\tbatch1"]
     assert vnode_ns.hosts_text(first, 2) == first
+
+
+def test_nvme_kept_under_a_nodes_other_name_moves_to_the_name_jobs_see(tmp_path, lsf_env, mode):
+    """Shards staged while the nodes were named by their addresses are found, not staged again, once the
+    nodes have host names; and back again when the names are switched off. Nothing is copied twice."""
+    home = Path(lsf_env["SUMMIT_JOBS_LSF_HOME"])
+    old = home / "nodes" / "127.1.0.2" / "nvme"
+    old.mkdir(parents=True)
+    (old / "shard-000000.tar").write_bytes(b"staged before the names")
+    body = f"""
+        #BSUB -n 2
+        #BSUB -R "span[ptile=1]"
+        #BSUB -o out.%J
+        blaunch -no-shell {PY} -c "import os; d = os.environ['SUMMIT_JOBS_NVME']; os.write(1, ('nvme %s %s %s\\n' % (os.environ['SUMMIT_JOBS_VNODE'], d, sorted(os.listdir(d)))).encode())"
+        """
+    out = finish(tmp_path, lsf_env, submitted_id(run(["bsub", script(tmp_path, body)], lsf_env, cwd=tmp_path).stdout))
+    named = home / "nodes" / "vnode2" / "nvme"
+    assert f"nvme vnode2 {named} ['shard-000000.tar']" in out, out
+    assert f"nvme vnode1 {home / 'nodes' / 'vnode1' / 'nvme'} []" in out, out
+    assert not old.exists() and (named / "shard-000000.tar").read_bytes() == b"staged before the names"
+    env = dict(lsf_env, SUMMIT_JOBS_LSF_HOSTNAMES="off")
+    out = finish(tmp_path, env, submitted_id(run(["bsub", script(tmp_path, body)], env, cwd=tmp_path).stdout))
+    assert f"nvme 127.1.0.2 {old} ['shard-000000.tar']" in out, out
+    assert not named.exists()

@@ -95,7 +95,7 @@ def variables(lsf_home: Path, job: Dict) -> Dict[str, str]:
     else:
         first = pairs[0][0]
         env["SUMMIT_JOBS_VNODE"] = first
-        env["SUMMIT_JOBS_NVME"] = str(lsf_home / "nodes" / first / "nvme")
+        env["SUMMIT_JOBS_NVME"] = str(state.nvme_dir(lsf_home, first))
         env["TMPDIR"] = str(state.job_tmp_root(lsf_home, state.lsf_id(job)) / first)     # that node's own /tmp
         gpus = gpu_list(job, first)
         if gpus is not None:

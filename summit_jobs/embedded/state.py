@@ -220,10 +220,40 @@ def next_allocation_id(lsf_home: Path) -> int:
 
 
 def nvme_dir(lsf_home: Path, node: str) -> Path:
-    """A virtual node's NVMe folder. Unlike Summit's, it persists across jobs (nothing trims it)."""
+    """A virtual node's NVMe folder. Unlike Summit's, it persists across jobs (nothing trims it).
+
+    It is named after the node as jobs see it (``vnode1``, or ``127.1.0.1`` where namespaces are
+    unavailable). One node is one node whichever way it is named, so a folder kept under the node's other
+    name (data staged before the nodes had host names, or on a machine without namespaces) is renamed to
+    this one rather than staged again: nothing staged is lost or copied twice.
+    """
     path = lsf_home / "nodes" / node / "nvme"
+    if not path.is_dir():
+        for other in _other_names(node):
+            old = lsf_home / "nodes" / other / "nvme"
+            if old.is_dir():
+                path.parent.mkdir(parents=True, exist_ok=True)
+                try:
+                    os.rename(old, path)  # atomic; a racing task that moved it first leaves nothing to move
+                except OSError:
+                    pass
+                break
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def _other_names(node: str) -> List[str]:
+    """The node's name in the other naming: ``vnodeN`` for its address, and its address for ``vnodeN``."""
+    from summit_jobs.embedded import vnode_ns
+    address = vnode_ns.address_of(node)
+    if address != node:
+        return [address]
+    parts = node.split(".")
+    if len(parts) == 4 and parts[:2] == ["127", "1"] and all(p.isdigit() for p in parts):
+        index = int(parts[2]) * 250 + int(parts[3])
+        if node_address(index) == node:
+            return [f"{vnode_ns.PREFIX}{index}"]
+    return []
 
 
 def job_tmp_root(lsf_home: Path, job_id: object) -> Path:
