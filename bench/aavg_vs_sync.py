@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from trainer_utils import make_dataset, run_ranks  # noqa: E402
 
-from trainer.metrics import read_metrics  # noqa: E402
+from trainer.loop.metrics import read_metrics  # noqa: E402
 
 
 def run(data: Path, tmp: Path, name: str, a: argparse.Namespace, extra: list) -> dict:

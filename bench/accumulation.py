@@ -3,7 +3,7 @@
     python bench/accumulation.py [--ranks 2] [--accum 4] [--samples 64] [--rounds 3]
 
 Two real rank processes (gloo on CPU) run the trainer's own DDP engine path
-(trainer.engines: no_sync() for the first k-1 micro-batches) on a small TSM.
+(trainer.dist.engines: no_sync() for the first k-1 micro-batches) on a small TSM.
 Both modes process the same number of samples in micro-batches of the same
 size; a counting DDP comm hook records every allreduce (one per gradient
 bucket). Rounds alternate the two modes so machine noise hits both alike.
@@ -27,8 +27,8 @@ def worker(args) -> None:
     import torch.distributed as dist
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
-    from trainer.engines import launch_from_env, make_engine
-    from trainer.model import build_model
+    from trainer.dist.engines import launch_from_env, make_engine
+    from trainer.models.model import build_model
 
     torch.set_num_threads(1)
     engine = make_engine("ddp", launch_from_env())

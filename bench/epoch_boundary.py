@@ -31,9 +31,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.input_pipeline import make_frames  # noqa: E402
-from trainer.clips import ClipSpec  # noqa: E402
-from trainer.data import EvalClips, Pipeline, TrainClips  # noqa: E402
-from trainer.sampler import MicroBatchSampler  # noqa: E402
+from trainer.data.clips import ClipSpec  # noqa: E402
+from trainer.data.datasets import EvalClips, Pipeline, TrainClips  # noqa: E402
+from trainer.data.sampler import MicroBatchSampler  # noqa: E402
 from trainer.shards import ShardWriter, write_manifest  # noqa: E402
 from benchstats import spread
 

@@ -1,7 +1,7 @@
 """GPU training throughput: TSM-R50 clips/s, the plain 2D network's images/s in the same harness, their
 per-frame ratio, and the trainer's own input path with the data wait's share of the step.
 
-Every case runs the trainer's own training step (``trainer.steps.train_step``: device-side
+Every case runs the trainer's own training step (``trainer.loop.steps.train_step``: device-side
 normalisation in ``StepContext.prep``, forward, cross-entropy, backward, SGD step; autocast and
 a GradScaler for fp16 as the trainer sets them up; ``--compile`` through the trainer's own
 ``setup.compiled``) on one device, without a distributed engine around it:
@@ -53,15 +53,16 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from trainer import compat, setup  # noqa: E402
-from trainer.clips import ClipSpec  # noqa: E402
+from trainer.dist import compat  # noqa: E402
+from trainer.loop import setup
+from trainer.data.clips import ClipSpec  # noqa: E402
 from trainer.config import ARCHS, COMPILE_BACKENDS, COMPILE_MODES, DECODERS  # noqa: E402
-from trainer.data import Pipeline, TrainClips  # noqa: E402
-from trainer.engines import Engine, Launch  # noqa: E402
-from trainer.model import build_model  # noqa: E402
-from trainer.optim import build_optimizer  # noqa: E402
-from trainer.sampler import MicroBatchSampler  # noqa: E402
-from trainer.steps import StepContext, train_step  # noqa: E402
+from trainer.data.datasets import Pipeline, TrainClips  # noqa: E402
+from trainer.dist.engines import Engine, Launch  # noqa: E402
+from trainer.models.model import build_model  # noqa: E402
+from trainer.methods.optim import build_optimizer  # noqa: E402
+from trainer.data.sampler import MicroBatchSampler  # noqa: E402
+from trainer.loop.steps import StepContext, train_step  # noqa: E402
 
 #: The reference cost of one training clip of TSM-R50 at 8x224x224, forward and backward (FLOPs).
 CLIP_FLOPS_R50 = 198e9

@@ -37,7 +37,8 @@ def wrap(name):
     setattr(torch.Tensor, name, counted)
 for n in ("item", "tolist", "__float__", "__int__", "__bool__"):
     wrap(n)
-from trainer import engines, train
+from trainer.dist import engines
+from trainer.loop import train
 from trainer.config import parse
 for cls in [engines.Engine] + engines.Engine.__subclasses__():
     if "allreduce_sum" in cls.__dict__:

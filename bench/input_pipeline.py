@@ -31,8 +31,8 @@ from PIL import Image
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from trainer.clips import ClipSpec  # noqa: E402
-from trainer.data import TrainClips  # noqa: E402
+from trainer.data.clips import ClipSpec  # noqa: E402
+from trainer.data.datasets import TrainClips  # noqa: E402
 from trainer.shards import ShardWriter, write_manifest  # noqa: E402
 
 
@@ -96,7 +96,7 @@ def main() -> None:
     if a.step_clips_per_s:
         need, src = a.step_clips_per_s, "given by --step-clips-per-s"
     else:
-        from trainer.model import build_model
+        from trainer.models.model import build_model
         import torch.nn.functional as F
         m = build_model("resnet50", 400, 8)
         opt = torch.optim.SGD(m.parameters(), lr=1e-4, momentum=0.9)

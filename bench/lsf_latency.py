@@ -28,8 +28,8 @@ from typing import Dict, List
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from summit_jobs import lsf  # noqa: E402
-from summit_jobs.hosts import embedded_environment  # noqa: E402
+from summit_jobs.schedulers.lsf import client as lsf  # noqa: E402
+from summit_jobs.hosts.host import embedded_environment  # noqa: E402
 from benchstats import spread
 
 

@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from trainer_utils import REPO, make_dataset  # noqa: E402
 
-from trainer.metrics import read_metrics  # noqa: E402
+from trainer.loop.metrics import read_metrics  # noqa: E402
 
 
 def run(data: Path, run_dir: Path, a: argparse.Namespace, multigrid: bool) -> dict:

@@ -1,6 +1,6 @@
 """Pack throughput: videos/s (and frames/s) per core for both input layouts, and how it scales with workers.
 
-Input: synthetic clips written by summit_jobs.synth at a Kinetics-like frame size
+Input: synthetic clips written by summit_jobs.data.synth at a Kinetics-like frame size
 (MP4 via PyAV, and rawframes JPEG folders), packed by the real `pack` code with
 1 worker and with all cores. Frames are re-encoded at short side --short-side (so
 rawframes bigger than it are decoded, resized and re-encoded, as for real
@@ -42,7 +42,7 @@ from typing import Dict, List
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from summit_jobs import pack, synth  # noqa: E402
+from summit_jobs.data import pack, synth  # noqa: E402
 from benchstats import spread
 
 

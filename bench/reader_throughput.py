@@ -12,7 +12,7 @@ with the same crops and flips (the same random draws):
    source pages evicted before each clip's read (cold: the bytes come from the
    disk; the tar whole, the clip's 8 files on the other side; inodes and
    directory entries stay cached either way).
-2. What draft mode buys: the trainer's decode (trainer.transforms.train_clip:
+2. What draft mode buys: the trainer's decode (trainer.data.transforms.train_clip:
    crop box from the JPEG header, draft-mode decode at 1/2, 1/4 or 1/8 scale when
    the crop stays >= 224 after it, one ``resize(box=...)``) against the same code
    without the draft request (a full decode), on the same bytes.
@@ -48,8 +48,9 @@ from PIL import Image
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from summit_jobs import synth  # noqa: E402
-from trainer import shards, transforms  # noqa: E402
+from summit_jobs.data import synth  # noqa: E402
+from trainer import shards  # noqa: E402
+from trainer.data import transforms
 from benchstats import evict, spread
 
 SEGMENTS = 8
@@ -75,7 +76,7 @@ def make_frames(n_videos: int, frames: int, height: int, seed: int = 0) -> List[
 def full_decode_clip(frames: Sequence[bytes], rng: np.random.Generator) -> np.ndarray:
     """train_clip without the draft request: the same geometry, draws and resize, from a full decode.
 
-    Why a copy here: it must differ from trainer.transforms.train_clip in the
+    Why a copy here: it must differ from trainer.data.transforms.train_clip in the
     draft call only, so that their ratio is what draft mode buys.
     """
     rel, flip = transforms.clip_geometry(frames[0], rng, SIZE)
@@ -117,7 +118,7 @@ def draft_clip(frames: Sequence[bytes], rng: np.random.Generator) -> np.ndarray:
 
 def draft_share(frames_of: Callable[[int, List[int]], List[bytes]], plan: Sequence[Tuple[int, List[int]]]) -> float:
     """Fraction of the timed clips whose crop lets draft mode decode at a reduced scale at all
-    (the same test as trainer.transforms, with the same draws as the timed passes)."""
+    (the same test as trainer.data.transforms, with the same draws as the timed passes)."""
     reduced = 0
     for k, (i, idx) in enumerate(plan):
         data = frames_of(i, idx[:1])

@@ -4,7 +4,7 @@ Both variants are the same module (TemporalShift.enabled toggled), same weights,
 same input, same optimizer; they are timed interleaved in the same process so
 that machine noise hits both equally, and the median is reported. On a CPU the
 residual branch's 1x1 conv1 runs as matrix products that read the shifted
-frames in place (trainer/tsm.py), with or without the shift; the pair is also
+frames in place (trainer/models/tsm.py), with or without the shift; the pair is also
 timed with the library convolution everywhere (the shift then a copy), and the
 two no-shift steps are compared, so the kernel's own speed is not taken for
 the shift's.
@@ -30,8 +30,8 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from trainer import tsm  # noqa: E402
-from trainer.model import build_model, param_groups  # noqa: E402
+from trainer.models import tsm  # noqa: E402
+from trainer.models.model import build_model, param_groups  # noqa: E402
 
 
 def make_step(model, opt, x, y, amp_dtype):

@@ -19,7 +19,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from trainer import rundir  # noqa: E402
-from trainer.chain import Chain  # noqa: E402
+from trainer.loop.chain import Chain  # noqa: E402
 
 
 def per_call(fn, calls: int, rounds: int) -> float:
@@ -40,7 +40,7 @@ def main() -> int:
     a = p.parse_args()
     os.environ["LSB_JOBID"] = "12345"
     with tempfile.TemporaryDirectory(dir=a.dir) as d:
-        from trainer.train import StopFlag       # imports torch: the trainer's own flag
+        from trainer.loop.train import StopFlag       # imports torch: the trainer's own flag
         flag = StopFlag(Path(d))
         chain = Chain(run_dir=d)
         rows = [("StopFlag (trainer, per step)", lambda: bool(flag)),

@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from trainer_utils import REPO, make_dataset  # noqa: E402
 
-from trainer.metrics import read_metrics  # noqa: E402
+from trainer.loop.metrics import read_metrics  # noqa: E402
 
 
 def synth_dataset(root: Path, videos_per_class: int, size: int) -> None:

@@ -1,3 +1,3 @@
-from summit_jobs.main import main
+from summit_jobs.cli.main import main
 
 main()

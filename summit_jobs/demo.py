@@ -84,7 +84,7 @@ def startup_seconds(ranks: int = RANKS) -> float:
     signal; on a slow or busy machine (one core, other work) that takes longer,
     so the demo stretches its LSF minute instead of assuming a machine speed.
     """
-    code = "import torch, trainer.model, trainer.engines"
+    code = "import torch, trainer.models.model, trainer.dist.engines"
     t0 = time.perf_counter()
     procs = [subprocess.Popen([sys.executable, "-c", code]) for _ in range(ranks)]
     for p in procs:

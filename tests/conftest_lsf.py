@@ -17,7 +17,7 @@ from typing import Callable, Dict, List, Optional, Set
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-BIN = REPO / "summit_jobs" / "embedded" / "bin"
+BIN = REPO / "summit_jobs" / "schedulers" / "lsf" / "embedded" / "bin"
 
 #: Prints the rank variables, records argv, optionally sleeps; on USR2 writes a checkpoint marker and exits 0.
 PROGRAM = r'''

@@ -56,7 +56,7 @@ def remote_lsf_env(base: Path, **extra: str) -> Dict[str, str]:
     """What the login node's shell gives a session: the embedded LSF on PATH, its own state folder,
     scaled minutes; ``extra`` adds test variables."""
     import sys
-    bin_dir = Path(__file__).resolve().parent.parent / "summit_jobs" / "embedded" / "bin"
+    bin_dir = Path(__file__).resolve().parent.parent / "summit_jobs" / "schedulers" / "lsf" / "embedded" / "bin"
     return {"PATH": f"{bin_dir}:/usr/local/bin:/usr/bin:/bin", "SUMMIT_JOBS_PYTHON": sys.executable,
             "SUMMIT_JOBS_LSF_HOME": str(base / "lsf"), "SUMMIT_JOBS_LSF_MINUTE": "2",
             "SUMMIT_JOBS_LSF_KILL_GRACE": "1",
@@ -196,7 +196,7 @@ OTP_OPTIONS = {"UsePAM": "yes", "KbdInteractiveAuthentication": "yes", "PermitRo
 
 def ssh_profile(folder: Path, server: Sshd, remote_dir: Path, known_hosts: Path, name: str = "viassh") -> Path:
     """A user profile: the embedded LSF on this machine, reached through the test's sshd."""
-    from summit_jobs import resources
+    from summit_jobs.planning import resources
     folder.mkdir(parents=True, exist_ok=True)
     text = (resources.envs_dir() / "local.yaml").read_text().replace("name: local", f"name: {name}")
     text += (f"ssh:\n  host: 127.0.0.1\n  port: {server.port}\n  user: {server.user}\n"

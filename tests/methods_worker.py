@@ -17,8 +17,8 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from trainer.engines import make_engine  # noqa: E402
-from trainer.train import Trainer  # noqa: E402
+from trainer.dist.engines import make_engine  # noqa: E402
+from trainer.loop.train import Trainer  # noqa: E402
 
 
 def tiny(seed: int) -> nn.Module:

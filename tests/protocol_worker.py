@@ -16,8 +16,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from torch.utils.data import dataloader  # noqa: E402
 
-from trainer import train  # noqa: E402
-from trainer.bnstats import running_stats  # noqa: E402
+from trainer.loop import train  # noqa: E402
+from trainer.dist.bnstats import running_stats  # noqa: E402
 from trainer.config import parse  # noqa: E402
 
 PROBE = {"pool_starts": 0, "merges": [], "rank": None}

@@ -13,10 +13,10 @@ from conftest import run_cli
 from conftest_lsf import cli, lsf_environment, wait_state
 from trainer_utils import make_dataset, run_ranks, tiny_args
 
-from trainer import checkpoint as ckpt
+from trainer.loop import checkpoint as ckpt
 from trainer import config
-from trainer.engines import horovod_available
-from trainer.metrics import read_metrics
+from trainer.dist.engines import horovod_available
+from trainer.loop.metrics import read_metrics
 from trainer.rundir import COMPLETE
 
 #: What the paper says (seeds/aavg-action-recognition-cluster.txt), option by option.
@@ -56,7 +56,7 @@ def test_without_a_preset_nothing_changes():
 
 
 def test_the_login_side_reads_the_one_preset_table():
-    from summit_jobs import plan
+    from summit_jobs.planning import plan
     assert plan.trainer_config.PRESETS is config.PRESETS
     assert plan.preset_values("aavg-paper") == PAPER
 

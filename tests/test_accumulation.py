@@ -7,9 +7,9 @@ import torch
 
 from trainer_utils import make_dataset, run_ranks, tiny_args
 
-from trainer import checkpoint as ckpt
-from trainer.engines import horovod_available
-from trainer.sampler import MicroBatchSampler, epoch_permutation, virtual_batch, virtual_ranks_of
+from trainer.loop import checkpoint as ckpt
+from trainer.dist.engines import horovod_available
+from trainer.data.sampler import MicroBatchSampler, epoch_permutation, virtual_batch, virtual_ranks_of
 
 
 def _need_horovod():
@@ -50,7 +50,7 @@ def _final_params(run_dir):
     return {k: v for k, v in state["model"].items() if "running" not in k and "num_batches" not in k}
 
 
-# resnet50: its bottlenecks' conv1 runs the CPU 1x1 kernel of trainer/tsm.py (resnet18 has none).
+# resnet50: its bottlenecks' conv1 runs the CPU 1x1 kernel of trainer/models/tsm.py (resnet18 has none).
 @pytest.mark.parametrize("engine,arch", [("ddp", "resnet18"),
                                          pytest.param("horovod", "resnet18", marks=pytest.mark.horovod),
                                          ("ddp", "resnet50")])
@@ -69,7 +69,7 @@ def test_accumulation_matches_distributed(engine, arch, data, tmp_path):
         worst = max((params[k] - ref[k]).abs().max().item() for k in ref)
         assert worst <= 1e-5, f"{engine} {key}: max abs difference {worst:g} to 4 ranks x 1"
     # The runs did train: the fc weights moved measurably (a no-op would also "agree").
-    from trainer.model import build_model
+    from trainer.models.model import build_model
     torch.manual_seed(0)
     init = build_model(arch, 4, 4, width=0.125).state_dict()
     assert (ref["fc.weight"] - init["fc.weight"]).abs().max().item() > 1e-3

@@ -363,8 +363,8 @@ def test_a_good_project_is_shown_by_config(world):
 
 def _tree() -> List[Tuple[str, click.Command]]:
     """Every command that runs, a group's commands as ``group command`` (``lsf env``)."""
-    from summit_jobs import main  # noqa: F401 - registers the commands
-    from summit_jobs.cli import cli
+    from summit_jobs.cli import main  # noqa: F401 - registers the commands
+    from summit_jobs.cli.submit import cli
     ctx = click.Context(cli)
     out = []
     for name in cli.list_commands(ctx):
@@ -379,7 +379,7 @@ def _tree() -> List[Tuple[str, click.Command]]:
 def test_every_option_of_every_command_has_a_bad_value():
     """Read from the commands themselves: a new option (or command) without a row here fails this test."""
     from test_bad_input_options import GLOBAL, SHARED, SIMULATE_ONLY, SUBMIT_ONLY
-    from summit_jobs.cli import cli
+    from summit_jobs.cli.submit import cli
     covered = {(c, o) for c, o, *_ in CASES}
     covered |= {("submit", o) for o, _, _ in SHARED + SUBMIT_ONLY}
     covered |= {("simulate", o) for o, _, _ in SHARED + SIMULATE_ONLY}

@@ -95,7 +95,7 @@ def test_every_config_key_has_a_bad_value():
 
     import yaml
 
-    from summit_jobs.config import _INTERNAL, UserConfig
+    from summit_jobs.profiles.config import _INTERNAL, UserConfig
     keys = {f.name for f in dataclasses.fields(UserConfig)} - set(_INTERNAL)
     spoiled = set()
     for _, text, _ in FILE_CASES:
@@ -107,7 +107,7 @@ def test_every_config_key_has_a_bad_value():
     assert keys - spoiled == set()
 
 
-#: The environment layer of summit_jobs.settings: (variable, bad value, words of the refusal).
+#: The environment layer of summit_jobs.profiles.settings: (variable, bad value, words of the refusal).
 ENV_CASES = [
     ("SUMMIT_JOBS_MACHINE", "x;touch X", ["'x;touch X'", "Known machines"]),
     ("SUMMIT_JOBS_PROJECT", "a b", ["'a b' is not a valid project name"]),

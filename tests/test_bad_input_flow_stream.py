@@ -9,7 +9,7 @@ import torch
 
 from badinput import assert_refused, run_module
 from test_flow_stream import packs, stream_args  # noqa: F401  (the module's packed data, as a fixture)
-from trainer.model import build_model
+from trainer.models.model import build_model
 
 
 @pytest.fixture(scope="module")

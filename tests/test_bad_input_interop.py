@@ -1,4 +1,4 @@
-"""Bad input to ``python -m trainer.interop convert``: refused with one line naming the file (or
+"""Bad input to ``python -m trainer.models.interop convert``: refused with one line naming the file (or
 the key, or the value) and what to do, exit 2, never a traceback.
 
 Files a user could hand it: missing, a folder, empty, text, a zip that is no torch file, a
@@ -20,10 +20,10 @@ import torch
 from badinput import assert_refused, run_module
 from trainer_utils import REPO
 
-from trainer import interop
-from trainer.model import build_model
+from trainer.models import interop
+from trainer.models.model import build_model
 
-PREFIX = "trainer.interop: error: "
+PREFIX = "trainer.models.interop: error: "
 
 
 def env():
@@ -121,7 +121,7 @@ OUTPUT_CASES = [
 @pytest.mark.parametrize("case, name, extra, words", CASES, ids=[c[0] for c in CASES])
 def test_bad_input_file_is_refused(inputs, tmp_path, case, name, extra, words):
     src = inputs / name
-    res = run_module("trainer.interop", ["convert", str(src), str(tmp_path / "out.pth"), "--to", "mmaction2",
+    res = run_module("trainer.models.interop", ["convert", str(src), str(tmp_path / "out.pth"), "--to", "mmaction2",
                                          *extra], env())
     assert_refused(res, [f"{src}: ", *words], prefix=PREFIX)
     assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1
@@ -133,7 +133,7 @@ def test_bad_output_or_option_is_refused(inputs, case, name, extra, words):
     out = inputs / name
     before = sorted(p.name for p in inputs.iterdir())
     args = ["convert", str(inputs / "good.pth"), str(out)] + (extra if "--to" in extra else ["--to", "tsm", *extra])
-    res = run_module("trainer.interop", args, env())
+    res = run_module("trainer.models.interop", args, env())
     assert_refused(res, words)
     assert res.returncode == 2
     assert sorted(p.name for p in inputs.iterdir()) == before

@@ -113,7 +113,7 @@ def lsf(cli_env, tmp_path) -> Tuple[Dict[str, str], str]:
     env = dict(cli_env, **{k: v for k, v in lsf_environment(tmp_path).items()
                            if k.startswith("SUMMIT_JOBS_") or k in ("PATH", "XDG_DATA_HOME")})
     env["SUMMIT_JOBS_LSF_FIRST_ID"] = "700"
-    res = run_module("summit_jobs.embedded.bsub", ["/bin/true"], env, cwd=tmp_path)
+    res = run_module("summit_jobs.schedulers.lsf.embedded.commands.bsub", ["/bin/true"], env, cwd=tmp_path)
     assert res.returncode == 0 and "Job <700>" in res.stdout, res.stderr
     return env, "700"
 
@@ -124,12 +124,12 @@ def test_bsub_refuses(lsf, tmp_path, args, extra, needles):
     args = [a.replace("@ID", job) for a in args]
     if args[-1] != "true":
         args.append("/bin/true")
-    res = run_module("summit_jobs.embedded.bsub", args, dict(env, **extra), cwd=tmp_path)
+    res = run_module("summit_jobs.schedulers.lsf.embedded.commands.bsub", args, dict(env, **extra), cwd=tmp_path)
     assert_refused(res, [n.replace("@ID", job) for n in needles])
     assert "is submitted" not in res.stdout
     if not extra:
         assert "Job not submitted." in res.stderr
     jobs = Path(env["SUMMIT_JOBS_LSF_HOME"]) / "jobs"
     assert sorted(p.name for p in jobs.iterdir()) == [job]          # no job folder left behind
-    ok = run_module("summit_jobs.embedded.bsub", ["/bin/true"], env, cwd=tmp_path)
+    ok = run_module("summit_jobs.schedulers.lsf.embedded.commands.bsub", ["/bin/true"], env, cwd=tmp_path)
     assert "Job <701>" in ok.stdout, ok.stderr                          # no id used up

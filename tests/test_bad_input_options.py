@@ -220,8 +220,8 @@ def test_warning_minutes_within_the_limit(cli_env, tmp_path, walltime, given, wt
 # ---- empty values --------------------------------------------------------------------------------------------
 
 def _command(name: str) -> click.Command:
-    from summit_jobs import main  # noqa: F401 - registers the commands
-    from summit_jobs.cli import cli
+    from summit_jobs.cli import main  # noqa: F401 - registers the commands
+    from summit_jobs.cli.submit import cli
     return cli.get_command(click.Context(cli), name)
 
 
@@ -231,7 +231,7 @@ def _text_options(command: click.Command):
 
 
 def _empty_cases():
-    from summit_jobs.cli import cli
+    from summit_jobs.cli.submit import cli
     cases = [("global", opt, [opt, "", *GLOBAL_BASE]) for opt in _text_options(cli)]
     for name, base in (("submit", SUBMIT), ("simulate", SIMULATE)):
         cases += [(name, opt, [*base, opt, ""]) for opt in _text_options(_command(name))]
@@ -379,7 +379,7 @@ def _covered(tables) -> set:
 
 
 def test_every_option_of_submit_and_simulate_has_a_bad_value():
-    from summit_jobs.cli import cli
+    from summit_jobs.cli.submit import cli
     assert option_names(_command("submit")) - _covered([SHARED, SUBMIT_ONLY]) == set()
     assert option_names(_command("simulate")) - _covered([SHARED, SIMULATE_ONLY]) == set()
     assert option_names(cli) - {"--version"} - _covered([GLOBAL]) == set()

@@ -181,7 +181,7 @@ def _leaves(tp, prefix: str = ""):
 
 
 def test_every_profile_key_has_a_bad_value():
-    from summit_jobs.machines import Profile
+    from summit_jobs.profiles.machines import Profile
     keys = set(_leaves(Profile))
     assert len(keys) > 80
     assert keys - {path for path, _, _ in CASES} == set()
@@ -189,8 +189,8 @@ def test_every_profile_key_has_a_bad_value():
 
 def test_the_schema_states_a_range_for_every_number():
     """A number without a range is a number a profile may set to anything: each says what it allows."""
-    from summit_jobs.machines import Profile
-    from summit_jobs.schema import RANGE
+    from summit_jobs.profiles.machines import Profile
+    from summit_jobs.profiles.schema import RANGE
 
     def numbers(tp, prefix=""):
         hints = get_type_hints(tp)

@@ -50,5 +50,5 @@ def test_submit_refuses_a_bad_recipe_option_after_the_separator(cli_env, tmp_pat
 
 def test_the_shift_blocks_choices_are_the_models():
     from trainer.config import SHIFT_BLOCKS
-    from trainer.model import SHIFT_BLOCKS as BUILT
+    from trainer.models.model import SHIFT_BLOCKS as BUILT
     assert SHIFT_BLOCKS == BUILT

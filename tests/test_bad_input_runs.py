@@ -15,7 +15,7 @@ from badinput import assert_refused, run_module
 from conftest import cli_env, run_cli  # noqa: F401
 from trainer_utils import REPO, make_dataset, run_ranks, tiny_args
 
-from trainer import tboard
+from trainer.loop import tboard
 
 
 def trainer_env(**extra: str) -> Dict[str, str]:

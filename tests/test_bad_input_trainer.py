@@ -163,5 +163,5 @@ def test_sizes_within_the_ranges_and_memory_are_accepted():
 
 def test_the_arch_choices_are_the_models():
     from trainer.config import ARCHS
-    from trainer.model import ARCHS as BUILT
+    from trainer.models.model import ARCHS as BUILT
     assert tuple(BUILT) == ARCHS

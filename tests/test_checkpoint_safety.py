@@ -19,8 +19,8 @@ import torch
 from badinput import assert_refused, run_module
 from trainer_utils import REPO, make_dataset, run_ranks, start_ranks, tiny_args, wait_ranks
 
-from trainer import checkpoint as ckpt
-from trainer.train import rng_states, set_rng_states
+from trainer.loop import checkpoint as ckpt
+from trainer.loop.train import rng_states, set_rng_states
 
 
 class RunsCode:

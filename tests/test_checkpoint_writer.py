@@ -19,9 +19,9 @@ import torch
 
 from trainer_utils import REPO
 
-from trainer import checkpoint as ckpt
-from trainer.checkpoint import CheckpointError
-from trainer.ckptwriter import CheckpointWriter, cpu_copy
+from trainer.loop import checkpoint as ckpt
+from trainer.loop.checkpoint import CheckpointError
+from trainer.loop.ckptwriter import CheckpointWriter, cpu_copy
 
 
 def real_state(floats: int = 1 << 16, step: int = 1):
@@ -167,8 +167,8 @@ def test_a_full_disk_is_raised_once_as_the_synchronous_save_raises_it(small_fs):
 CHILD = r"""
 import json, resource, signal, sys, torch
 from pathlib import Path
-from trainer import checkpoint as ckpt
-from trainer.ckptwriter import CheckpointWriter
+from trainer.loop import checkpoint as ckpt
+from trainer.loop.ckptwriter import CheckpointWriter
 run, mode = Path(sys.argv[1]), sys.argv[2]
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit then fails with EFBIG
 soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)

@@ -159,9 +159,9 @@ def test_help_explains(cli_env):
 
 
 def test_cli_does_not_import_torch():
-    code = ("import sys; import summit_jobs.cli, summit_jobs.plan, summit_jobs.render, summit_jobs.machines;"
+    code = ("import sys; import summit_jobs.cli.submit, summit_jobs.planning.plan, summit_jobs.planning.render, summit_jobs.profiles.machines;"
             "from click.testing import CliRunner;"
-            "r = CliRunner().invoke(summit_jobs.cli.cli, ['--machine','summit','submit','--nodes','8',"
+            "r = CliRunner().invoke(summit_jobs.cli.submit.cli, ['--machine','summit','submit','--nodes','8',"
             "'--project','A','--dry-run']);"
             "assert r.exit_code == 0, r.output;"
             "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.')))")
@@ -185,6 +185,6 @@ def test_non_editable_install_works_from_any_directory(tmp_path):
                           timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert "#BSUB -nnodes 4" in proc.stdout
-    proc = subprocess.run([sys.executable, "-c", "import summit_jobs.resources as r; print(r.templates_dir())"],
+    proc = subprocess.run([sys.executable, "-c", "import summit_jobs.planning.resources as r; print(r.templates_dir())"],
                           cwd=elsewhere, env=env, capture_output=True, text=True, timeout=60)
     assert proc.stdout.strip() == str(target / "summit_jobs" / "templates")

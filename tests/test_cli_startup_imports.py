@@ -19,16 +19,17 @@ from pathlib import Path
 import click
 import pytest
 
-from summit_jobs import lazygroup, machines, usercache
+from summit_jobs.cli import lazygroup
+from summit_jobs.profiles import machines, usercache
 
 REPO = Path(__file__).resolve().parent.parent
 #: Third-party and standard modules a listing or a warm dry run must not pay for.
 HEAVY = ("jinja2", "yaml", "paramiko", "torch", "numpy", "matplotlib", "tqdm", "PIL", "cryptography")
 #: summit_jobs modules `--help` must not import: the profile, planner, SSH and command machinery.
-NOT_FOR_HELP = ("summit_jobs.machines", "summit_jobs.plan", "summit_jobs.render", "summit_jobs.submission",
-                "summit_jobs.hosts", "summit_jobs.sshlogin", "summit_jobs.lsf", "summit_jobs.runs",
-                "summit_jobs.config", "summit_jobs.report", "summit_jobs.plots", "summit_jobs.simulate",
-                "summit_jobs.lifecycle", "summit_jobs.staging", "summit_jobs.pack", "summit_jobs.doctor")
+NOT_FOR_HELP = ("summit_jobs.profiles.machines", "summit_jobs.planning.plan", "summit_jobs.planning.render", "summit_jobs.runs.submission",
+                "summit_jobs.hosts.host", "summit_jobs.hosts.sshlogin", "summit_jobs.schedulers.lsf.client", "summit_jobs.runs.records",
+                "summit_jobs.profiles.config", "summit_jobs.runs.report", "summit_jobs.runs.plots", "summit_jobs.planning.simulate",
+                "summit_jobs.runs.lifecycle", "summit_jobs.data.staging", "summit_jobs.data.pack", "summit_jobs.hosts.doctor")
 DRY_RUN = ["--machine", "summit", "submit", "--nodes", "256", "--project", "ABC123", "--dry-run"]
 
 #: Runs the real entry point (python -m summit_jobs) and writes the imported module names to stderr's last line.
@@ -59,8 +60,13 @@ def _heavy(mods):
 
 
 def _command_modules(mods):
-    """summit_jobs.cli_* command modules (cli_types is the shared option types, cheap by design)."""
-    return sorted(m for m in mods if m.startswith("summit_jobs.cli_") and m != "summit_jobs.cli_types")
+    """The command modules of summit_jobs.cli (and the lsf group's); the group itself (cli/submit.py, which also
+    holds submit and machines), its lazy loader, the shared option types, choice lists and progress output are
+    cheap by design."""
+    shared = {"summit_jobs.cli", "summit_jobs.cli.main", "summit_jobs.cli.submit", "summit_jobs.cli.lazygroup",
+              "summit_jobs.cli.types", "summit_jobs.cli.choices", "summit_jobs.cli.progress"}
+    return sorted(m for m in mods if (m.startswith("summit_jobs.cli.") or m == "summit_jobs.schedulers.lsf.cli")
+                  and m not in shared)
 
 
 @pytest.fixture
@@ -83,7 +89,7 @@ def test_help_imports_no_command_module_and_nothing_heavy(env):
 def test_a_command_imports_its_own_module_only(env):
     proc, mods = probe(["scaling", "--help"], env)
     assert "node counts" in proc.stdout
-    assert _command_modules(mods) == ["summit_jobs.cli_simulate"]
+    assert _command_modules(mods) == ["summit_jobs.cli.simulate"]
 
 
 def test_dry_run_with_a_warm_cache_imports_neither_yaml_nor_ssh_nor_submission(env):
@@ -93,13 +99,13 @@ def test_dry_run_with_a_warm_cache_imports_neither_yaml_nor_ssh_nor_submission(e
     assert warm.stdout == cold.stdout and warm.stdout.startswith("#!/bin/bash")
     assert {m.split(".")[0] for m in _heavy(mods)} == {"jinja2"}    # rendering is Jinja's
     assert _command_modules(mods) == []
-    assert sorted({"summit_jobs.lsf", "summit_jobs.runs", "subprocess", "socket"} & mods) == []
+    assert sorted({"summit_jobs.schedulers.lsf.client", "summit_jobs.runs.records", "subprocess", "socket"} & mods) == []
 
 
 # ---- the lazy command list ----------------------------------------------------------------------------
 
 def _group():
-    from summit_jobs import main
+    from summit_jobs.cli import main
     return main.cli.cli
 
 
@@ -143,7 +149,7 @@ def test_completion_of_command_names_lists_the_registered_lines(env):
     assert _command_modules(mods) == []
 
 
-@pytest.mark.parametrize("target", ["summit_jobs.cli_fuse", "summit_jobs.cli_fuse:", ":fuse_cmd"])
+@pytest.mark.parametrize("target", ["summit_jobs.cli.fuse", "summit_jobs.cli.fuse:", ":fuse_cmd"])
 def test_a_registration_must_name_module_and_attribute(target):
     group = lazygroup.LazyGroup("g")
     with pytest.raises(ValueError, match="module:attribute"):
@@ -152,14 +158,14 @@ def test_a_registration_must_name_module_and_attribute(target):
 
 def test_a_name_registered_twice_is_refused():
     group = lazygroup.LazyGroup("g")
-    group.register_lazy("fuse", "summit_jobs.cli_fuse:fuse_cmd", "Late fusion.")
+    group.register_lazy("fuse", "summit_jobs.cli.fuse:fuse_cmd", "Late fusion.")
     with pytest.raises(ValueError, match="registered twice"):
-        group.register_lazy("fuse", "summit_jobs.cli_fuse:fuse_cmd", "Late fusion.")
+        group.register_lazy("fuse", "summit_jobs.cli.fuse:fuse_cmd", "Late fusion.")
 
 
 def test_a_target_that_is_no_command_is_refused():
     group = lazygroup.LazyGroup("g")
-    group.register_lazy("x", "summit_jobs.choices:LAYOUTS", "Not a command.")
+    group.register_lazy("x", "summit_jobs.cli.choices:LAYOUTS", "Not a command.")
     with pytest.raises(TypeError, match="not a click command"):
         group.get_command(None, "x")
 

@@ -69,7 +69,7 @@ def test_tolerance_decides(runs, cli_env):
 
 
 def test_compare_help_keeps_startup_torch_free():
-    code = ("import sys; from click.testing import CliRunner; import summit_jobs.main as m;"
+    code = ("import sys; from click.testing import CliRunner; import summit_jobs.cli.main as m;"
             "r = CliRunner().invoke(m.cli.cli, ['compare', '--help']); assert r.exit_code == 0, r.output;"
             "print(sorted(x for x in sys.modules if x == 'torch' or x.startswith('torch.')))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

@@ -14,10 +14,11 @@ from badinput import run_module
 
 from trainer_utils import make_dataset, run_ranks, tiny_args
 
-from trainer import checkpoint as ckpt
-from trainer import compat, tsm
-from trainer.metrics import read_metrics
-from trainer.model import build_model
+from trainer.loop import checkpoint as ckpt
+from trainer.dist import compat
+from trainer.models import tsm
+from trainer.loop.metrics import read_metrics
+from trainer.models.model import build_model
 from trainer.rundir import COMPLETE
 
 

@@ -3,7 +3,7 @@
 Each layer is checked where it really is: the config file's line is the line
 of the key in the file the test wrote, an environment variable overrides it,
 an option overrides both, a profile supplies a default with its own file and
-line. What `config` says must be what `submit` uses: both ask summit_jobs.settings.
+line. What `config` says must be what `submit` uses: both ask summit_jobs.profiles.settings.
 """
 from __future__ import annotations
 
@@ -185,7 +185,7 @@ def test_malformed_config_file_is_one_line_naming_file_and_line(cli_env, tmp_pat
 
 def test_secret_values_are_never_printed():
     """A credential-like setting shows `<set>`, never its value (none of today's settings is one)."""
-    from summit_jobs import cli_config
+    from summit_jobs.cli import config as cli_config
     for name in ("password", "ssh_passphrase", "api_token", "client_secret", "WANDB_API_KEY"):
         assert cli_config.shown(name, "hunter2") == "<set>"
         assert cli_config.shown(name, None) is None

@@ -169,7 +169,7 @@ def test_the_pasted_status_finds_the_demos_jobs(quiet_demo, tmp_path):
     """The status line printed for another shell, run by a shell whose environment knows nothing of the demo:
     the demo's job is DONE there (without the settings in front it would be UNKNOWN: another LSF home)."""
     d = quiet_demo
-    submitted = subprocess.run([sys.executable, "-m", "summit_jobs.embedded.bsub", "-J", "demo-test", "true"],
+    submitted = subprocess.run([sys.executable, "-m", "summit_jobs.schedulers.lsf.embedded.commands.bsub", "-J", "demo-test", "true"],
                                env=d.env, capture_output=True, text=True, timeout=60)
     job = submitted.stdout.split("<")[1].split(">")[0]
     env = {k: v for k, v in os.environ.items() if not k.startswith("SUMMIT_JOBS_")}

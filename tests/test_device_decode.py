@@ -18,11 +18,11 @@ from badinput import assert_refused, run_module
 from test_bad_input_trainer import corrupt_member, trainer_env
 from trainer_utils import REPO, make_dataset, run_ranks, tiny_args
 
-from trainer import devicedecode
-from trainer.clips import ClipSpec
-from trainer.data import Pipeline, SampleError, TrainClips
-from trainer.metrics import read_metrics
-from trainer.sampler import MicroBatchSampler, ShapeBatchSampler
+from trainer.data import devicedecode
+from trainer.data.clips import ClipSpec
+from trainer.data.datasets import Pipeline, SampleError, TrainClips
+from trainer.loop.metrics import read_metrics
+from trainer.data.sampler import MicroBatchSampler, ShapeBatchSampler
 
 CPU = torch.device("cpu")
 

@@ -14,7 +14,7 @@ from typing import Dict, List
 import pytest
 
 from conftest_lsf import lsf_env, run, submitted_id, wait_state  # noqa: F401
-from summit_jobs.embedded.state import node_names
+from summit_jobs.schedulers.lsf.embedded.state import node_names
 
 #: The virtual nodes' host names on this machine: vnode1... where tasks get host names, else 127.1.0.1...
 NODE1, NODE2, NODE3, NODE4 = node_names(4)

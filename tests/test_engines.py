@@ -7,7 +7,7 @@ import pytest
 
 from trainer_utils import REPO, make_dataset, run_ranks, tiny_args
 
-from trainer.engines import launch_from_env, rendezvous_addr, rendezvous_port
+from trainer.dist.engines import launch_from_env, rendezvous_addr, rendezvous_port
 
 
 def test_jsrun_variables_win_over_mpi_and_torchrun():
@@ -63,6 +63,6 @@ def test_falls_back_to_ddp_when_horovod_is_missing(tmp_path):
 
 
 def test_the_trainer_never_imports_summit_jobs():
-    code = ("import sys, trainer.train, trainer.engines, trainer.data; "
+    code = ("import sys, trainer.loop.train, trainer.dist.engines, trainer.data.datasets; "
             "sys.exit(any(m == 'summit_jobs' or m.startswith('summit_jobs.') for m in sys.modules))")
     assert subprocess.run([sys.executable, "-c", code], cwd=str(REPO), timeout=60).returncode == 0

@@ -20,7 +20,7 @@ import pytest
 from conftest_lsf import cli, lsf_environment, wait_state
 from trainer_utils import logs, make_dataset, run_ranks, start_ranks, tiny_args, wait_ranks
 
-from trainer.metrics import read_metrics
+from trainer.loop.metrics import read_metrics
 
 TESTED = re.compile(r"final test on rank (\d+) of (\d+): (.*)$", re.M)
 

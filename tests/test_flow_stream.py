@@ -17,8 +17,9 @@ import torch
 from PIL import Image
 
 from conftest import run_cli
-from trainer import clips, interop, transforms, transfer
-from trainer.model import build_model
+from trainer.data import clips, transforms
+from trainer.models import interop, transfer
+from trainer.models.model import build_model
 from trainer_utils import run_ranks
 
 #: 8 synthetic classes: chance is 12.5%.

@@ -18,7 +18,7 @@ import pytest
 from trainer_utils import make_dataset, run_ranks, tiny_args
 
 from conftest import run_cli
-from trainer.metrics import read_metrics
+from trainer.loop.metrics import read_metrics
 from trainer.shards import ShardDataset
 
 VAL = 7  # odd: 2 ranks score 4 and 3 videos

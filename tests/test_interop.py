@@ -1,4 +1,4 @@
-"""Weights in and out of the trainer (trainer/interop.py): an ImageNet start, the official TSM
+"""Weights in and out of the trainer (trainer/models/interop.py): an ImageNet start, the official TSM
 code's and mmaction2's key layouts both ways, any checkpoint for --test-only, weights-only exports.
 
 The layouts are checked against networks built here the way the sources build them
@@ -22,9 +22,9 @@ from torch import nn
 from badinput import run_module
 from trainer_utils import REPO, make_dataset, tiny_args
 
-from trainer import interop
-from trainer.checkpoint import list_epoch_checkpoints
-from trainer.model import BasicBlock, build_model
+from trainer.models import interop
+from trainer.loop.checkpoint import list_epoch_checkpoints
+from trainer.models.model import BasicBlock, build_model
 
 
 # -- networks built as the sources build them ------------------------------------------------
@@ -374,7 +374,7 @@ def test_a_killed_export_leaves_the_old_file_and_its_leftover_goes_next_time(tmp
     old = path.read_bytes()
     code = ("import resource, signal, sys\n"
             "from trainer import interop\n"
-            "from trainer.model import build_model\n"
+            "from trainer.models.model import build_model\n"
             "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
             "resource.setrlimit(resource.RLIMIT_FSIZE, (50000, 50000))\n"
             "try:\n"
@@ -408,12 +408,12 @@ def test_a_run_checkpoint_goes_to_mmaction2_and_back_with_its_shifts(tmp_path):
     assert res.returncode == 0, res.stderr[-3000:]
     ckpt = list_epoch_checkpoints(run)[-1]
     env = trainer_env()
-    mm = run_module("trainer.interop", ["convert", str(ckpt), str(tmp_path / "mm.pth"), "--to", "mmaction2"], env)
+    mm = run_module("trainer.models.interop", ["convert", str(ckpt), str(tmp_path / "mm.pth"), "--to", "mmaction2"], env)
     assert mm.returncode == 0, mm.stderr
     assert "mmaction2 layout (pt), 8 shifted blocks, from" in mm.stdout and "assumed" not in mm.stdout
     keys = torch.load(tmp_path / "mm.pth", weights_only=True)["state_dict"]
     assert "backbone.layer1.0.net.conv1.conv.weight" in keys and "cls_head.fc_cls.weight" in keys
-    back = run_module("trainer.interop", ["convert", str(tmp_path / "mm.pth"), str(tmp_path / "back.safetensors"),
+    back = run_module("trainer.models.interop", ["convert", str(tmp_path / "mm.pth"), str(tmp_path / "back.safetensors"),
                                           "--to", "summit"], env)
     assert back.returncode == 0, back.stderr
     sd, info = interop.load_checkpoint_any(tmp_path / "back.safetensors")
@@ -423,10 +423,10 @@ def test_a_run_checkpoint_goes_to_mmaction2_and_back_with_its_shifts(tmp_path):
 
 def test_convert_of_a_bare_state_dict_says_it_assumed_the_default_shifts(tmp_path):
     torch.save(build_model("resnet18", 3, width=0.125).state_dict(), tmp_path / "bare.pt")
-    res = run_module("trainer.interop", ["convert", str(tmp_path / "bare.pt"), str(tmp_path / "t.pth"),
+    res = run_module("trainer.models.interop", ["convert", str(tmp_path / "bare.pt"), str(tmp_path / "t.pth"),
                                          "--to", "tsm", "--no-shift"], trainer_env())
     assert res.returncode == 0 and "0 shifted blocks" in res.stdout and "assumed" not in res.stdout
-    res = run_module("trainer.interop", ["convert", str(tmp_path / "bare.pt"), str(tmp_path / "u.pth"),
+    res = run_module("trainer.models.interop", ["convert", str(tmp_path / "bare.pt"), str(tmp_path / "u.pth"),
                                          "--to", "tsm"], trainer_env())
     assert res.returncode == 0 and "8 shifted blocks" in res.stdout and "defaults were assumed" in res.stdout
     assert "module.new_fc.weight" in torch.load(tmp_path / "u.pth", weights_only=True)["state_dict"]
@@ -434,18 +434,18 @@ def test_convert_of_a_bare_state_dict_says_it_assumed_the_default_shifts(tmp_pat
 
 def test_convert_keeps_epoch_and_best_top1_in_the_official_units(tmp_path):
     """This trainer's best_top1 is a fraction (-1 before any validation); TSM's best_prec1 is percent."""
-    from trainer.checkpoint import save
+    from trainer.loop.checkpoint import save
     model = build_model("resnet18", 3, width=0.125)
     args = {"arch": "resnet18", "width": 0.125, "shift": True, "shift_placement": "blockres", "shift_blocks": "all"}
     for best, want in ((0.625, 62.5), (-1.0, 0.0)):
         path = save(tmp_path / "run", {"model": model.state_dict(), "best_top1": best, "epoch": 2, "step": 8,
                                        "args": args}, step=8, keep=1)
         out = tmp_path / f"tsm{best}.pth"
-        res = run_module("trainer.interop", ["convert", str(path), str(out), "--to", "tsm"], trainer_env())
+        res = run_module("trainer.models.interop", ["convert", str(path), str(out), "--to", "tsm"], trainer_env())
         assert res.returncode == 0, res.stderr
         ckpt = torch.load(out, weights_only=True)
         assert (ckpt["epoch"], ckpt["best_prec1"], ckpt["arch"]) == (2, want, "resnet18")
-    res = run_module("trainer.interop", ["convert", str(tmp_path / "tsm0.625.pth"), str(tmp_path / "s.pt"),
+    res = run_module("trainer.models.interop", ["convert", str(tmp_path / "tsm0.625.pth"), str(tmp_path / "s.pt"),
                                          "--to", "summit"], trainer_env())
     assert res.returncode == 0, res.stderr
     meta = torch.load(tmp_path / "s.pt", weights_only=True)["meta"]

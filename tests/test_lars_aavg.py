@@ -2,8 +2,8 @@
 import pytest
 import torch
 
-from trainer.aavg import BatchSizeController, average_learners, merge_bn_stats, should_average
-from trainer.lars import LARS
+from trainer.methods.aavg import BatchSizeController, average_learners, merge_bn_stats, should_average
+from trainer.methods.lars import LARS
 
 
 def test_lars_one_update_by_hand():

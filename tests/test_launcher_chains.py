@@ -29,7 +29,7 @@ import pytest
 import torch
 
 from conftest_lsf import bjobs_state, cli, job_processes, lsf_env, wait_for  # noqa: F401
-from summit_jobs.embedded import state as lsf_state
+from summit_jobs.schedulers.lsf.embedded import state as lsf_state
 from test_launchers import _trainer_args
 from trainer_utils import REPO, make_dataset
 

@@ -18,7 +18,7 @@ import torch
 
 from conftest_lsf import cli, lsf_env, run, submitted_id, wait_for, wait_state  # noqa: F401
 from trainer_utils import REPO, make_dataset, tiny_args
-from summit_jobs.embedded.state import node_names
+from summit_jobs.schedulers.lsf.embedded.state import node_names
 
 #: The virtual nodes' host names on this machine: vnode1... where tasks get host names, else 127.1.0.1...
 NODE1, NODE2, NODE3, NODE4 = node_names(4)

@@ -58,10 +58,13 @@ def test_no_module_imports_another_modules_private_names():
 def test_the_login_side_does_not_use_the_embedded_lsf_outside_its_own_machine():
     """Only the embedded machine's own NVMe hop (staging.py, --to-nvme on the local profile) may reach into
     the embedded LSF; everything else talks to whatever LSF the profile names, through lsf.py."""
-    allowed = {"summit_jobs/staging.py"}
+    allowed = {"summit_jobs/data/staging.py"}
     users = set()
-    for path in (REPO / "summit_jobs").glob("*.py"):
-        if any(m.startswith("summit_jobs.embedded") for m, _ in imports(path)):
+    lsf = REPO / "summit_jobs" / "schedulers" / "lsf"
+    for path in (REPO / "summit_jobs").rglob("*.py"):
+        if lsf in path.parents:
+            continue
+        if any(m.startswith("summit_jobs.schedulers.lsf.embedded") for m, _ in imports(path)):
             users.add(str(path.relative_to(REPO)))
     assert users <= allowed, users - allowed
 
@@ -90,3 +93,54 @@ def test_modules_the_login_side_imports_are_torch_free(module):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=str(REPO), timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]", f"{module} imports {out.stdout.strip()}"
+
+
+def package_folders():
+    """Every folder of the two packages that holds Python modules."""
+    return sorted({p.parent for pkg in PACKAGES for p in (REPO / pkg).rglob("*.py")})
+
+
+def test_no_folder_holds_more_than_15_modules_and_each_is_a_room_of_the_architecture():
+    """A folder is one role: a newcomer finds a module among a handful, and docs/architecture.md names it."""
+    doc = (REPO / "docs" / "architecture.md").read_text()
+    crowded, unnamed = [], []
+    for folder in package_folders():
+        modules = [p for p in folder.glob("*.py") if p.name != "__init__.py"]
+        rel = folder.relative_to(REPO).as_posix() + "/"
+        if len(modules) > 15:
+            crowded.append(f"{rel}: {len(modules)} modules")
+        if f"`{rel}`" not in doc:
+            unnamed.append(rel)
+        init = folder / "__init__.py"
+        assert init.is_file() and ast.get_docstring(ast.parse(init.read_text())), \
+            f"{rel}__init__.py must say what the room holds and what it may import"
+    assert not crowded, crowded
+    assert not unnamed, f"folders docs/architecture.md does not name (as `path/`): {unnamed}"
+
+
+def contract_modules():
+    """trainer/*.py: the torch-free contract. Job scripts run these with ``python -m``; the login side imports
+    them; the compute side's rooms (data, models, methods, loop, dist) build on them."""
+    return sorted(f"trainer.{p.stem}" for p in (REPO / "trainer").glob("*.py")
+                  if p.stem not in ("__init__", "__main__"))
+
+
+@pytest.mark.parametrize("module", contract_modules() + ["trainer.methods.multigrid"])
+def test_contract_modules_import_no_torch(module):
+    code = f"import sys, {module}; print([m for m in ('torch', 'numpy.testing') if m in sys.modules])"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=str(REPO), timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]", f"{module} imports {out.stdout.strip()}"
+
+
+def test_the_contract_imports_none_of_the_compute_rooms_at_module_level():
+    """The contract is the bottom layer: a module of trainer/ that imported trainer.loop (say) at its top would
+    drag torch into the login side the day that room's first module is imported by its __init__."""
+    rooms = ("trainer.data", "trainer.models", "trainer.loop", "trainer.dist")
+    found = []
+    for module in contract_modules():
+        tree = ast.parse((REPO / "trainer" / f"{module.split('.')[1]}.py").read_text())
+        for node in tree.body:
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith(rooms):
+                found.append(f"{module}: from {node.module}")
+    assert not found, found

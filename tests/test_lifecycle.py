@@ -11,7 +11,7 @@ from pathlib import Path
 
 from conftest_lsf import (bjobs_state, cli, lsf_env, program, run, submitted_id, template_dir,  # noqa: F401
                           wait_for, wait_state)
-from summit_jobs.embedded.state import node_names
+from summit_jobs.schedulers.lsf.embedded.state import node_names
 
 #: The virtual nodes' host names on this machine: vnode1... where tasks get host names, else 127.1.0.1...
 NODE1, NODE2, NODE3, NODE4 = node_names(4)

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from trainer import engines, lsf_hosts
+from trainer.dist import engines
+from trainer import lsf_hosts
 
 SUMMIT = {"LSB_MCPU_HOSTS": "batch2 1 h22n07 42 h22n08 42 ", "SUMMIT_JOBS_LSF_CSM": "1",
           "SUMMIT_JOBS_LAUNCH_NODE_PREFIXES": "batch,login"}
@@ -57,8 +58,9 @@ def test_local_size_counts_the_compute_hosts():
 @pytest.mark.parametrize("machine,csm,prefixes", [("summit", "1", "batch,login"), ("lassen", "1", "batch,login"),
                                                   ("local", "1", "batch")])
 def test_scripts_export_the_profiles_rule(machine, csm, prefixes):
-    from summit_jobs import machines, render
-    from summit_jobs.plan import JobOptions, make_plan
+    from summit_jobs.profiles import machines
+    from summit_jobs.planning import render
+    from summit_jobs.planning.plan import JobOptions, make_plan
     plan = make_plan(machines.load(machine), JobOptions(nodes=2, run_dir="/gpfs/r", project="ABC123"))
     script = render.render(plan)
     assert f"export SUMMIT_JOBS_LSF_CSM={csm}\n" in script

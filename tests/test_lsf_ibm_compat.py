@@ -13,7 +13,7 @@ import pytest
 
 from conftest_lsf import job_processes, lsf_env, run, submitted_id, wait_state  # noqa: F401
 
-from summit_jobs.embedded.state import node_names
+from summit_jobs.schedulers.lsf.embedded.state import node_names
 
 NODE1 = node_names(1)[0]   # vnode1 where namespaces give nodes names, else 127.1.0.1
 

@@ -24,7 +24,7 @@ import pytest
 
 from conftest_lsf import lsf_env, run, submitted_id, wait_state  # noqa: F401
 from trainer_utils import make_dataset, tiny_args
-from summit_jobs.embedded.state import node_names
+from summit_jobs.schedulers.lsf.embedded.state import node_names
 
 #: The virtual nodes' host names on this machine: vnode1... where tasks get host names, else 127.1.0.1...
 NODE1, NODE2, NODE3, NODE4 = node_names(4)
@@ -257,7 +257,7 @@ def test_a_script_from_stdin_is_named_by_its_lines_joined_with_semicolons(tmp_pa
 def test_a_node_tmp_folder_in_the_way_that_is_not_private_is_refused(tmp_path, monkeypatch):
     """The per-node TMPDIR's parent lives in a shared /tmp: one made by someone else (open to others, or a
     link to elsewhere) is refused, naming it and the setting that moves it, rather than used."""
-    from summit_jobs.embedded import state
+    from summit_jobs.schedulers.lsf.embedded import state
     monkeypatch.setenv("SUMMIT_JOBS_LSF_TMP", str(tmp_path / "tmp"))
     home = tmp_path / "lsf"
     made = state.node_tmp_dir(home, "77", NODE2)

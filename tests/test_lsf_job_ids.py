@@ -53,7 +53,7 @@ def test_six_homes_submitting_at_the_same_moment_get_six_distinct_ids(tmp_path):
 
 
 def test_homes_sharing_a_counter_file_take_turns_without_repeating_an_id(tmp_path):
-    from summit_jobs.embedded import state
+    from summit_jobs.schedulers.lsf.embedded import state
     start = state.first_id() + 10_000_000            # above the time-based floor, which would win otherwise
     counter = tmp_path / "ids" / "job-ids"
     counter.parent.mkdir()

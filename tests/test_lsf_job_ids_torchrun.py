@@ -22,7 +22,7 @@ pytest.importorskip("torch")
 from conftest_lsf import REPO, bjobs_state, job_processes, lsf_environment  # noqa: E402
 from test_launchers import _trainer_args  # noqa: E402
 from trainer_utils import make_dataset  # noqa: E402
-from summit_jobs.embedded.state import node_names
+from summit_jobs.schedulers.lsf.embedded.state import node_names
 
 #: The virtual nodes' host names on this machine: vnode1... where tasks get host names, else 127.1.0.1...
 NODE1, NODE2, NODE3, NODE4 = node_names(4)

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from conftest import run_cli
 
-from summit_jobs import lsf
+from summit_jobs.schedulers.lsf import client as lsf
 
 DATA = Path(__file__).parent / "data" / "lsf"
 
@@ -182,7 +182,7 @@ def test_bjobs_plain_unknown_state_keeps_lsf_word():
 
 def test_bkill_already_finished_on_stderr_with_exit_255():
     """bkill answers a finished job on stderr with exit status 255: still 'finished', not an error."""
-    from summit_jobs.hosts import Result
+    from summit_jobs.hosts.host import Result
     res = Result(255, "", read("bkill_already_finished_stderr.txt"))
     assert lsf.bkill_outcome(res.text) == {"11": "finished"}
     res = Result(255, "", read("bkill_no_matching_stderr.txt"))
@@ -210,7 +210,8 @@ def test_embedded_bjobs_output_round_trips(tmp_path, monkeypatch, capsys):
     """What the embedded bjobs prints (-json and plain) is read back by the same parsers."""
     import time
 
-    from summit_jobs.embedded import bjobs, state
+    from summit_jobs.schedulers.lsf.embedded.commands import bjobs
+    from summit_jobs.schedulers.lsf.embedded import state
     monkeypatch.setenv("SUMMIT_JOBS_LSF_HOME", str(tmp_path))
     home = state.home()
     base = {"queue": "batch", "name": "tsm", "user": "alice", "from_host": "vm", "cores": 2,
@@ -313,7 +314,7 @@ def test_cancel_kills_the_checked_jobs_when_bjobs_errs_on_others(tmp_path, cli_e
 
 
 # -- lsid and bqueues (summit-jobs doctor) ----------------------------------------------------------------------
-from summit_jobs import doctor  # noqa: E402 - kept with the tests that use it
+from summit_jobs.hosts import doctor  # noqa: E402 - kept with the tests that use it
 
 
 @pytest.mark.parametrize("name, product, version, cluster, master", [
@@ -349,7 +350,7 @@ def test_lsid_after_busy_banner_lines_and_garbage_kept_in_the_error():
 
 def test_lsf_version_against_what_a_profile_needs():
     """bjobs -json came with LSF 10.1 Fix Pack 2: 10.1.0 (no fix pack) and LSF 3.0 fail, 10.1.0.6 passes."""
-    from summit_jobs import machines
+    from summit_jobs.profiles import machines
     summit = machines.load("summit")
     ok = doctor.check_lsf_version(doctor.parse_lsid(read("lsid_lsf_git_ops_10_1_0_6.txt")), None, summit)
     assert ok.status == doctor.OK and "10.1.0.6" in ok.found
@@ -390,7 +391,7 @@ def test_bqueues_wide_extra_columns_banner_and_bad_rows():
 
 
 def test_queue_checks_name_what_is_missing_closed_or_held():
-    from summit_jobs import machines
+    from summit_jobs.profiles import machines
     rows = doctor.parse_bqueues(read("bqueues_lsf_kubernetes_inact.txt"))
     checks = doctor.check_queues(machines.load("summit"), rows, None)
     assert checks[0].name == "queue batch (default)" and checks[0].status == doctor.FAIL
@@ -415,7 +416,8 @@ def _job_states(lsf_home) -> str:
 def test_embedded_lsid_and_bqueues_round_trip(tmp_path, cli_env):
     """What the embedded lsid and bqueues print (real processes) is read by the same parsers, and running
     jobs' slots show in their queue's RUN column."""
-    from summit_jobs import hosts, resources
+    from summit_jobs.hosts import host as hosts
+    from summit_jobs.planning import resources
     env = hosts.embedded_environment(dict(cli_env, SUMMIT_JOBS_LSF_HOME=str(tmp_path / "lsf")), 4, 2)
     lsid = subprocess.run(["lsid"], env=env, capture_output=True, text=True, timeout=60)
     info = doctor.parse_lsid(lsid.stdout)
@@ -450,7 +452,7 @@ def test_embedded_lsid_and_bqueues_round_trip(tmp_path, cli_env):
 def test_bqueues_counts_pending_running_and_suspended_slots_per_queue():
     """The embedded bqueues' counts from job records: slots per state, suspended states as SUSP, ended jobs
     and other queues' jobs left out."""
-    from summit_jobs.embedded import bqueues
+    from summit_jobs.schedulers.lsf.embedded.commands import bqueues
     jobs = [{"queue": "debug", "state": "RUN", "slots": ["2", "2"]},
             {"queue": "debug", "state": "PEND", "slots": None},
             {"queue": "debug", "state": "PEND", "slots": ["4"]},

@@ -18,7 +18,7 @@ from typing import Dict, List, Optional, Tuple
 import pytest
 
 from conftest_lsf import bjobs_state, lsf_environment, run, submitted_id, wait_for, wait_state
-from summit_jobs.embedded import deps
+from summit_jobs.schedulers.lsf.embedded import deps
 
 PY = sys.executable
 

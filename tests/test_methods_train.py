@@ -11,16 +11,16 @@ from torch import nn
 
 from trainer_utils import REPO, make_dataset, run_ranks, tiny_args
 
-from trainer import checkpoint as ckpt
-from trainer.aavg import merge_bn_stats
-from trainer.clips import ClipSpec
-from trainer.data import TrainClips, shape_loader
-from trainer.engines import horovod_available
-from trainer.metrics import read_metrics
-from trainer.mgsteps import MultigridSteps
-from trainer.optim import build_optimizer
-from trainer.subbn import SubBatchNorm2d, convert_to_sub_bn, group_clips
-from trainer.train import lr_at
+from trainer.loop import checkpoint as ckpt
+from trainer.methods.aavg import merge_bn_stats
+from trainer.data.clips import ClipSpec
+from trainer.data.datasets import TrainClips, shape_loader
+from trainer.dist.engines import horovod_available
+from trainer.loop.metrics import read_metrics
+from trainer.methods.mgsteps import MultigridSteps
+from trainer.methods.optim import build_optimizer
+from trainer.models.subbn import SubBatchNorm2d, convert_to_sub_bn, group_clips
+from trainer.loop.train import lr_at
 
 WORKER = str(REPO / "tests" / "methods_worker.py")
 ENGINES = ["ddp"] + (["horovod"] if horovod_available() else [])

@@ -2,8 +2,8 @@
 import pytest
 import torch
 
-from trainer.model import TSMResNet, build_model, count_macs, count_params, param_groups
-from trainer.tsm import TemporalShift
+from trainer.models.model import TSMResNet, build_model, count_macs, count_params, param_groups
+from trainer.models.tsm import TemporalShift
 
 
 @pytest.fixture(scope="module")
@@ -70,8 +70,8 @@ def test_no_dropout_by_default():
 def test_blockres_model_matches_the_unfused_shift_then_conv():
     """The model's fused shift+conv1 changes memory use, not the function: logits and every
     parameter gradient equal those of conv1(temporal_shift(x)) written out."""
-    import trainer.model as model_mod
-    from trainer.tsm import temporal_shift
+    import trainer.models.model as model_mod
+    from trainer.models.tsm import temporal_shift
 
     torch.manual_seed(0)
     for arch in ("resnet18", "resnet50"):

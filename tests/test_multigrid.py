@@ -3,7 +3,7 @@ import math
 
 import pytest
 
-from trainer import multigrid as mg
+from trainer.methods import multigrid as mg
 
 BASE = dict(epochs=100, stages=[0, 40, 80], frames=8, size=224, clips_per_epoch=240_000, base_batch=96)
 

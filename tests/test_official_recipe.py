@@ -7,7 +7,7 @@ Compared against github.com/mit-han-lab/temporal-shift-module (master):
   ``'blockres'`` the shift goes before each block's ``conv1``, and when ``layer3``
   has 23 or more blocks (resnet101/152) only block ``i`` of each stage with
   ``i % n_round == 0``, ``n_round = 2`` (otherwise 1). ``official_shifted`` below
-  states that rule again, independently of ``trainer.model``.
+  states that rule again, independently of ``trainer.models.model``.
 - ``ops/models.py``, ``TSN._prepare_tsn``: the classifier weight is drawn from
   N(0, 0.001) and its bias set to 0, with or without dropout before it.
 - ``ops/models.py``, ``TSN.get_optim_policies`` with ``fc_lr5``: the ``nn.Linear``
@@ -25,11 +25,11 @@ import pytest
 import torch
 from torch import nn
 
-from trainer.lars import LARS
-from trainer.model import ARCHS, build_model, count_params, param_groups
-from trainer.optim import build_optimizer
-from trainer.subbn import convert_to_sub_bn
-from trainer.tsm import TemporalShift
+from trainer.methods.lars import LARS
+from trainer.models.model import ARCHS, build_model, count_params, param_groups
+from trainer.methods.optim import build_optimizer
+from trainer.models.subbn import convert_to_sub_bn
+from trainer.models.tsm import TemporalShift
 
 STAGES = ("layer1", "layer2", "layer3", "layer4")
 
@@ -83,7 +83,7 @@ def test_the_default_resnet50_is_unchanged():
 
 # -- (b) the shift happens in those blocks and in no other -------------------------------------
 def reference_shift(x: torch.Tensor, t: int, fold_div: int = 8) -> torch.Tensor:
-    """The official semantics with torch.cat (not trainer.tsm): fold 0 from t+1, fold 1 from t-1, zeros at the ends."""
+    """The official semantics with torch.cat (not trainer.models.tsm): fold 0 from t+1, fold 1 from t-1, zeros at the ends."""
     nt, c, h, w = x.shape
     f = c // fold_div
     v = x.view(nt // t, t, c, h, w)

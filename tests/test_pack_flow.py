@@ -13,7 +13,7 @@ import pytest
 from PIL import Image
 
 from conftest import run_cli
-from summit_jobs import flow
+from summit_jobs.data import flow
 from trainer import shards
 
 

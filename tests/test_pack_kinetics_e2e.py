@@ -13,7 +13,7 @@ from test_pack_lists import write_video
 
 from conftest import REPO
 from trainer import shards
-from trainer.metrics import read_metrics
+from trainer.loop.metrics import read_metrics
 
 ROWS = REPO / "tests" / "data" / "kinetics" / "k400_val_rows.csv"
 TINY = ["--width", "0.125", "--num-segments", "4", "--frame-stride", "2", "--input-size", "32", "--workers", "0",

@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 
 from conftest import REPO, run_cli
-from summit_jobs import datalists, synth
-from summit_jobs.pack import stratified_order
+from summit_jobs.data import datalists, synth
+from summit_jobs.data.pack import stratified_order
 from trainer import shards, stage
 
 DATA = REPO / "tests" / "data"

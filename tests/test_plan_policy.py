@@ -1,9 +1,9 @@
 """Every policy rule of the planner, at its limit and just past it."""
 import pytest
 
-from summit_jobs import machines
+from summit_jobs.profiles import machines
 from summit_jobs.errors import UserError
-from summit_jobs.plan import JobOptions, linear_lr, make_plan
+from summit_jobs.planning.plan import JobOptions, linear_lr, make_plan
 
 
 @pytest.fixture(scope="module")

@@ -24,7 +24,7 @@ import pytest
 
 from conftest import run_cli
 from test_staging import FAKES, blob_dataset
-from summit_jobs.embedded.state import node_names
+from summit_jobs.schedulers.lsf.embedded.state import node_names
 
 #: The virtual nodes' host names on this machine: vnode1... where tasks get host names, else 127.1.0.1...
 NODE1, NODE2, NODE3, NODE4 = node_names(4)

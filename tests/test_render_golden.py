@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from summit_jobs import machines, render
-from summit_jobs.plan import JobOptions, make_plan
+from summit_jobs.profiles import machines
+from summit_jobs.planning import render
+from summit_jobs.planning.plan import JobOptions, make_plan
 
 GOLDEN = Path(__file__).parent / "golden"
 

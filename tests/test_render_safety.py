@@ -29,9 +29,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest_lsf import PROGRAM, cli, lsf_environment, wait_state, write_template
-from summit_jobs import machines, render
+from summit_jobs.profiles import machines
+from summit_jobs.planning import render
 from summit_jobs.errors import UserError
-from summit_jobs.plan import JobOptions, make_plan
+from summit_jobs.planning.plan import JobOptions, make_plan
 
 REPO = Path(__file__).resolve().parent.parent
 TEMPLATES = REPO / "templates"

@@ -16,7 +16,7 @@ import pytest
 from badinput import assert_refused
 from trainer_utils import REPO, free_jobid, logs, make_dataset, rank_env, start_ranks, tiny_args, wait_ranks
 
-from trainer.engines import horovod_available, rendezvous_port
+from trainer.dist.engines import horovod_available, rendezvous_port
 
 ENGINES = ["ddp"] + (["horovod"] if horovod_available() else [])
 

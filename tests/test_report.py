@@ -17,7 +17,7 @@ from PIL import Image
 
 from trainer_utils import REPO, make_dataset, run_ranks, tiny_args
 
-from summit_jobs import report
+from summit_jobs.runs import report
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 CLI = [sys.executable, "-m", "summit_jobs"]
@@ -200,7 +200,7 @@ def legend_labels(panel) -> list:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from summit_jobs import plots
+    from summit_jobs.runs import plots
     fig, ax = plt.subplots()
     plots._draw_panel(ax, panel)
     labels = ax.get_legend_handles_labels()[1]
@@ -313,7 +313,7 @@ def test_errors_are_one_paragraph(runs, tmp_path):
 
 def test_run_found_by_name_through_the_index(runs, tmp_path):
     """A run submitted from here is found by its name, as status and logs find it."""
-    from summit_jobs import runs as runs_mod
+    from summit_jobs.runs import records as runs_mod
     env = dict(runs["env"], XDG_DATA_HOME=str(tmp_path / "data-home"))
     rec = json.loads((runs["sim"] / "run.json").read_text())
     index = tmp_path / "data-home" / "summit-jobs" / "runs"
@@ -344,7 +344,7 @@ def test_deduplication_and_queue_gaps():
 
 
 def test_report_modules_do_not_import_torch():
-    code = ("import sys; import summit_jobs.report, summit_jobs.cli_report, summit_jobs.plots; "
+    code = ("import sys; import summit_jobs.runs.report, summit_jobs.cli.report, summit_jobs.runs.plots; "
             "assert 'torch' not in sys.modules and 'matplotlib' not in sys.modules")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=str(REPO))
     assert out.returncode == 0, out.stderr

@@ -19,7 +19,7 @@ from PIL import Image
 
 from trainer_utils import REPO, make_dataset, run_ranks, tiny_args
 
-from summit_jobs import report
+from summit_jobs.runs import report
 from trainer import rundir
 
 CLI = [sys.executable, "-m", "summit_jobs"]

@@ -14,8 +14,8 @@ import torch
 
 from trainer_utils import REPO, free_jobid, make_dataset, tiny_args
 
-from trainer import checkpoint as ckpt
-from trainer.metrics import read_metrics
+from trainer.loop import checkpoint as ckpt
+from trainer.loop.metrics import read_metrics
 
 RANKS = 2
 
@@ -31,7 +31,7 @@ def jsrun(args, tmp_path, tag):
     env.update({"LSB_MCPU_HOSTS": "batch1 1 127.1.0.1 4", "LSB_JOBID": free_jobid(), "OMP_NUM_THREADS": "1",
                 "SUMMIT_JOBS_LSF_HOME": str(tmp_path / "lsf"), "PYTHONPATH": str(REPO)})
     log = open(tmp_path / f"{tag}.log", "w")
-    cmd = [sys.executable, "-m", "summit_jobs.embedded.jsrun", "-n", str(RANKS), "-r", str(RANKS), "-a", "1",
+    cmd = [sys.executable, "-m", "summit_jobs.schedulers.lsf.embedded.commands.jsrun", "-n", str(RANKS), "-r", str(RANKS), "-a", "1",
            "-c", "1", sys.executable, "-m", "trainer", *args]
     p = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=str(REPO), start_new_session=True)
     log.close()

@@ -12,7 +12,7 @@ from argparse import Namespace
 from trainer_utils import REPO, make_dataset, run_ranks, tiny_args
 
 from trainer.config import parse
-from trainer.trainstate import resume_mismatch
+from trainer.loop.trainstate import resume_mismatch
 
 
 def _args(*extra):

@@ -14,7 +14,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from summit_jobs import hosts, lsf, report
+from summit_jobs.hosts import host as hosts
+from summit_jobs.schedulers.lsf import client as lsf
+from summit_jobs.runs import report
 from trainer import rundir
 
 
@@ -22,7 +24,7 @@ def test_output_files_of_a_script_with_options_no_whitelist_knows():
     script = ("#!/bin/bash\n#BSUB -core_isolation 2\n#BSUB -csm y\n#BSUB -alloc_flags \"gpumps smt4\"\n"
               "#BSUB -o tsm.%J.out\n#BSUB -eo errors.%J.%I\n#BSUB -step_cgroup y\necho hi\n#BSUB -o late.out\n")
     assert lsf.output_files(script, "42") == ["tsm.42.out", "errors.42.0"]
-    from summit_jobs import runs
+    from summit_jobs.runs import records as runs
     assert runs.output_files(script, "42") == ["tsm.42.out", "errors.42.0"]     # what logs and report use
 
 
@@ -73,7 +75,7 @@ def test_report_reads_how_each_job_ended_from_events_not_logs(tmp_path):
 def test_names_are_spelled_once():
     """The login side and the templates take the run directory's names from trainer.rundir."""
     repo = Path(__file__).resolve().parent.parent
-    from summit_jobs import runs
+    from summit_jobs.runs import records as runs
     assert (runs.RECORD, runs.SCRIPT, report.METRICS) == (rundir.RECORD, rundir.SCRIPT, rundir.METRICS)
     prologue = (repo / "templates" / "lsf" / "partials" / "prologue.j2").read_text()
     assert "{{ rundir.EVENTS }}" in prologue and "events.jsonl" not in prologue
@@ -134,7 +136,7 @@ def test_a_line_cut_short_does_not_swallow_the_next_record(tmp_path):
 
 
 def test_a_resumed_run_after_a_cut_metrics_line_keeps_its_first_record(tmp_path):
-    from trainer.metrics import read_metrics
+    from trainer.loop.metrics import read_metrics
     from trainer_utils import make_dataset, run_ranks, tiny_args
     data = make_dataset(tmp_path / "data", train=8, val=2)
     run = tmp_path / "run"
@@ -149,7 +151,7 @@ def test_a_resumed_run_after_a_cut_metrics_line_keeps_its_first_record(tmp_path)
 
 def test_the_scores_folder_is_named_once():
     """The trainer writes and `fuse` reads the per-video test scores under the contract's folder name."""
-    from summit_jobs import fuse
+    from summit_jobs.runs import fuse
     from trainer import scores
     assert "``scores/<checkpoint stem>.npz``" in rundir.__doc__
     assert fuse.SCORES is rundir.SCORES == scores.SCORES == "scores"

@@ -114,8 +114,8 @@ def test_runs_dir_precedence(cli_env, tmp_path, args, config_text, expected):
 # ---- prepare does not change what it was given ------------------------------------------------
 
 def test_prepare_returns_new_options_and_leaves_its_input_alone():
-    from summit_jobs import config as config_mod
-    from summit_jobs import submission
+    from summit_jobs.profiles import config as config_mod
+    from summit_jobs.runs import submission
 
     class Over:
         """The CLI's state for a laptop that reaches summit over SSH."""
@@ -133,7 +133,7 @@ def test_prepare_returns_new_options_and_leaves_its_input_alone():
 # ---- one schema for the trainer's options -----------------------------------------------------
 
 def _click_params(command: str) -> dict:
-    from summit_jobs import main  # every command registered
+    from summit_jobs.cli import main  # every command registered
     return {p.name: p for p in main.cli.cli.get_command(None, command).params}
 
 
@@ -149,7 +149,7 @@ def test_choice_lists_are_the_trainers(name):
 def test_defaults_are_the_trainers(name):
     import dataclasses
 
-    from summit_jobs.plan import JobOptions
+    from summit_jobs.planning.plan import JobOptions
     from trainer import config
     trainer_default = config.parser().get_default(name)
     assert _click_params("submit")[name].default == trainer_default
@@ -157,7 +157,7 @@ def test_defaults_are_the_trainers(name):
 
 
 def test_run_directory_names_are_rundirs():
-    from summit_jobs import plan
+    from summit_jobs.planning import plan
     from trainer import rundir
     assert (plan.COMPLETE_MARKER, plan.SCRIPT_NAME, plan.CHAIN_FILE) == (rundir.COMPLETE, rundir.SCRIPT, rundir.CHAIN)
 
@@ -188,9 +188,9 @@ def test_method_combination_rules_have_one_owner(args, needle, cli_env, tmp_path
 
 # ---- small functions ----------------------------------------------------------------------------
 
-PLANNING_FILES = ["summit_jobs/plan.py", "summit_jobs/submission.py", "summit_jobs/cli.py",
-                  "summit_jobs/cli_simulate.py", "summit_jobs/simulate.py", "summit_jobs/trainer_args.py",
-                  "summit_jobs/schema.py", "summit_jobs/config.py", "summit_jobs/settings.py",
+PLANNING_FILES = ["summit_jobs/planning/plan.py", "summit_jobs/runs/submission.py", "summit_jobs/cli/submit.py",
+                  "summit_jobs/cli/simulate.py", "summit_jobs/planning/simulate.py", "summit_jobs/planning/trainer_args.py",
+                  "summit_jobs/profiles/schema.py", "summit_jobs/profiles/config.py", "summit_jobs/profiles/settings.py",
                   "trainer/config.py"]
 
 

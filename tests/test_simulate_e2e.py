@@ -7,7 +7,7 @@ import pytest
 from conftest_lsf import cli, lsf_environment, wait_state
 from trainer_utils import make_dataset
 
-from trainer import checkpoint as ckpt
+from trainer.loop import checkpoint as ckpt
 
 TINY = ["--width", "0.125", "--num-segments", "4", "--frame-stride", "2", "--input-size", "32", "--workers", "0",
         "--num-classes", "0", "--warmup-epochs", "0", "--eval-every", "0", "--no-test", "--threads", "1",

@@ -4,7 +4,8 @@ import json
 import pytest
 
 from conftest import run_cli
-from summit_jobs import machines, simulate
+from summit_jobs.profiles import machines
+from summit_jobs.planning import simulate
 from summit_jobs.errors import UserError
 
 

@@ -9,9 +9,10 @@ import yaml
 
 from conftest import REPO
 from conftest_lsf import cli, lsf_env, program, template_dir, wait_state  # noqa: F401
-from summit_jobs import machines, render
+from summit_jobs.profiles import machines
+from summit_jobs.planning import render
 from summit_jobs.errors import UserError
-from summit_jobs.plan import JobOptions, make_plan
+from summit_jobs.planning.plan import JobOptions, make_plan
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ import pytest
 
 from conftest_lsf import (PROGRAM, bjobs_state, cli, lsf_environment, run, submitted_id, wait_for,
                           wait_state, write_template)
-from summit_jobs.embedded.state import node_names
+from summit_jobs.schedulers.lsf.embedded.state import node_names
 
 #: The virtual nodes' host names on this machine: vnode1... where tasks get host names, else 127.1.0.1...
 NODE1, NODE2, NODE3, NODE4 = node_names(4)

@@ -12,7 +12,7 @@ import pytest
 
 from conftest import REPO, run_cli
 from trainer import shards, stage
-from summit_jobs.embedded.state import node_names
+from summit_jobs.schedulers.lsf.embedded.state import node_names
 
 #: The virtual nodes' host names on this machine: vnode1... where tasks get host names, else 127.1.0.1...
 NODE1, NODE2, NODE3, NODE4 = node_names(4)
@@ -405,7 +405,7 @@ def test_shard_larger_than_nvme(cli_env, tmp_path):
 
 
 def test_login_side_never_imports_torch():
-    code = ("import sys, summit_jobs.cli, summit_jobs.staging, summit_jobs.pack, summit_jobs.synth, trainer.stage;"
+    code = ("import sys, summit_jobs.cli.submit, summit_jobs.data.staging, summit_jobs.data.pack, summit_jobs.data.synth, trainer.stage;"
             "print('torch' in sys.modules)")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert r.stdout.strip() == "False", r.stderr

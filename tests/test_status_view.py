@@ -33,7 +33,7 @@ from conftest_lsf import cli, lsf_environment, run, submitted_id, wait_for
 from trainer_utils import REPO, make_dataset
 
 sys.path.insert(0, str(REPO))
-from summit_jobs import statusview  # noqa: E402
+from summit_jobs.runs import statusview  # noqa: E402
 from trainer import rundir  # noqa: E402
 
 #: A long run name: the terminal table cuts it in the middle with an ellipsis.

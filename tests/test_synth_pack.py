@@ -12,7 +12,7 @@ import pytest
 from PIL import Image
 
 from conftest import run_cli
-from summit_jobs import synth
+from summit_jobs.data import synth
 from trainer import shards
 
 

@@ -13,8 +13,9 @@ import pytest
 
 from trainer_utils import make_dataset, run_ranks, tiny_args
 
-from trainer import rundir, tboard
-from trainer.metrics import read_metrics
+from trainer import rundir
+from trainer.loop import tboard
+from trainer.loop.metrics import read_metrics
 
 pytest.importorskip("tensorboard")
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator  # noqa: E402

@@ -20,7 +20,7 @@ import pytest
 from trainer_utils import REPO, logs, make_dataset, run_ranks, start_ranks, tiny_args, wait_ranks
 
 from trainer import rundir
-from trainer.metrics import read_metrics
+from trainer.loop.metrics import read_metrics
 
 CKPT = "epoch-0001.pt"
 
@@ -135,7 +135,7 @@ def test_a_checkpoint_in_another_codes_layout_scores_the_same(trained, tmp_path,
     """The same weights converted to the official TSM code's or mmaction2's keys test exactly alike."""
     ckpt = trained["run"] / "checkpoints" / CKPT
     converted = tmp_path / f"{layout}.pth"
-    conv = subprocess.run([sys.executable, "-m", "trainer.interop", "convert", str(ckpt), str(converted), "--to",
+    conv = subprocess.run([sys.executable, "-m", "trainer.models.interop", "convert", str(ckpt), str(converted), "--to",
                            layout], capture_output=True, text=True, timeout=120, cwd=str(REPO))
     assert conv.returncode == 0, conv.stderr
     out = tmp_path / "run"

@@ -15,14 +15,14 @@ from PIL import Image
 
 from trainer_utils import REPO, make_dataset, run_ranks, tiny_args
 
-from trainer import checkpoint as ckpt
-from trainer import transforms as T
-from trainer.bnstats import merge_running_stats, running_stats
-from trainer.clips import ClipSpec
+from trainer.loop import checkpoint as ckpt
+from trainer.data import transforms as T
+from trainer.dist.bnstats import merge_running_stats, running_stats
+from trainer.data.clips import ClipSpec
 from trainer.config import parse
-from trainer.data import EvalClips, Pipeline, TrainClips, eval_batches
-from trainer.metrics import read_metrics
-from trainer.steps import video_scores
+from trainer.data.datasets import EvalClips, Pipeline, TrainClips, eval_batches
+from trainer.loop.metrics import read_metrics
+from trainer.loop.steps import video_scores
 
 WORKER = str(REPO / "tests" / "protocol_worker.py")
 

@@ -10,8 +10,8 @@ import pytest
 
 from badinput import assert_refused
 from conftest_lsf import BIN, lsf_environment, run
-from summit_jobs import lsf
-from summit_jobs.embedded import deps
+from summit_jobs.schedulers.lsf import client as lsf
+from summit_jobs.schedulers.lsf.embedded import deps
 from trainer import shards
 
 

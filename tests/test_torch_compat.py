@@ -5,8 +5,8 @@ Three layers, from the cheapest:
 1. The API surface, always: every torch name the trainer's source refers to
    exists in torch 2.0.1 (tests/data/torch/torch-2.0.1-api.txt, made under that
    release), and the forms that are newer, or whose meaning changed since, are
-   used only in trainer/compat.py (or where the table says).
-2. trainer/compat.py and the amp choice under the torch installed here.
+   used only in trainer/dist/compat.py (or where the table says).
+2. trainer/dist/compat.py and the amp choice under the torch installed here.
 3. Under a real torch 2.0.1 when one is installed (its python in
    SUMMIT_JOBS_OLDEST_TORCH_PYTHON, default /tmp/torch20/bin/python; the
    .source file beside the API list says how to make it): the compat layer
@@ -35,8 +35,8 @@ sys.path.insert(0, str(REPO))
 
 from torch_refs import keywords, method_calls, references, trainer_sources  # noqa: E402
 
-from trainer import compat  # noqa: E402
-from trainer.setup import amp_dtype  # noqa: E402
+from trainer.dist import compat  # noqa: E402
+from trainer.loop.setup import amp_dtype  # noqa: E402
 
 OLDEST_PYTHON = Path(os.environ.get("SUMMIT_JOBS_OLDEST_TORCH_PYTHON", "/tmp/torch20/bin/python"))
 API_LIST = DATA / "torch-2.0.1-api.txt"
@@ -92,13 +92,13 @@ def _uses(path: Path) -> List[str]:
 
 
 def test_newer_torch_forms_are_used_only_in_the_compat_layer():
-    found = [u for p in trainer_sources(REPO) if str(p.relative_to(REPO)) != "trainer/compat.py"
+    found = [u for p in trainer_sources(REPO) if str(p.relative_to(REPO)) != "trainer/dist/compat.py"
              for u in _uses(p)]
-    assert not found, "newer torch forms outside trainer/compat.py:\n" + "\n".join(found)
+    assert not found, "newer torch forms outside trainer/dist/compat.py:\n" + "\n".join(found)
 
 
 def test_the_api_checks_see_the_forms_they_look_for():
-    """The checks can fail: the forms trainer/tsm.py used before the compat layer are caught."""
+    """The checks can fail: the forms trainer/models/tsm.py used before the compat layer are caught."""
     bad = ('import torch\nfrom torch.distributed import TCPStore\n'
            'c = torch.get_autocast_dtype("cuda") if torch.is_autocast_enabled("cuda") else None\n'
            's = TCPStore("h", 1, None, True, master_listen_fd=3)\nok = s.check(["k"])\n'
@@ -118,11 +118,11 @@ def test_every_torch_name_the_trainer_uses_exists_in_torch_2_0_1():
     for path in trainer_sources(REPO):
         rel = str(path.relative_to(REPO))
         for name, line in references(path.read_text()):
-            if rel == "trainer/compat.py" and _matches(name, NEW_FORMS):
+            if rel == "trainer/dist/compat.py" and _matches(name, NEW_FORMS):
                 continue  # the new form, behind a check that the running torch has it
             if name not in api:
                 missing.append(f"{rel}:{line} {name}")
-    assert not missing, (f"torch names not in torch 2.0.1 ({API_LIST.name}): use trainer/compat.py, or check "
+    assert not missing, (f"torch names not in torch 2.0.1 ({API_LIST.name}): use trainer/dist/compat.py, or check "
                          "the name under 2.0.1 and make the list again (its .source says how):\n"
                          + "\n".join(missing))
 
@@ -152,7 +152,7 @@ def test_amp_bf16_below_ampere_is_refused_with_the_capability_and_the_way_out():
 
 
 def test_cudnn_autotuning_is_switched_on_for_gpus_only():
-    from trainer.setup import backends
+    from trainer.loop.setup import backends
     was = torch.backends.cudnn.benchmark
     try:
         torch.backends.cudnn.benchmark = False
@@ -182,7 +182,7 @@ def test_grad_scaler_is_of_the_annotated_class():
 
 
 def test_flop_count_of_the_fallback_equals_torchs_counter():
-    from trainer.model import build_model
+    from trainer.models.model import build_model
     model = build_model("resnet18", 5, 4, width=0.125).eval()
     clip = torch.randn(1, 4, 3, 32, 32)
     with torch.no_grad():
@@ -241,7 +241,7 @@ def test_oldest_torch_is_2_0_and_compat_picks_its_forms():
     flops = compat.count_flops(lambda: _tiny_forward())
     code = f"""
 import torch
-from trainer import compat
+from trainer.dist import compat
 assert compat.version() == (2, 0), torch.__version__
 assert not hasattr(torch, "get_autocast_dtype") and not hasattr(torch.amp, "GradScaler")
 assert compat.autocast_dtype("cpu") is None
@@ -261,7 +261,7 @@ print("ok")
 
 def _tiny_forward():
     """One forward pass of a tiny TSM, the same on every torch (seeded)."""
-    from trainer.model import build_model
+    from trainer.models.model import build_model
     torch.manual_seed(0)
     model = build_model("resnet18", 5, 4, width=0.125).eval()
     with torch.no_grad():
@@ -274,7 +274,7 @@ def test_oldest_torch_shift_kernels_match_the_reference_under_autocast_and_gradc
     fresh memory into them), and the fused shift-conv under CPU autocast equals conv(shift(x))."""
     code = """
 import torch
-from trainer.tsm import _ShiftConv1x1, shift_conv, temporal_shift
+from trainer.models.tsm import _ShiftConv1x1, shift_conv, temporal_shift
 torch.manual_seed(2)
 x = torch.randn(12, 16, 3, 2, dtype=torch.float64)
 w = torch.randn(8, 16, 1, 1, dtype=torch.float64, requires_grad=True)

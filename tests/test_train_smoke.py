@@ -7,10 +7,10 @@ import pytest
 
 from trainer_utils import REPO, make_dataset, run_ranks, tiny_args
 
-from trainer.clips import eval_frame_indices, train_frame_indices
+from trainer.data.clips import eval_frame_indices, train_frame_indices
 from trainer.config import parse
-from trainer.metrics import read_metrics
-from trainer.train import lr_at
+from trainer.loop.metrics import read_metrics
+from trainer.loop.train import lr_at
 
 
 def test_a_few_steps_reduce_the_loss(tmp_path):

@@ -18,9 +18,9 @@ import torch
 from trainer_utils import REPO, free_jobid, logs, make_dataset, rank_env, run_ranks, start_ranks, tiny_args, \
     wait_ranks
 
-from trainer import checkpoint as ckpt
-from trainer.bnstats import merge_running_stats, pooled_row, rank_rows, running_stats, set_running_stats
-from trainer.metrics import read_metrics
+from trainer.loop import checkpoint as ckpt
+from trainer.dist.bnstats import merge_running_stats, pooled_row, rank_rows, running_stats, set_running_stats
+from trainer.loop.metrics import read_metrics
 from trainer.rundir import COMPLETE
 
 
@@ -149,7 +149,7 @@ def test_a_connection_reset_before_the_workers_death_is_known_still_names_the_wo
     """The race behind a rank that said only "Connection reset by peer": the read fails while the killed
     worker is still ending (or while the forkserver has not yet passed its exit status back), so every
     worker still looks alive. The rank waits for the death to become known, then names it."""
-    from trainer.data import WorkerLost, _context, _naming_lost_workers
+    from trainer.data.datasets import WorkerLost, _context, _naming_lost_workers
     worker = _context(1).Process(target=time.sleep, args=(30,))  # the rank's start method (forkserver)
     worker.start()
     killer = threading.Timer(0.5, os.kill, (worker.pid, signal.SIGKILL))
@@ -167,7 +167,7 @@ def test_a_connection_reset_before_the_workers_death_is_known_still_names_the_wo
 
 def test_a_failure_with_every_worker_alive_is_passed_on_unchanged():
     """No worker died: the failure is the rank's own and keeps its type (a bad clip, a broken peer)."""
-    from trainer.data import _context, _naming_lost_workers
+    from trainer.data.datasets import _context, _naming_lost_workers
     worker = _context(1).Process(target=time.sleep, args=(30,))
     worker.start()
     try:

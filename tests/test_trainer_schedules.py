@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from trainer.config import parser
-from trainer.schedules import AAVGSchedule, MultigridSchedule, Position, Schedule, TrainData, lr_at, make_schedule
-from trainer.trainstate import TrainState
+from trainer.methods.schedules import AAVGSchedule, MultigridSchedule, Position, Schedule, TrainData, lr_at, make_schedule
+from trainer.loop.trainstate import TrainState
 
 
 class _Clips:

@@ -9,7 +9,7 @@ import torch
 
 from trainer_utils import make_dataset, run_ranks, tiny_args
 
-from trainer import checkpoint as ckpt
+from trainer.loop import checkpoint as ckpt
 from trainer import rundir
 
 

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from trainer import transforms as T
+from trainer.data import transforms as T
 
 
 def jpeg_of(arr: np.ndarray, quality=95) -> bytes:

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from trainer.tsm import TemporalShift, temporal_shift
+from trainer.models.tsm import TemporalShift, temporal_shift
 
 
 def reference_shift(x: torch.Tensor, t: int, fold_div: int = 8) -> torch.Tensor:
@@ -82,7 +82,7 @@ def test_rejects_partial_clips():
 def test_fused_shift_conv_equals_conv_of_shift_with_gradients(kernel, stride, channels_last):
     """shift_conv keeps x instead of the shifted copy for backward: values and both gradients
     must be those of conv(temporal_shift(x))."""
-    from trainer.tsm import shift_conv
+    from trainer.models.tsm import shift_conv
 
     torch.manual_seed(0)
     conv = torch.nn.Conv2d(16, 8, kernel, stride, kernel // 2, bias=False).double()
@@ -101,7 +101,7 @@ def test_fused_shift_conv_equals_conv_of_shift_with_gradients(kernel, stride, ch
     assert torch.allclose(out, ref, atol=1e-12)
     assert torch.allclose(x2.grad, ref_gx, atol=1e-12)
     assert torch.allclose(conv.weight.grad, ref_gw, atol=1e-12)
-    from trainer.tsm import _ShiftConv
+    from trainer.models.tsm import _ShiftConv
 
     def fused(a, w):
         return _ShiftConv.apply(a, w, 4, 8, (stride, stride), (kernel // 2, kernel // 2))
@@ -113,7 +113,7 @@ def test_fused_shift_conv_equals_conv_of_shift_with_gradients(kernel, stride, ch
 def test_fused_shift_conv_under_autocast_matches_the_unfused_path():
     """Under bf16 autocast (CPU here, fp16/bf16 on GPU) the fused step casts like autograd would:
     same output dtype and values, fp32 gradients for the fp32 input and weight."""
-    from trainer.tsm import shift_conv
+    from trainer.models.tsm import shift_conv
 
     torch.manual_seed(1)
     conv = torch.nn.Conv2d(16, 8, 1, bias=False)
@@ -138,7 +138,7 @@ def test_cpu_1x1_kernel_equals_conv_of_shift_with_gradients(n, t, c):
     """The CPU 1x1 path (products that read frame t+-1 in place, no shifted copy): values and both
     gradients are those of conv(temporal_shift(x)) across clip boundaries, and with the shift off
     those of the plain conv; gradcheck on the function itself."""
-    from trainer.tsm import _ShiftConv1x1, conv_1x1, shift_conv
+    from trainer.models.tsm import _ShiftConv1x1, conv_1x1, shift_conv
 
     torch.manual_seed(2)
     conv = torch.nn.Conv2d(c, 8, 1, bias=False).double()
@@ -166,7 +166,7 @@ def test_cpu_1x1_kernel_equals_conv_of_shift_with_gradients(n, t, c):
 
 def test_cpu_1x1_kernel_is_not_used_where_it_does_not_apply():
     """channels_last, autocast and strided 1x1 convs keep the convolution path (and its tests)."""
-    from trainer.tsm import shift_conv
+    from trainer.models.tsm import shift_conv
 
     conv = torch.nn.Conv2d(16, 8, 1, bias=False)
     x = torch.randn(8, 16, 6, 6)

@@ -85,7 +85,7 @@ def test_commit_and_dirty_in_a_scratch_repository(cli_env, tmp_path, scratch_rep
     assert _version(env, scratch_repo) == head
     (scratch_repo / "notes.txt").write_text("an untracked file is not a change to the code\n")
     assert _version(env, scratch_repo) == head
-    settings = scratch_repo / "summit_jobs" / "settings.py"
+    settings = scratch_repo / "summit_jobs" / "profiles" / "settings.py"
     settings.write_text(settings.read_text() + "\n# changed\n")
     assert _version(env, scratch_repo) == f"{head}-dirty"
 

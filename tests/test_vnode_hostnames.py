@@ -26,7 +26,7 @@ from typing import Dict, List
 import pytest
 
 from conftest_lsf import bjobs_state, job_processes, lsf_env, run, submitted_id, wait_for, wait_state  # noqa: F401
-from summit_jobs.embedded import state, vnode_ns
+from summit_jobs.schedulers.lsf.embedded import state, vnode_ns
 
 PY = sys.executable
 #: Records what a task sees: its host name, that name's address, its node and the job's host lists.
@@ -232,7 +232,7 @@ def test_without_cap_sys_admin_tasks_get_their_names_in_a_user_namespace(tmp_pat
 def test_where_no_namespace_can_be_had_nodes_keep_their_addresses_and_the_job_says_so_once(tmp_path, lsf_env,
                                                                                           record_property):
     confined(NO_NAMESPACES)
-    probe = run(NO_NAMESPACES + [PY, "-c", "from summit_jobs.embedded import vnode_ns; print(vnode_ns.unavailable())"],
+    probe = run(NO_NAMESPACES + [PY, "-c", "from summit_jobs.schedulers.lsf.embedded import vnode_ns; print(vnode_ns.unavailable())"],
                 lsf_env)
     if probe.returncode != 0:
         pytest.skip(f"cannot build a namespace-less sandbox here: {probe.stderr.strip()}")

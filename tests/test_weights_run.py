@@ -7,9 +7,9 @@ import torch
 
 from trainer_utils import REPO, make_dataset, run_ranks, tiny_args
 
-from trainer import checkpoint as ckpt
-from trainer.interop import load_checkpoint_any
-from trainer.model import build_model
+from trainer.loop import checkpoint as ckpt
+from trainer.models.interop import load_checkpoint_any
+from trainer.models.model import build_model
 
 
 def test_pretrained_start_and_exports_of_last_and_best(tmp_path):

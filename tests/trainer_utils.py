@@ -84,7 +84,7 @@ def make_dataset(root: Path, train: int = 32, val: int = 16, frames: int = 8, si
 
 def free_jobid() -> str:
     """An LSB_JOBID whose derived ports (p, p+1) are free on this machine now."""
-    from trainer.engines import rendezvous_port
+    from trainer.dist.engines import rendezvous_port
     for _ in range(200):
         job = str(random.randint(10000, 9999999))
         port = rendezvous_port({"LSB_JOBID": job})

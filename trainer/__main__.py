@@ -1,5 +1,5 @@
 """``python -m trainer ...``: what jsrun starts on every rank (see ``trainer.config`` for the options)."""
-from .signals import catch_early
+from trainer.loop.signals import catch_early
 
 catch_early()  # before the slow imports: a stop request during start-up is kept, not fatal
 
@@ -7,14 +7,14 @@ import atexit  # noqa: E402
 import os  # noqa: E402
 import sys  # noqa: E402
 
-from .config import parse, unset_variables  # noqa: E402
+from trainer.config import parse, unset_variables  # noqa: E402
 
 if __name__ == "__main__":
     args = parse()  # before torch is imported: a refused option costs no start-up time
     problem = unset_variables(args)
     if problem:
         sys.exit(problem)
-    from .train import main
+    from trainer.loop.train import main
     rc = main(args)
     # Everything is saved, closed and joined by now. Leave without running C++ static destructors: a
     # background thread of torch.distributed's store or gloo that is still joinable there makes the

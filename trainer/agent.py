@@ -11,7 +11,7 @@ sessions of their own, are left running without it. IBM LSF sends the warning
 to every process of the job, the agents included. An ignored signal stays
 ignored across exec, so the agent lives on, and its workers inherit the
 ignored disposition until they install a handler of their own: the trainer
-does at its first line (trainer.signals), ``trainer.chain.Chain`` does when it
+does at its first line (trainer.loop.signals), ``trainer.loop.chain.Chain`` does when it
 is created. A worker learns of the warning from the signal where LSF sends it
 to every process, and from the warning file the job script writes into the
 run directory where only the script gets it (trainer.rundir.warning_name).

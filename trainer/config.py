@@ -15,10 +15,10 @@ from typing import Callable, Dict, List, Mapping, Optional, Tuple
 
 LR_PER_8_CLIPS = 0.00125
 #: The torch releases the trainer supports, as (major, minor): the oldest (OLCF Summit's Open-CE 1.10 had
-#: PyTorch 2.0.1) and the newest it is tested on. Written here, torch-free, so that trainer.compat and
+#: PyTorch 2.0.1) and the newest it is tested on. Written here, torch-free, so that trainer.dist.compat and
 #: ``summit-jobs doctor`` (which checks a site's torch without importing it) read one range.
 TORCH_RANGE = ((2, 0), (2, 13))
-#: The depths trainer.model builds (listed here too: this module must not import torch).
+#: The depths trainer.models.model builds (listed here too: this module must not import torch).
 ARCHS = ("resnet18", "resnet34", "resnet50", "resnet101", "resnet152")
 #: Choice lists of the options ``summit-jobs submit`` also offers; the first entry is the trainer's default.
 #: The login side (click choices, JobOptions defaults, plan checks) reads them from here: written once.
@@ -44,7 +44,7 @@ AVG_INTERVAL_EPOCH = -1
 #: --aavg-eval-every for a batch-rule check once per epoch, at its end (after the epoch's averaging round).
 AAVG_CHECK_EPOCH = -1
 #: Named recipes: trainer option name -> value. A preset's values become the parser's defaults, so options given
-#: explicitly win; ``summit-jobs submit --preset`` renders every value into the job script (summit_jobs.plan).
+#: explicitly win; ``summit-jobs submit --preset`` renders every value into the job script (summit_jobs.planning.plan).
 #: Plain values only: the login side reads this table without torch.
 PRESETS: Dict[str, Dict[str, object]] = {
     # AAVG paper (seeds/aavg-action-recognition-cluster.txt): adaptive-batchsize K-step model averaging.
@@ -415,7 +415,7 @@ def method_conflict(values: Mapping[str, object]) -> Optional[str]:
     """The first combination of methods that cannot run, in words for the user; None when they can.
 
     One owner for these rules: the trainer's parser asks here, and so does the
-    planner before anything is submitted (``summit_jobs.plan``). ``values``
+    planner before anything is submitted (``summit_jobs.planning.plan``). ``values``
     holds the options by their argument names; a missing one is not checked.
     """
     get = values.get

@@ -27,8 +27,8 @@ import os
 import sys
 from typing import Dict, List, Mapping, Optional, Tuple
 
-from . import lsf_hosts
-from .rendezvous import PORT_BASE, PORT_SPAN
+from trainer import lsf_hosts
+from trainer.rendezvous import PORT_BASE, PORT_SPAN
 
 #: torchrun's own port, when there is neither a job id nor MASTER_PORT.
 DEFAULT_PORT = 29500

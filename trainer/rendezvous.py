@@ -50,7 +50,7 @@ import time
 from pathlib import Path
 from typing import Dict, Optional, Tuple
 
-from . import files
+from trainer import files
 
 TOKEN_KEY = "summit_jobs/rendezvous_token"
 #: How many ports rank 0 tries (every second one, so the derived pair p, p+1 keeps its parity).
@@ -151,7 +151,7 @@ def _listener(host: str, port: int) -> Optional[int]:
 
 def host_store(addr: str, derived: int):
     """Rank 0: a master TCPStore on the first free candidate port; returns (store, port)."""
-    from . import compat
+    from trainer.dist import compat
     check_host(addr)
     where = _listen_host(addr)
     for port in _candidates(derived):
@@ -205,7 +205,7 @@ def _connect(addr: str, port: int):
 
 
 def _ours(store, token: str) -> bool:
-    from . import compat
+    from trainer.dist import compat
     value = compat.store_value(store, TOKEN_KEY)
     return value is not None and value.decode(errors="replace") == token
 

@@ -31,8 +31,8 @@ from typing import Dict, List, Optional, Sequence, Union
 
 import numpy as np
 
-from .files import atomic_path
-from .rundir import SCORES
+from trainer.files import atomic_path
+from trainer.rundir import SCORES
 
 PathLike = Union[str, "os.PathLike[str]"]
 FORMAT = "summit-jobs-scores/1"

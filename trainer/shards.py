@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
-from .files import discard, named, write_atomic  # noqa: F401 - the one atomic-write helper (trainer.files)
+from trainer.files import discard, named, write_atomic  # noqa: F401 - the one atomic-write helper (trainer.files)
 
 FORMAT = "summit-jobs-shards/1"
 #: The index member: a ``__...__`` name, which webdataset skips as metadata (see the module docstring).
@@ -540,7 +540,7 @@ class ShardDataset:
 
         Field t is the motion from frame t to t + 1; indices are clamped to the ``num_frames`` fields.
         A pixel u decodes to ``u * 2 * bound / 255 - bound`` pixels of motion, with the manifest's
-        ``flow["bound"]`` (summit_jobs.flow.decode).
+        ``flow["bound"]`` (summit_jobs.data.flow.decode).
         """
         self._expect("flow")
         si, sample = self._samples[i]

@@ -6,7 +6,7 @@ Every launcher (torchrun, blaunch, mpirun, jsrun) gives each rank torchrun's env
 import argparse, os, time
 import torch
 import torch.distributed as dist
-from trainer.chain import Chain                              # torch-free: stop, resume, save, complete
+from trainer.loop.chain import Chain                              # torch-free: stop, resume, save, complete
 
 p = argparse.ArgumentParser()
 p.add_argument("--steps", type=int, default=400)

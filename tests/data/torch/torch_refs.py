@@ -75,4 +75,4 @@ def method_calls(source: str) -> Iterator[Tuple[str, int]]:
 
 
 def trainer_sources(repo: Path) -> List[Path]:
-    return sorted((repo / "trainer").glob("*.py"))
+    return sorted((repo / "trainer").rglob("*.py"))

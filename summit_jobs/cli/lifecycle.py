@@ -1,0 +1,387 @@
+"""CLI commands of the job lifecycle: status, cancel, logs (submit lives in cli.py).
+
+A job is named by its run (directory path or name, as printed by submit) or by
+its job id. Runs remember their host, so these commands reach the same login
+node (one SSH connection per invocation) without repeating options.
+
+Status asks bjobs for all jobs of a host in one batched ``-json`` call, then
+reads each job's ``exitcode.<id>`` file in the run directory: that file, not
+bjobs, says how a job ended. A job that has dropped out of bjobs without such a
+file is shown as UNKNOWN, never as done. A job killed by its owner (cancel, or
+bkill: LSF's EXIT with TERM_OWNER) is EXIT and marked CANCELLED even when the
+trainer checkpointed and exited 0 on the kill's TERM.
+
+Cancel kills only jobs that still belong to the run: LSF must report the run
+directory as the job's submission folder (or, where it gives none, the run's
+job name). An id LSF has since given to another job is refused, never killed.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import sys
+import time
+from typing import Dict, List, Optional, Tuple
+
+import click
+
+from summit_jobs.runs import lifecycle
+from summit_jobs.cli.submit import State, cli  # noqa: F401
+from summit_jobs.cli.types import complete_runs, refuse_empty_argument
+from summit_jobs.errors import UserError
+
+def _seconds(ctx: click.Context, param: click.Parameter, value: float) -> float:
+    """--interval: a finite, positive number of seconds (nan or a negative would poll without pause)."""
+    if value is None:
+        return value
+    if not math.isfinite(value) or value <= 0:
+        raise UserError(f"--interval {value!r} is not a number of seconds: give a positive number such as 10.")
+    return value
+
+
+@cli.command("status")
+@click.argument("target", required=False, metavar="[RUN|JOBID]", shell_complete=complete_runs,
+                callback=refuse_empty_argument("RUN|JOBID", "a run directory, a run name or a job id, or leave it "
+                                               "out for the recent runs"))
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per job instead of the table.")
+@click.option("--watch", is_flag=True,
+              help="Repeat until every job has ended: on a terminal the table is redrawn in place, elsewhere "
+                   "a new set of lines is printed when a job's state or last event changes. Exit status 0 "
+                   "when all jobs are DONE, 1 otherwise, 130 on Ctrl-C.")
+@click.option("--interval", type=float, default=10.0, show_default=True, metavar="SECONDS", callback=_seconds,
+              help="Seconds between checks with --watch (keep it polite on a shared login node).")
+@click.pass_obj
+def status_cmd(state: State, target: Optional[str], as_json: bool, watch: bool, interval: float) -> None:
+    """Show the state of a run's jobs (or of the recent runs).
+
+    \b
+    One row per job: run, job id, link of the chain, state, epoch and step
+    out of the total, clips/s and ETA from the run's own metrics, and the
+    last event (warning signal, checkpoint, resume, end) with its age. For
+    your own program (submit --command): the step of its metrics.jsonl
+    records, steps/s from records with a "time", and out of --total-steps.
+    States are LSF's (PEND, RUN, DONE, EXIT, ...). A finished job's exit code
+    comes from the exit-code file the job script writes in the run directory;
+    a job that LSF no longer lists and that left no such file is UNKNOWN.
+    """
+    pairs = lifecycle.targets(state, target)
+    hosts_ = lifecycle.Hosts(state)
+    view = _StatusView(as_json, watch, interval)
+    try:
+        rows = _watch(state, pairs, hosts_, view, watch, interval)
+    except KeyboardInterrupt:
+        view.interrupted()
+        sys.exit(130)
+    finally:
+        hosts_.close()
+    if watch and not all(r["state"] == "DONE" for r in rows):
+        cancelled = [str(r["job_id"]) for r in rows if r.get("cancelled")]
+        if cancelled:
+            click.echo(f"summit-jobs: job(s) {', '.join(cancelled)} of this run were cancelled.", err=True)
+        sys.exit(1)
+
+
+def _watch(state: State, pairs, hosts_: lifecycle.Hosts, view: "_StatusView", watch: bool, interval: float):
+    """Show the rows (again at each look, with --watch) until every job has ended; the last rows.
+
+    With --watch a dropped SSH connection is opened again (lifecycle.Reconnect:
+    a new login, one line each time, up to lifecycle.RECONNECTS times in a row).
+    """
+    reconnect = lifecycle.Reconnect(hosts_, max(0.2, interval), limit=lifecycle.RECONNECTS if watch else 0)
+    reader = lifecycle.RunReader()
+    while True:
+        rows = reconnect.run(lambda: _rows(state, pairs, hosts_, reader))
+        if watch and all(_ended(r) for r in rows):
+            # A link queues the next one (chain.jobs) before it ends, so a look that read chain.jobs before
+            # that line and bjobs after the end knows too few jobs: look once more, links read after the end.
+            again = reconnect.run(lambda: _rows(state, pairs, hosts_, reader))
+            if [r["job_id"] for r in again] != [r["job_id"] for r in rows]:
+                rows = again
+        view.show(rows)
+        if not watch or all(_ended(r) for r in rows):
+            return rows
+        time.sleep(max(0.2, interval))
+
+
+def _rows(state: State, pairs, hosts_: lifecycle.Hosts, reader: lifecycle.RunReader) -> List[Dict[str, object]]:
+    """lifecycle.collect's rows with the facts of each run's files added (statusview.add_facts)."""
+    from summit_jobs.runs import statusview
+    rows = lifecycle.collect(state, pairs, hosts_)
+    for row in rows:
+        statusview.blank_facts(row)
+    done = set()
+    for record, _ids in pairs:
+        if record is None or str(record["run_dir"]) in done:
+            continue
+        done.add(str(record["run_dir"]))
+        host = hosts_.get(record)
+        mine = [r for r in rows if r.get("run_dir") == record["run_dir"] and r.get("host") == host.label]
+        if mine:
+            statusview.add_facts(mine, reader.files(host, record))
+    return rows
+
+
+def _ended(row: Dict[str, object]) -> bool:
+    """Whether --watch may stop for this job: a final state, but not a state word LSF printed and this
+    tool does not know (shown as UNKNOWN while LSF still lists the job, which may yet run and end)."""
+    return row["state"] in lifecycle.FINAL and not (row["state"] == "UNKNOWN" and row.get("lsf_state"))
+
+
+class _StatusView:
+    """How status shows its rows: JSON; a table fitted to the terminal (redrawn in place with --watch);
+    or plain lines for logs and pipes (no escape code, no carriage return), a new set only on a change."""
+
+    def __init__(self, as_json: bool, watch: bool, interval: float):
+        self.as_json, self.watch, self.interval = as_json, watch, interval
+        term = os.environ.get("TERM", "")
+        self.tty = not as_json and _isatty(sys.stdout) and term != "dumb"
+        self.colour = self.tty and "NO_COLOR" not in os.environ
+        encoding = getattr(sys.stdout, "encoding", None) or "ascii"
+        self.ellipsis = "\u2026" if _encodes("\u2026", encoding) else "..."
+        self.last: object = None
+        self.drawn = False
+
+    def show(self, rows: List[Dict[str, object]]) -> None:
+        from summit_jobs.runs import statusview
+        now = time.time()
+        if self.tty and self.watch:
+            self._draw(rows, now)
+            return
+        if self.tty:
+            width = shutil.get_terminal_size().columns - 1
+            click.echo("\n".join(statusview.table(rows, now, width, self.colour, self.ellipsis)))
+            return
+        mark = statusview.signature(rows)
+        if mark == self.last:
+            return
+        self.last = mark
+        if self.as_json:
+            click.echo(json.dumps(rows, indent=2))
+            return
+        if self.watch:
+            click.echo(time.strftime("%H:%M:%S"))
+        click.echo("\n".join(statusview.table(rows, now)))
+
+    def _draw(self, rows: List[Dict[str, object]], now: float) -> None:
+        """The whole screen again from its top-left corner: each line cleared to its end, the rest of the
+        screen below the table cleared, never more lines than the terminal has (no scrolling, so no copies
+        of the table pile up in the scrollback)."""
+        from summit_jobs.runs import statusview
+        size = shutil.get_terminal_size()
+        clock = time.strftime("%H:%M:%S")
+        head = (f"summit-jobs status: all jobs ended, {clock}" if all(_ended(r) for r in rows)
+                else f"summit-jobs status: every {self.interval:g} s, {clock}; Ctrl-C to stop")
+        lines = [statusview.shorten(head, size.columns - 1, self.ellipsis), ""]
+        lines += statusview.table(rows, now, size.columns - 1, self.colour, self.ellipsis)
+        room = max(size.lines - 1, 3)
+        if len(lines) > room:
+            lines = lines[:room - 1] + [f"({len(lines) - room + 1} more lines: a taller terminal shows them)"]
+        start = "\x1b[H" if self.drawn else "\x1b[H\x1b[2J"
+        sys.stdout.write(start + "".join(line + "\x1b[K\n" for line in lines) + "\x1b[J")
+        sys.stdout.flush()
+        self.drawn = True
+
+    def interrupted(self) -> None:
+        """Ctrl-C: leave the terminal as the table left it, the cursor on a line of its own."""
+        if self.tty and self.watch and self.drawn:
+            sys.stdout.write("\x1b[K")
+            sys.stdout.flush()
+
+
+def _isatty(stream) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):
+        return False
+
+
+def _encodes(text: str, encoding: str) -> bool:
+    try:
+        text.encode(encoding)
+    except (UnicodeEncodeError, LookupError):
+        return False
+    return True
+
+
+@cli.command("cancel")
+@click.argument("target", metavar="RUN|JOBID", shell_complete=complete_runs,
+                callback=refuse_empty_argument("RUN|JOBID", "a run directory, a run name or a job id"))
+@click.pass_obj
+def cancel_cmd(state: State, target: str) -> None:
+    """Kill a run's jobs (all links of a chain) or one job.
+
+    The last links of a chain are killed first, so that killing a running link
+    does not release the next one. Jobs that already finished are fine.
+    """
+    pairs = lifecycle.targets(state, target)
+    hosts_ = lifecycle.Hosts(state)
+    refused: List[str] = []
+    try:
+        for record, ids in lifecycle.with_links(pairs, hosts_):
+            host = hosts_.get(record)
+            mine, skipped = (ids, []) if record is None else _owned(host, record, ids)
+            refused += skipped
+            if mine:
+                _kill(host, record, mine)
+    finally:
+        hosts_.close()
+    if refused:
+        raise UserError(f"job(s) {', '.join(refused)} were not killed: LSF now gives those ids to other jobs, "
+                        "or could not say whose they are (see above). Nothing of another run is touched; kill a "
+                        "job by its id with bkill if you are sure.")
+
+
+def _kill(host, record: Optional[Dict], ids: List[str]) -> None:
+    """bkill the jobs, last link first (so a killed link does not release the next), and note it in run.json."""
+    from summit_jobs.schedulers.lsf import client as lsf
+    from summit_jobs.runs import records as runs
+    order = list(reversed(ids))
+    res = host.run(lsf.bkill_argv(order))
+    outcome = lsf.bkill_outcome(res.text)
+    unknown = [j for j in order if j not in outcome]
+    if unknown:
+        raise UserError(f"bkill on {host.label} gave an answer this tool cannot read for job(s) "
+                        f"{', '.join(unknown)} (exit {res.rc}):\n{res.text}")
+    for jid in ids:
+        word = {"terminating": "being killed", "finished": "had already finished",
+                "not found": "is not known to LSF any more"}[outcome[jid]]
+        click.echo(f"job {jid}: {word}")
+    killed = [j for j in ids if outcome[j] == "terminating"]
+    if record is not None and killed:
+        record["cancelled"] = sorted({*[str(j) for j in record.get("cancelled") or []], *killed}, key=int)
+        try:
+            runs.save(host, record)
+        except (OSError, UserError) as exc:
+            click.echo(f"summit-jobs: warning: could not note the cancellation in the run record: {exc}", err=True)
+
+
+def _owned(host, record: Dict, ids: List[str]) -> Tuple[List[str], List[str]]:
+    """(ids that still belong to the run, ids LSF has given to other jobs), after asking bjobs.
+
+    Ids bjobs no longer knows are left out of both: there is nothing to kill.
+    """
+    from summit_jobs.schedulers.lsf import client as lsf
+    found: Dict[str, Dict[str, str]] = {}
+    for batch in lsf.batches(ids):
+        res = host.run(lsf.bjobs_argv(batch, lsf.OWNER_FIELDS))
+        if not res.stdout.strip():
+            raise UserError(f"bjobs on {host.label} failed (exit {res.rc}):\n{res.text}")
+        found.update(lsf.parse_bjobs_owner(res.stdout, batch))
+    mine, others = [], []
+    for jid in ids:
+        if jid not in found:
+            click.echo(f"job {jid}: is not known to LSF any more")
+            continue
+        why = found[jid].get("ERROR") or _foreign(host, record, found[jid])
+        if why:
+            click.echo(f"job {jid}: NOT killed: {why}", err=True)
+            others.append(jid)
+        else:
+            mine.append(jid)
+    return mine, others
+
+
+def _foreign(host, record: Dict, job: Dict[str, str]) -> Optional[str]:
+    """Why the job LSF lists under this id is not the run's, or None when it is."""
+    run_dir = str(record["run_dir"]).rstrip("/") or "/"
+    cwd = (job.get("SUB_CWD") or "").strip()
+    if cwd:
+        if _same_folder(host, cwd, run_dir):
+            return None
+        return (f"LSF's job {job.get('JOBID')} ({job.get('JOB_NAME') or 'no name'}) was submitted from {cwd}, "
+                f"not from this run's directory {run_dir}")
+    name = str(record.get("job_name") or "")
+    if name and job.get("JOB_NAME") == name:
+        return None
+    return (f"LSF's job {job.get('JOBID')} is named {job.get('JOB_NAME')!r}, not {name!r}, and LSF does not say "
+            "where it was submitted from")
+
+
+def _same_folder(host, cwd: str, run_dir: str) -> bool:
+    """Whether LSF's submission folder is the run directory (``$HOME/...`` forms and symbolic links allowed)."""
+    cwd = cwd.rstrip("/") or "/"
+    for prefix in ("$HOME/", "~/"):
+        if cwd.startswith(prefix):
+            return run_dir.endswith("/" + cwd[len(prefix):])
+    if cwd == run_dir:
+        return True
+    if not host.is_remote:
+        return os.path.realpath(cwd) == os.path.realpath(run_dir)
+    res = host.run(["pwd", "-P"], cwd=run_dir)
+    return res.rc == 0 and res.stdout.strip() == cwd
+
+
+@cli.command("logs")
+@click.argument("target", metavar="RUN|JOBID", shell_complete=complete_runs,
+                callback=refuse_empty_argument("RUN|JOBID", "a run directory, a run name or a job id"))
+@click.option("--follow", "-f", is_flag=True,
+              help="Keep printing new output until the job (every link of a chain) has ended.")
+@click.option("--interval", type=float, default=2.0, show_default=True, metavar="SECONDS", callback=_seconds,
+              help="Seconds between reads with --follow.")
+@click.pass_obj
+def logs_cmd(state: State, target: str, follow: bool, interval: float) -> None:
+    """Print a run's job output (the -o and -e files), locally or over SSH.
+
+    Each file is introduced by a '==> FILE <==' line on stderr. With --follow
+    it works like `tail -f` and moves on to the next link of a chain.
+    """
+    pairs = [(r, ids) for r, ids in lifecycle.targets(state, target)]
+    if any(r is None for r, _ in pairs):
+        raise UserError(f"job {target} belongs to no run recorded here, so its output files are unknown; "
+                        "give the run directory or name instead.")
+    hosts_ = lifecycle.Hosts(state)
+    reconnect = lifecycle.Reconnect(hosts_, max(0.2, interval), limit=lifecycle.RECONNECTS if follow else 0)
+    try:
+        for record, ids in pairs:
+            host = hosts_.get(record)
+            for jid in lifecycle.each_link(host, record, ids, reconnect.run):
+                files = reconnect.run(lambda: lifecycle.outputs(host, record, jid))  # noqa: B023 - called now
+                if follow:
+                    _follow(state, hosts_, reconnect, record, jid, files, interval)
+                else:
+                    _print_outputs(host, files)
+    except KeyboardInterrupt:
+        sys.exit(130)
+    finally:
+        hosts_.close()
+
+
+def _print_outputs(host, files: List[str]) -> None:
+    for path in files:
+        data = host.read_from(path, 0)
+        if data is None:
+            continue
+        click.echo(f"==> {path} <==", err=True)
+        click.echo(data.decode("utf-8", "replace"), nl=False)
+
+
+def _follow(state: State, hosts_: lifecycle.Hosts, reconnect: lifecycle.Reconnect, record: Dict, jid: str,
+            files: List[str], interval: float) -> None:
+    """Print the job's new output until it has ended. A dropped connection is opened again (lifecycle.Reconnect)
+    and the output goes on from where it was: nothing is printed twice."""
+    host = hosts_.get(record)
+    offsets = {p: 0 for p in files}
+    announced: set = set()
+    while True:
+        finished = reconnect.run(lambda: _follow_once(state, hosts_, host, record, jid, offsets, announced))
+        if finished:
+            return
+        time.sleep(max(0.1, interval))
+
+
+def _follow_once(state: State, hosts_: lifecycle.Hosts, host, record: Dict, jid: str, offsets: Dict[str, int],
+                 announced: set) -> bool:
+    """One round of --follow: print what the files gained; whether the job had ended before they were read."""
+    finished = lifecycle.collect(state, [(record, [jid])], hosts_)[0]["state"] in lifecycle.FINAL
+    for path in offsets:
+        data = host.read_from(path, offsets[path])
+        if data:
+            if path not in announced:
+                click.echo(f"==> {path} <==", err=True)
+                announced.add(path)
+            offsets[path] += len(data)
+            sys.stdout.write(data.decode("utf-8", "replace"))
+            sys.stdout.flush()
+    return finished

@@ -1,0 +1,513 @@
+"""The ``summit-jobs`` command line. Never imports torch: start-up must stay fast."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Optional, Tuple
+
+import click
+
+from summit_jobs.profiles import settings
+from summit_jobs import version
+from summit_jobs.cli.types import FiniteFloat, complete_machines, refuse_empty_values, whole
+from summit_jobs.errors import UserError, describe_os_error
+from summit_jobs.cli.lazygroup import LazyGroup
+from summit_jobs.cli.choices import LAUNCHERS, LAYOUTS, REQUESTS, STAGE_POLICIES
+from trainer import config as trainer_config
+
+CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+class _Group(LazyGroup):
+    """Turns UserError into one paragraph on stderr and exit 2: no tracebacks for user mistakes."""
+
+    def get_command(self, ctx: Optional[click.Context], cmd_name: str) -> Optional[click.Command]:
+        """Every command's text options refuse an empty value (summit_jobs.cli.types says why)."""
+        cmd = super().get_command(ctx, cmd_name)
+        return refuse_empty_values(cmd) if cmd is not None else None
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except UserError as exc:
+            click.echo(f"summit-jobs: error: {exc}", err=True)
+            ctx.exit(exc.exit_code)
+        except OSError as exc:
+            # Disk full, read-only or missing folders, permissions: the system's words with the path.
+            click.echo(f"summit-jobs: error: {describe_os_error(exc)}", err=True)
+            ctx.exit(1)
+
+
+class State:
+    def __init__(self, machine: Optional[str], config_path: Optional[str]):
+        from summit_jobs.profiles import config
+        self.config = config.load(config_path)
+        self.machine = settings.machine(machine, settings.environ(), self.config)
+        self._profile = None
+        #: SSH overrides from the command line (host, port, user, key_file, known_hosts, ...).
+        self.ssh_options: dict = {}
+
+    @property
+    def profile(self):
+        if self._profile is None:
+            from summit_jobs.profiles import config
+            self._profile = config.profile(self.config, self.machine)
+        return self._profile
+
+    def project(self, given: Optional[str]) -> Optional[str]:
+        """The account to charge (summit_jobs.profiles.settings has the precedence)."""
+        return settings.project(given, settings.environ(), self.config)
+
+    def quota(self, given: Optional[int]) -> "settings.Quota":
+        """The allocation's node limit, the same for every command (summit_jobs.profiles.settings has the rule)."""
+        return settings.quota(given, self.config, self.profile)
+
+
+@click.group(cls=_Group, context_settings=CONTEXT)
+@click.option("--machine", "-m", metavar="NAME", shell_complete=complete_machines,
+              help="Machine profile (summit, lassen, local, or one of yours). "
+                   "Default: $SUMMIT_JOBS_MACHINE, the config file's 'machine', else local.")
+@click.option("--config", "config_path", metavar="FILE", type=click.Path(dir_okay=False),
+              help="User config file. Default: $SUMMIT_JOBS_CONFIG or ~/.config/summit-jobs/config.yaml.")
+@click.option("--host", metavar="HOST", envvar="SUMMIT_JOBS_HOST",
+              help="Login node to reach over SSH (default: the profile's ssh.host when this machine has no "
+                   "LSF; 'local' forces this machine).")
+@click.option("--port", type=whole(1, 65535), metavar="PORT", help="SSH port. Default: the profile's, else 22.")
+@click.option("--user", metavar="NAME", help="SSH user name. Default: the profile's, else your local name.")
+@click.option("--key-file", metavar="FILE", help="SSH private key (else ssh-agent and ~/.ssh keys).")
+@click.option("--known-hosts", metavar="FILE", help="Extra known_hosts file checked before yours and the system's.")
+@click.option("--trust-new-host-key", is_flag=True,
+              help="DANGEROUS: accept and save an SSH host key never seen before (check its fingerprint "
+                   "with the site first). Changed keys are refused regardless.")
+@click.option("--remote-dir", metavar="DIR",
+              help="Over SSH: absolute folder on the login node that holds run directories. "
+                   "Default: the profile's ssh.remote_dir or the config's runs_dir.")
+@click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=version.show,
+              help="Show the version and the code revision (git commit), then exit.")
+@click.pass_context
+def cli(ctx: click.Context, machine: Optional[str], config_path: Optional[str], host: Optional[str],
+        port: Optional[int], user: Optional[str], key_file: Optional[str], known_hosts: Optional[str],
+        trust_new_host_key: bool, remote_dir: Optional[str]) -> None:
+    """Train video models (TSM) on IBM LSF GPU clusters, from a laptop to thousands of GPUs.
+
+    \b
+    Typical use:
+      summit-jobs machines                         what machines are known, and their limits
+      summit-jobs --machine summit submit --nodes 256 --project ABC123 --dry-run
+      summit-jobs submit --nodes 2                 run for real on the embedded LSF (this machine)
+
+    The 'local' machine is an embedded LSF on this computer: virtual nodes, CPU
+    ranks, the same bsub/jsrun path a real cluster takes.
+    """
+    ctx.obj = State(machine, config_path)
+    ctx.obj.ssh_options = {"host": host, "port": port, "user": user, "key_file": key_file,
+                           "known_hosts": known_hosts, "trust_new_host_key": trust_new_host_key,
+                           "remote_dir": remote_dir}
+
+
+refuse_empty_values(cli)
+
+
+@cli.command("machines")
+@click.option("--json", "as_json", is_flag=True, help="Print the profiles as JSON.")
+@click.pass_obj
+def machines_cmd(state: State, as_json: bool) -> None:
+    """List machine profiles and their scheduling limits."""
+    from summit_jobs.profiles import config, machines
+    rows = []
+    for name in machines.available():
+        p = config.profile(state.config, name)
+        rows.append({
+            "name": name, "description": p.description, "gpus_per_node": p.node.gpus,
+            "ranks_per_node": p.node.slots, "cores_per_node": p.node.cores, "max_nodes": p.max_nodes,
+            "queues": {q: {"default": v.default, "max_walltime": v.max_walltime, "max_nodes": v.max_nodes,
+                           "allowed_bins": list(v.allowed_bins) if v.allowed_bins else None}
+                       for q, v in p.queues.items()},
+            "walltime_bins": [{"bin": b.bin, "nodes": [b.min_nodes, b.max_nodes], "max_walltime": b.max_walltime}
+                              for b in p.walltime_bins],
+            "submit_mode": p.scheduler.submit_mode, "account_flag": p.scheduler.account_flag,
+            "nvme_path": p.node.nvme_path, "quota_nodes": p.quota_nodes, "source": p.source,
+            "retired": p.retired, "reference": p.reference or None,
+        })
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    for r in rows:
+        mark = " (selected)" if r["name"] == state.machine else ""
+        # A retired machine stays listed (its profile is the paper's reference), never mistaken for a live one.
+        mark += f" (retired {r['retired']}: reference only)" if r["retired"] else ""
+        click.echo(f"{r['name']}{mark}: {r['description']}")
+        click.echo(f"  nodes: up to {r['max_nodes']:,}; {r['gpus_per_node']} GPUs, {r['cores_per_node']} cores, "
+                   f"{r['ranks_per_node']} ranks per node; NVMe {r['nvme_path'] or 'none'}")
+        click.echo(f"  submit: bsub {'script' if r['submit_mode'] == 'file' else '< script'}; "
+                   f"account flag {r['account_flag']}")
+        bins = ", ".join(f"{b['bin']}: {b['nodes'][0]}-{b['nodes'][1]} nodes <= {b['max_walltime']}"
+                         for b in r["walltime_bins"])
+        click.echo(f"  walltime bins: {bins}")
+        qs = []
+        for q, v in r["queues"].items():
+            extra = [f"<= {v['max_walltime']}"] if v["max_walltime"] else []
+            if v["max_nodes"]:
+                extra.append(f"<= {v['max_nodes']} nodes")
+            if v["allowed_bins"]:
+                extra.append("bins " + ",".join(map(str, v["allowed_bins"])))
+            qs.append(f"{q}{'*' if v['default'] else ''} ({', '.join(extra)})")
+        click.echo(f"  queues (* default): {'; '.join(qs)}")
+        click.echo(f"  profile: {r['source']}")
+        if r["reference"]:
+            click.echo(f"  reference: {r['reference']}")
+
+
+def _allocation_options() -> list:
+    """What the scheduler is asked for: account, run limit, queue, name, data staging and layout."""
+    return [
+        click.option("--project", "-P", metavar="NAME",
+                     help="Project/bank to charge (-P on Summit, -G on Lassen). Default: $SUMMIT_JOBS_PROJECT "
+                          "or the config file."),
+        click.option("--walltime", "-W", metavar="H:MM",
+                     help="Run limit as [hours:]minutes. Default: the longest the node-count bin and queue allow."),
+        click.option("--queue", "-q", metavar="QUEUE", help="Queue. Default: the profile's default queue."),
+        click.option("--job-name", "-J",
+                     help="Job name (letters, digits, '.', '_', '-'). Default: tsm; with --command, the "
+                          "program's name (train for --command 'python3 train.py')."),
+        click.option("--data", metavar="MANIFEST",
+                     help="Dataset manifest on the parallel file system: adds the NVMe staging step."),
+        click.option("--stage-policy", type=click.Choice(STAGE_POLICIES), default=STAGE_POLICIES[0],
+                     show_default=True, help="With --data: how shards are placed on the nodes' NVMe."),
+        click.option("--layout", type=click.Choice(LAYOUTS),
+                     help="jsrun's resource sets: one per GPU (gpu) or one per node with all GPUs (node). "
+                          "Default: the profile's."),
+        click.option("--request", type=click.Choice(REQUESTS),
+                     help="How nodes are asked for: nnodes (CSM: Summit, Lassen) or slots (-n with "
+                          "span[ptile], every other LSF cluster). Default: the profile's."),
+        click.option("--launcher", type=click.Choice(LAUNCHERS),
+                     help="What starts the ranks: jsrun (CSM), blaunch (one rank per slot), mpirun (Open MPI "
+                          "through blaunch) or torchrun (one per node through blaunch -z). Default: the "
+                          "profile's."),
+        click.option("--mem", metavar="SIZE",
+                     help="Memory per node, e.g. 64GB: written as -M and/or rusage[mem=] in the site's unit "
+                          "and counting (per slot, host or job: the profile's scheduler.memory)."),
+        click.option("--app", metavar="NAME", help="LSF application profile (-app). Default: the profile's."),
+        click.option("--container", metavar="IMAGE",
+                     help="Run the job in this container (-a \"docker(IMAGE)\"). Default: the profile's."),
+        click.option("--bsub-option", "bsub_options", multiple=True, metavar="'-OPT VALUE'",
+                     help="A further #BSUB line, e.g. '-B', '-N', '-U resv', '-R select[mem>64000]', "
+                          "'-sla class' (repeatable; options summit-jobs writes itself are refused)."),
+        click.option("--command", "user_command", metavar="'PROGRAM ARGS'",
+                     help="Run this training command on every rank instead of python -m trainer (split like a "
+                          "shell would, never run by one). Chains, staging, status and logs apply; see "
+                          "docs/user-command.md for the contract (checkpoint and exit 0 on SIGUSR2, a "
+                          "COMPLETE file when done)."),
+        click.option("--total-steps", type=whole(1), metavar="N",
+                     help="With --command: the steps your program trains in all, for status to show step/N "
+                          "and an ETA from the metrics.jsonl records it writes."),
+    ]
+
+
+def _trainer_options() -> list:
+    """Options the trainer also takes: choice lists and defaults come from trainer.config, written once."""
+    tc = trainer_config
+    return [
+        click.option("--epochs", type=whole(1), help="Training epochs. Default: the recipe's (100)."),
+        click.option("--clips-per-gpu", type=whole(1), help="Clips per GPU per step. Default: the recipe's (8)."),
+        click.option("--lr", type=FiniteFloat(0, low_open=True),
+                     help="Learning rate. Default: 0.00125 per 8 clips of global batch."),
+        click.option("--warmup-epochs", type=FiniteFloat(0), help="Linear warm-up epochs. Default: the recipe's (5)."),
+        click.option("--engine", type=click.Choice(tc.ENGINES), help="Gradient exchange engine."),
+        click.option("--arch", help="Backbone (resnet50, resnet18, ...). Default: the profile's recipe."),
+        click.option("--num-classes", type=whole(1), help="Classes of the dataset. Default: the recipe's."),
+        click.option("--schedule", type=click.Choice(tc.SCHEDULES), default=tc.SCHEDULES[0],
+                     show_default=True, help="Training schedule: the recipe's, or multigrid (variable shapes)."),
+        click.option("--short-cycle", is_flag=True, help="Multigrid: add the per-iteration short cycle."),
+        click.option("--optimizer", type=click.Choice(tc.OPTIMIZERS), default=tc.OPTIMIZERS[0], show_default=True,
+                     help="LARS for very large batches (BN parameters and biases excluded)."),
+        click.option("--optimizer-sync", type=click.Choice(tc.OPTIMIZER_SYNCS), default=tc.OPTIMIZER_SYNCS[0],
+                     show_default=True, help="Synchronous SGD, or AAVG model averaging with adaptive batch size."),
+        click.option("--avg-interval", type=whole(-1), default=tc.AVG_INTERVAL_EPOCH, show_default=True,
+                     help="AAVG: local steps between averaging rounds (-1: once per epoch)."),
+        click.option("--compression", type=click.Choice(tc.COMPRESSIONS), default=tc.COMPRESSIONS[0],
+                     show_default=True, help="Gradient compression for the allreduce (bf16: DDP only)."),
+        click.option("--fusion-threshold", type=whole(0), metavar="BYTES",
+                     help="Horovod tensor-fusion buffer (HOROVOD_FUSION_THRESHOLD). Default: the profile's."),
+        click.option("--preset", type=click.Choice(tuple(tc.PRESETS)),
+                     help="A named recipe of trainer options, each written into the script; options you give "
+                          "win. aavg-paper: the AAVG paper's (Adam, averaging once an epoch, the batch rule "
+                          "on a 5-clip validation each epoch up to 576 clips, a 25-clip centre-crop test)."),
+    ]
+
+
+def _chain_options() -> list:
+    """How many jobs, the warning before the run limit, and the quota they are held to."""
+    return [
+        click.option("--chain", type=whole(1), default=1, show_default=True,
+                     help="Submit this many jobs, each depending on ended() of the previous and resuming "
+                          "from the run's latest checkpoint."),
+        click.option("--until-complete", is_flag=True,
+                     help="Chain until training is complete: each job that is stopped by the warning signal "
+                          "before COMPLETE submits the next one (after ended() of itself), as long as it made "
+                          "progress, up to --max-links jobs."),
+        click.option("--max-links", type=whole(1), default=20, show_default=True,
+                     help="With --until-complete: the most jobs the chain may run."),
+        click.option("--warning-minutes", type=whole(1),
+                     help="Minutes before the run limit at which USR2 asks the trainer to checkpoint, at most "
+                          "half the walltime. Default: the profile's scheduler.warning_minutes, shortened to "
+                          "half of a short walltime."),
+        click.option("--quota-nodes", type=whole(1), help=settings.QUOTA_RULE),
+    ]
+
+
+def _output_options() -> list:
+    """Where the run goes and what is printed or written."""
+    return [
+        click.option("--env", "env_vars", multiple=True, metavar="NAME=VALUE",
+                     help="Override an environment variable of the profile (e.g. HOROVOD_FUSION_THRESHOLD=8388608)."),
+        click.option("--run-dir", metavar="DIR", help="Run directory. Default: RUNS_DIR/JOB_NAME-TIMESTAMP."),
+        click.option("--runs-dir", metavar="DIR",
+                     help="Parent of run directories. Default: the config's runs_dir, else the profile's, "
+                          "else ./summit-jobs-runs."),
+        click.option("--template-dir", metavar="DIR", type=click.Path(file_okay=False),
+                     help="Your own templates; they override the shipped ones file by file."),
+        click.option("--dry-run", is_flag=True,
+                     help="Print the script (and a plan summary on stderr); submit nothing."),
+        click.option("--output", "-o", metavar="FILE", type=click.Path(dir_okay=False),
+                     help="With --dry-run: also write the script to FILE (never overwrites without --force)."),
+        click.option("--json", "as_json", is_flag=True, help="Print the plan (and script) as JSON."),
+        click.option("--force", is_flag=True, help="Allow overwriting an existing --output file or run directory."),
+        click.argument("trainer_args", nargs=-1, type=click.UNPROCESSED),
+    ]
+
+
+def shared_job_options(f):
+    """The options submit and simulate share: the schema of a job, in --help order."""
+    opts = _allocation_options() + _trainer_options() + _chain_options() + _output_options()
+    for opt in reversed(opts):
+        f = opt(f)
+    return f
+
+
+def _env_overrides(pairs: Tuple[str, ...]) -> dict:
+    out = {}
+    for pair in pairs:
+        from summit_jobs.profiles.machines import SHELL_NAME_RE
+        name, sep, value = pair.partition("=")
+        if not sep or not SHELL_NAME_RE.fullmatch(name):
+            raise UserError(f"--env {pair!r} is not NAME=VALUE with NAME a shell variable name "
+                            "(ASCII letters, digits, '_'; not starting with a digit).")
+        if any(ch in value for ch in "\n\r\0"):
+            raise UserError(f"--env {pair!r}: the value holds a line break or NUL byte; give it on one line.")
+        out[name] = value
+    return out
+
+
+def _profile_with_env(profile, pairs: Tuple[str, ...]):
+    """The profile with the --env overrides in its environment (the profile itself is not changed)."""
+    import dataclasses
+    env = _env_overrides(pairs)
+    if not env:
+        return profile
+    try:        # the profile's own checks hold for the variables --env sets
+        return dataclasses.replace(profile, environment=dataclasses.replace(
+            profile.environment, variables={**profile.environment.variables, **env}))
+    except ValueError as exc:
+        raise UserError(f"--env: {exc}.") from None
+
+
+def _run_dir(state: State, kw: dict, profile) -> str:
+    """--run-dir, else RUNS_DIR/JOB_NAME-TIMESTAMP; absolute on this machine."""
+    if kw.get("run_dir") and kw.get("runs_dir"):
+        raise UserError(f"--run-dir {kw['run_dir']} names the run directory itself, so --runs-dir "
+                        f"{kw['runs_dir']} (the folder of new run directories) would not be used: give one of them.")
+    runs_dir = settings.runs_dir(kw.get("runs_dir"), state.config, profile)
+    run_dir = kw.get("run_dir") or os.path.join(runs_dir, f"{kw['job_name']}-{time.strftime('%Y%m%d-%H%M%S')}")
+    return os.path.abspath(os.path.expanduser(run_dir))
+
+
+#: Options handed to JobOptions under the same name, as given (None: the profile's or the recipe's).
+_AS_GIVEN = ("walltime", "queue", "job_name", "epochs", "stage_policy", "layout", "request", "launcher", "mem",
+             "app", "container", "clips_per_gpu", "lr",
+             "warmup_epochs", "engine", "arch", "num_classes", "chain", "warning_minutes", "short_cycle",
+             "fusion_threshold", "train_clips", "schedule", "optimizer", "optimizer_sync", "avg_interval",
+             "compression", "max_links", "preset", "total_steps")
+
+
+def job_options(state: State, kw: dict, profile, *, accum_steps: int = 1, virtual_nodes: Optional[int] = None,
+                template_dir: Optional[str] = None):
+    """The command's options as the planner's JobOptions, every default resolved by summit_jobs.profiles.settings."""
+    from summit_jobs.planning import plan as plan_mod
+    command = _user_command(kw.get("user_command"))
+    if kw.get("job_name") is None:      # an explicit name wins, even one the planner then refuses
+        kw = dict(kw, job_name=plan_mod.default_job_name(command))
+    given = {name: kw[name] for name in _AS_GIVEN if kw.get(name) is not None}
+    return plan_mod.JobOptions(
+        **given, nodes=kw["nodes"], run_dir=_run_dir(state, kw, profile), project=state.project(kw.get("project")),
+        data=os.path.abspath(kw["data"]) if kw.get("data") else None, accum_steps=accum_steps,
+        quota_nodes=state.quota(kw.get("quota_nodes")).nodes, virtual_nodes=virtual_nodes,
+        python=sys.executable if profile.environment.python == "auto" else None,
+        trainer_args=tuple(kw.get("trainer_args") or ()), check_trainer_args=not _replaces_launch(template_dir),
+        until_complete=bool(kw.get("until_complete")), bsub_options=tuple(kw.get("bsub_options") or ()),
+        command=command, explicit=_given_on_command_line(plan_mod.EXPLICIT_FIELDS),
+    )
+
+
+def _given_on_command_line(names: Tuple[str, ...]) -> Tuple[str, ...]:
+    """Which of ``names`` the command line set (not their defaults): those win over a --preset."""
+    ctx = click.get_current_context(silent=True)
+    if ctx is None:
+        return ()
+    return tuple(n for n in names if ctx.get_parameter_source(n) not in (None, click.core.ParameterSource.DEFAULT))
+
+
+def _user_command(text: Optional[str]) -> Tuple[str, ...]:
+    """--command split into words as a shell would split it (it is never run by a shell)."""
+    import shlex
+    if text is None:
+        return ()
+    if any(ch in text for ch in "\n\r\0"):
+        raise UserError(f"--command {text!r} holds a line break or NUL byte; give the command on one line.")
+    try:
+        words = tuple(shlex.split(text))
+    except ValueError as exc:
+        raise UserError(f"--command {text!r} cannot be split into words: {exc}.") from None
+    if not words:
+        raise UserError(f"--command {text!r} names no program; give the training command, e.g. "
+                        "--command 'python train.py'.")
+    return words
+
+
+def build_job(state: State, kw: dict, *, accum_steps: int = 1, virtual_nodes: Optional[int] = None):
+    """Options -> (profile, plan, script). The one place the CLI's inputs meet the pure planner."""
+    from summit_jobs.planning import plan as plan_mod
+    from summit_jobs.planning import render
+
+    _check_output_options(kw)
+    profile = _profile_with_env(state.profile, kw.get("env_vars") or ())
+    template_dir = settings.template_dir(kw.get("template_dir"), state.config)
+    opts = job_options(state, kw, profile, accum_steps=accum_steps, virtual_nodes=virtual_nodes,
+                       template_dir=template_dir)
+    plan = plan_mod.make_plan(profile, opts)
+    if plan.staging:                      # a manifest readable here is checked before anything is queued
+        from summit_jobs.data import staging
+        staging.check_job_manifest(plan.staging.manifest, plan.nodes, plan.staging.policy)
+    script = render.render(plan, template_dir)
+    for line in plan.warnings:
+        click.echo(f"summit-jobs: warning: {line}", err=True)
+    return profile, plan, script
+
+
+def _check_output_options(kw: dict) -> None:
+    """--output writes a dry run's script (a real job's is in its run directory); --force in a dry run only
+    concerns --output, so without it there is nothing to overwrite (said, not refused: the same command line
+    often runs with and without --dry-run)."""
+    if kw.get("output") and not kw.get("dry_run"):
+        raise UserError(f"--output {kw['output']} writes the script of a dry run; a submitted job's script is "
+                        "saved in its run directory. Add --dry-run, or drop --output.")
+    if kw.get("force") and kw.get("dry_run") and not kw.get("output"):
+        click.echo("summit-jobs: warning: --force is ignored by a dry run without --output (nothing is written).",
+                   err=True)
+
+
+def _replaces_launch(template_dir: Optional[str]) -> bool:
+    """A user template that replaces the launch line decides what runs: its arguments are its own business."""
+    if not template_dir:
+        return False
+    from summit_jobs.planning import render
+    return any((Path(template_dir) / name).is_file() for name in render.LAUNCH_TEMPLATES)
+
+
+def write_new_file(path: str, text: str, force: bool) -> None:
+    """Write atomically; refuse to replace an existing file unless ``force``."""
+    p = Path(path)
+    if p.exists() and not force:
+        raise UserError(f"{p} already exists; pass --force to overwrite it, or choose another --output.")
+    if not p.parent.is_dir():
+        raise UserError(f"cannot write {p}: its folder {p.parent} does not exist.")
+    tmp = p.with_name(f".{p.name}.tmp{os.getpid()}")
+    tmp.write_text(text)
+    os.replace(tmp, p)
+
+
+def emit_dry_run(plan, script: str, kw: dict, extra: Optional[dict] = None) -> None:
+    from summit_jobs.planning import plan as plan_mod
+    if kw.get("output"):
+        write_new_file(kw["output"], script, kw.get("force", False))
+    if kw.get("as_json"):
+        payload = {"plan": plan.summary(), "script": script}
+        if extra:
+            payload.update(extra)
+        click.echo(json.dumps(payload, indent=2))
+    else:
+        click.echo(script, nl=False)
+        click.echo(plan_mod.describe(plan), err=True)
+
+
+@cli.command("submit")
+@click.option("--nodes", "-n", required=True, metavar="N", help="Number of nodes (whole number).")
+@shared_job_options
+@click.pass_obj
+def submit_cmd(state: State, **kw) -> None:
+    """Render, check and submit a training job.
+
+    The job script is checked against the machine's policy (node-count bins,
+    walltime, queue rules, quota) before anything is written. Arguments after
+    `--` go to the trainer unchanged.
+
+    \b
+    Examples:
+      summit-jobs --machine summit submit --nodes 256 --project ABC123 --dry-run
+      summit-jobs submit --nodes 2 --epochs 3 --chain 2 -- --data /path/to/shards
+    """
+    from summit_jobs.runs import submission
+    kw = submission.prepare(state, kw)
+    profile, plan, script = build_job(state, kw)
+    if kw["dry_run"]:
+        emit_dry_run(plan, script, kw)
+        if plan.until_complete:
+            click.echo(expected_links(profile, plan, kw.get("data")), err=True)
+        return
+    require_data(state, plan, kw)
+    if plan.until_complete:
+        click.echo(expected_links(profile, plan, kw.get("data")), err=True)
+    submission.submit(state, profile, plan, script, kw)
+
+
+def expected_links(profile, plan, data: Optional[str]) -> str:
+    """How many links a chain until complete should take, from the profile's throughput figure (the built-in
+    trainer's: a user's own command runs at a speed no profile knows)."""
+    import math
+
+    from summit_jobs.planning import simulate
+    if plan.user_command:
+        return (f"expected links: unknown for your own command (no profile knows its speed); at most "
+                f"{plan.max_links} (--max-links), each training "
+                f"{max(1, plan.walltime_minutes - plan.warning_minutes)} minutes before its warning")
+    rate = profile.performance.clips_per_second_per_gpu
+    if rate <= 0:
+        return "expected links: unknown (the profile has no performance.clips_per_second_per_gpu figure)"
+    clips = simulate.train_clips_from(data, None)
+    est = simulate.estimate(profile, nodes=plan.nodes, ranks_per_node=plan.ranks_per_node,
+                            accum_steps=plan.accum_steps, clips_per_gpu=plan.clips_per_gpu, epochs=plan.epochs,
+                            train_clips=clips, clips_per_second_per_gpu=rate, model_params=simulate.TSM_R50_PARAMS,
+                            walltime_minutes=plan.walltime_minutes)
+    per_link = max(1, plan.walltime_minutes - plan.warning_minutes) * 60
+    links = max(1, math.ceil(est.wall_seconds / per_link))
+    line = (f"expected links: about {links} ({simulate.hms(est.wall_seconds)} of training for {clips:,} clips "
+            f"x {plan.epochs} epochs at {rate:g} clips/s per GPU from the profile; {per_link // 60} minutes of "
+            "training per link before its warning)")
+    if links > plan.max_links:
+        line += f"; above --max-links {plan.max_links}: raise it, or the chain stops before training is complete"
+    return line
+
+
+def require_data(state: State, plan, kw: dict) -> None:
+    """A real job needs data: without --data (or --data after `--`) every rank would stop at once."""
+    from summit_jobs.planning import trainer_args
+    if plan.user_command or _replaces_launch(settings.template_dir(kw.get("template_dir"), state.config)):
+        return                  # the user's own program decides where its data is
+    if trainer_args.parse(plan.trainer_argv[3:]).data:
+        return
+    raise UserError("no data for the trainer: pass --data MANIFEST (shards on the parallel file system, staged to "
+                    "node-local NVMe) or give the trainer a folder of shards after `--`, as in "
+                    "`summit-jobs submit ... -- --data /path/to/shards`. See `summit-jobs pack --help`.")

@@ -1,0 +1,550 @@
+"""``summit-jobs doctor``: what a site must offer before a job is worth submitting, as pure checks.
+
+Why: a first submission to a new site used to fail one missing piece at a
+time (no ``bsub`` on the SSH session's PATH, a queue the profile invented, a
+run folder the compute nodes cannot write, a module without PyTorch, an
+unknown host key), each found only after a wait in the queue. Each check here
+turns what a probe found into one line, ``ok``, ``warn`` or ``FAIL``, with the
+way out for anything not ok.
+
+Everything here is pure: parsers of ``lsid`` and ``bqueues`` and functions
+from what was found to a Check. The probes themselves (commands run locally
+or over SSH through summit_jobs.hosts.host, the one place commands run) are in
+summit_jobs/cli/doctor.py.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+
+from summit_jobs.schedulers.lsf.client import BANNER_RE, LsfOutputError
+from trainer.config import TORCH_RANGE
+
+OK, WARN, FAIL = "ok", "warn", "FAIL"
+
+
+@dataclass(frozen=True)
+class Check:
+    """One line of the report: the status, what was checked, what was found and, when not ok, the fix."""
+    status: str
+    name: str
+    found: str
+    fix: str = ""
+
+    def lines(self) -> List[str]:
+        """The report's line and fix line; a multi-line finding (a command's raw output) is joined with ' | '
+        so that each check stays one line."""
+        out = [f"{self.status}  {self.name}: {_one_line(self.found)}"]
+        if self.status != OK and self.fix:
+            out.append(f"  fix: {_one_line(self.fix)}")
+        return out
+
+    def to_dict(self) -> Dict[str, Optional[str]]:
+        return {"status": self.status, "check": self.name, "found": self.found, "fix": self.fix or None}
+
+
+def _one_line(text: str) -> str:
+    return " | ".join(part.strip() for part in text.splitlines() if part.strip())
+
+
+def failed(checks: Sequence[Check]) -> bool:
+    return any(c.status == FAIL for c in checks)
+
+
+# -- lsid ---------------------------------------------------------------------------------------------------
+#: The product line: ``IBM Spectrum LSF Standard 10.1.0.13, Jan 04 2023``, ``LSF 3.0, Dec 10, 1996``.
+LSID_PRODUCT_RE = re.compile(r"^(?P<product>.*?\bLSF\b.*?)\s+(?P<version>\d+(?:\.\d+)+)\s*,\s*(?P<build>.*)$")
+LSID_CLUSTER_RE = re.compile(r"^My cluster name is (\S+)")
+#: IBM's newer documents call the master the management host; the captured outputs all say master.
+LSID_MASTER_RE = re.compile(r"^My (?:master|management host) name is (\S+)")
+LSID_SUITE_RE = re.compile(r"^Suite Edition:\s*(.+)$")
+
+
+@dataclass(frozen=True)
+class LsidInfo:
+    """What ``lsid`` says: the product and its version (as numbers), the cluster and its master host."""
+    product: str
+    version: Tuple[int, ...]
+    build: str
+    cluster: Optional[str] = None
+    master: Optional[str] = None
+    #: LSF Suite installs add a line naming the suite (its own version is not LSF's).
+    suite: Optional[str] = None
+
+    @property
+    def version_text(self) -> str:
+        return ".".join(str(v) for v in self.version)
+
+
+def parse_lsid(text: str) -> LsidInfo:
+    """The product line (the first line naming LSF and a version), cluster and master from ``lsid``'s output.
+
+    Banner lines of a busy master are skipped; output without a product line
+    is an LsfOutputError carrying the raw text, never a guessed version.
+    """
+    found: Dict[str, Optional[str]] = {"cluster": None, "master": None, "suite": None}
+    product = None
+    for raw in (text or "").splitlines():
+        line = raw.strip()
+        if not line or BANNER_RE.match(line):
+            continue
+        m = LSID_PRODUCT_RE.match(line)
+        if product is None and m:
+            product = m
+        for key, pattern in (("cluster", LSID_CLUSTER_RE), ("master", LSID_MASTER_RE), ("suite", LSID_SUITE_RE)):
+            hit = pattern.match(line)
+            if hit and found[key] is None:
+                found[key] = hit.group(1).strip()
+    if product is None:
+        raise LsfOutputError("lsid printed no line with LSF's product and version (expected e.g. 'IBM Spectrum LSF "
+                             f"Standard 10.1.0.13, Jan 04 2023'); it printed:\n{(text or '').strip()[:2000]}")
+    version = tuple(int(p) for p in product.group("version").split("."))
+    return LsidInfo(product=product.group("product"), version=version, build=product.group("build").strip(),
+                    **found)
+
+
+# -- bqueues ------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class QueueRow:
+    """One queue of ``bqueues``: its name, status (``Open:Active``, ``Closed:Inact``, ...) and every column."""
+    name: str
+    status: str
+    columns: Mapping[str, str]
+
+    @property
+    def open(self) -> bool:
+        """Takes new jobs (``Open:...``); a Closed queue refuses them at bsub."""
+        return self.status.split(":")[0] == "Open"
+
+    @property
+    def active(self) -> bool:
+        """Starts jobs (``...:Active``); an inactive queue (window closed, admin) holds them."""
+        return self.status.split(":")[-1] == "Active"
+
+
+def parse_bqueues(text: str) -> Dict[str, QueueRow]:
+    """Queues by name from ``bqueues`` or ``bqueues -w``, columns read from the header line.
+
+    Every column of the default and wide tables is filled (LSF prints ``-``
+    for no limit), so a row splits on white space; a row with another number
+    of fields than the header is an error carrying the line and the output.
+    Lines before the header (a busy master's notices) are skipped; no header
+    at all is an error carrying the output.
+    """
+    columns: Optional[List[str]] = None
+    rows: Dict[str, QueueRow] = {}
+    for line in (text or "").splitlines():
+        if not line.strip() or BANNER_RE.match(line):
+            continue
+        words = line.split()
+        if words[0] == "QUEUE_NAME":
+            columns = words
+            continue
+        if columns is None:
+            continue                    # a site's notice before the table, like the busy banners
+        if len(words) != len(columns) or "STATUS" not in columns:
+            raise LsfOutputError(f"cannot read this bqueues line (with {len(words)} fields for {len(columns)} "
+                                 f"columns): {line!r}; full output:\n{(text or '').strip()[:3000]}")
+        values = dict(zip(columns, words))
+        rows[words[0]] = QueueRow(name=words[0], status=values["STATUS"], columns=values)
+    if columns is None:
+        raise LsfOutputError(f"bqueues printed no QUEUE_NAME header; it printed:\n{(text or '').strip()[:2000]}")
+    return rows
+
+
+# -- 1. LSF commands and version ------------------------------------------------------------------------------
+#: LSF's own commands that submit, status, logs and cancel use on every site.
+CORE_COMMANDS = ("bsub", "bjobs", "bkill")
+#: What the profile's launcher needs of LSF on the node that runs the batch script (torchrun and mpirun are
+#: started through blaunch; mpirun itself comes with the trainer's environment, checked there).
+LAUNCH_COMMANDS = {"jsrun": ("jsrun",), "blaunch": ("blaunch",), "torchrun": ("blaunch",), "mpirun": ("blaunch",)}
+#: The commands doctor itself reads the site with.
+PROBE_COMMANDS = ("lsid", "bqueues")
+#: What this tool needs of LSF, by version (IBM's release notes): bjobs -o ... -json (status, logs, cancel,
+#: chains) came with LSF 10.1 Fix Pack 2, bsub -gpu with LSF 10.1.
+JSON_STATUS = ((10, 1, 0, 2), "bjobs -o ... -json (status, logs, cancel and chains read it; LSF 10.1 Fix Pack 2)")
+GPU_OPTION = ((10, 1), "bsub -gpu (the profile asks GPUs with it; LSF 10.1)")
+
+
+def needed_commands(profile) -> List[str]:
+    """The LSF commands a job of ``profile`` needs on the submitting side, in the order they are named."""
+    return [*CORE_COMMANDS, *LAUNCH_COMMANDS[profile.launcher.kind]]
+
+
+def all_commands(profile) -> List[str]:
+    return [*needed_commands(profile), *PROBE_COMMANDS]
+
+
+def uses_gpu_option(profile) -> bool:
+    sched = profile.scheduler
+    return sched.request == "slots" and profile.node.gpus > 0 and not sched.gpu.legacy_rusage
+
+
+def lsf_requirements(profile) -> List[Tuple[Tuple[int, ...], str]]:
+    """(oldest LSF version, what needs it) for a job of ``profile``."""
+    return [JSON_STATUS] + ([GPU_OPTION] if uses_gpu_option(profile) else [])
+
+
+def _lsf_fix(profile, where: str, remote: bool) -> str:
+    if profile.scheduler.embedded and not remote:
+        return ("the embedded LSF's commands are summit_jobs/schedulers/lsf/embedded/bin of this installation, put on PATH by "
+                "summit-jobs itself: reinstall summit-jobs (that folder is missing or not executable)")
+    if remote:
+        return (f"the non-interactive SSH session on {where} has no LSF on its PATH: source LSF's profile.lsf "
+                "(or your site's `module load lsf`) in ~/.bashrc on the login node, not only in ~/.bash_profile")
+    return ("load LSF's environment in this shell (`source $LSF_ENVDIR/profile.lsf`, or your site's `module load "
+            "lsf`), check a login node over SSH with --host LOGIN_NODE, or use --machine local for the embedded LSF")
+
+
+def check_commands(found: Mapping[str, Optional[str]], profile, where: str, remote: bool) -> Check:
+    """Step 1: bsub, bjobs, bkill and the launcher's LSF command are on the PATH of ``where``."""
+    needed = needed_commands(profile)
+    missing = [c for c in needed if not found.get(c)]
+    if not missing:
+        folders = sorted({str(found[c]).rsplit("/", 1)[0] for c in needed})
+        return Check(OK, "lsf commands", f"{', '.join(needed)} found on {where} (in {', '.join(folders)})")
+    fix = _lsf_fix(profile, where, remote)
+    if len(missing) < len(needed) and set(missing) <= set(LAUNCH_COMMANDS[profile.launcher.kind]):
+        fix = (f"{profile.name}'s launcher is {profile.launcher.kind}, which needs {', '.join(missing)}: pick the "
+               "launcher your site has (launcher.kind in the profile, or submit --launcher)")
+    return Check(FAIL, "lsf commands", f"{', '.join(missing)} not found on the PATH of {where}", fix)
+
+
+def check_lsf_version(info: Optional[LsidInfo], error: Optional[str], profile) -> Check:
+    """Step 1: the LSF version from ``lsid`` is at least what the profile's jobs need."""
+    if info is None:
+        return Check(FAIL, "lsf version", error or "lsid gave no answer",
+                     "run `lsid` on that machine by hand: it must print LSF's version, cluster and master")
+    where = f" (cluster {info.cluster}, master {info.master})" if info.cluster else ""
+    needs = lsf_requirements(profile)
+    short = [(v, what) for v, what in needs if info.version < v]
+    if short:
+        wanted = ".".join(str(p) for p in max(v for v, _ in short))
+        return Check(FAIL, "lsf version", f"{info.product} {info.version_text}{where} is older than {wanted}, which "
+                     f"{'; '.join(what for _, what in short)} needs",
+                     "ask the site for LSF 10.1 Fix Pack 2 or newer; where only -gpu is missing, set "
+                     "scheduler.gpu.legacy_rusage: true in the profile if the site still takes rusage[ngpus_excl_p]")
+    top = ".".join(str(p) for p in max(v for v, _ in needs))
+    return Check(OK, "lsf version", f"{info.product} {info.version_text}{where}; this profile needs {top} or newer")
+
+
+# -- 2. queues and account ------------------------------------------------------------------------------------
+def _queue_check(name: str, is_default: bool, row: Optional[QueueRow], listed: Sequence[str]) -> Check:
+    label = f"queue {name}" + (" (default)" if is_default else "")
+    if row is None:
+        return Check(FAIL, label, f"not listed by bqueues (it lists: {', '.join(listed) or 'no queue'})",
+                     f"name a queue the site has in the profile's queues (or submit --queue one of "
+                     f"{', '.join(listed) or 'them'}); `bqueues -l QUEUE` shows a queue's limits")
+    if not row.open:
+        return Check(FAIL, label, f"{row.status}: bsub refuses new jobs in a closed queue",
+                     "use another queue (--queue), or ask the site when it reopens (`bqueues -l` gives the "
+                     "administrator's comment)")
+    if not row.active:
+        return Check(WARN, label, f"{row.status}: jobs are accepted but held until the queue is active again "
+                     "(a run or dispatch window, or an administrator)",
+                     f"see `bqueues -l {name}` for its windows, or submit to an active queue")
+    return Check(OK, label, row.status)
+
+
+def check_queues(profile, rows: Optional[Dict[str, QueueRow]], error: Optional[str]) -> List[Check]:
+    """Step 2: every queue of the profile is listed by bqueues and Open:Active (the default first)."""
+    if rows is None:
+        return [Check(FAIL, "queues", error or "bqueues gave no answer",
+                      "run `bqueues` on that machine by hand: it must list the site's queues")]
+    names = sorted(profile.queues, key=lambda n: not profile.queues[n].default)
+    return [_queue_check(n, profile.queues[n].default, rows.get(n), list(rows)) for n in names]
+
+
+def check_account(profile, project: Optional[str]) -> Check:
+    """Step 2: the account (-P project / -G group): set where the site requires one; its validity is not
+    something LSF lets anyone check reliably before a submission, so a set account is a warning."""
+    flag, what = profile.scheduler.account_flag, profile.scheduler.account_name
+    from summit_jobs.planning.plan import ACCOUNT_RE
+    if project and not ACCOUNT_RE.fullmatch(project.strip()):
+        return Check(FAIL, "account", f"{flag} {project!r} is not a valid {what} name: submit refuses it",
+                     "use letters, digits, '_', '.' and '-' only (at most 64 characters), as printed by your "
+                     "allocation")
+    if profile.scheduler.embedded:
+        return Check(OK, "account", f"the embedded LSF accepts any {what}" + (f" ({flag} {project})" if project
+                                                                              else ""))
+    if not project:
+        if profile.scheduler.account_required:
+            return Check(FAIL, "account", f"{profile.name} requires {flag} {what} and none is set",
+                         f"pass --project NAME, set SUMMIT_JOBS_PROJECT, or write project: NAME in the config file")
+        return Check(OK, "account", f"{profile.name} does not require {flag}; none set")
+    listing = "`bugroup -w`" if flag == "-G" else "its user portal"
+    return Check(WARN, "account", f"{flag} {project} cannot be checked before a submission (bugroup and bacct do not "
+                 f"say reliably on every site which {what}s you may charge)",
+                 f"check by hand: your centre's list of your {what}s ({listing}), or a one-minute test job: "
+                 f"bsub {flag} {project} -q {profile.default_queue} -W 1 /bin/true")
+
+
+# -- 3. run and data folders ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class FolderProbe:
+    """What the folder probe found for one path on the target: its nearest existing ancestor (the path
+    itself when it exists), whether that is a folder, and whether a file could be created and removed there."""
+    path: str
+    exists: bool
+    ancestor: str
+    is_dir: bool
+    writable: bool
+
+
+def _fixed_prefix(path: str) -> str:
+    """The part of a profile path before its first ``$VARIABLE`` component (``/mnt/bb/$USER`` -> ``/mnt/bb``)."""
+    parts = []
+    for part in path.split("/"):
+        if "$" in part:
+            break
+        parts.append(part)
+    return "/".join(parts).rstrip("/")
+
+
+def _under(path: str, root: str) -> bool:
+    root = root.rstrip("/")
+    return bool(root) and (path == root or path.startswith(root + "/"))
+
+
+def placement(path: str, profile) -> Optional[str]:
+    """Why compute nodes could not use ``path`` (a read-only or a node-local file system), or None."""
+    for root in profile.compute_read_only_prefixes:
+        if _under(path, root):
+            return f"under {root.rstrip('/')}, which {profile.name}'s compute nodes cannot write"
+    local = list(profile.node_local_prefixes)
+    if profile.node.nvme_path and _fixed_prefix(profile.node.nvme_path):
+        local.append(_fixed_prefix(profile.node.nvme_path))
+    for root in local:
+        if _under(path, root):
+            return (f"under {root.rstrip('/')}, which every node of {profile.name} has its own copy of: the "
+                    "compute nodes would not see what is written there from here")
+    return None
+
+
+def check_path_text(kind: str, path: str, remote: bool) -> Optional[Check]:
+    """A folder path that cannot be probed as given: a ``$`` (left unexpanded by the job script) or, over SSH,
+    a relative path (it would be resolved on this machine)."""
+    if "$" in path:
+        return Check(FAIL, kind, f"{path} holds a '$'", "expand the variable in your shell and give the real path "
+                     "(the job script would not expand it, the trainer would)")
+    if remote and not path.startswith("/"):
+        return Check(FAIL, kind, f"{path} is not an absolute path on the login node",
+                     "give an absolute path (no '~' or relative paths: they would be resolved on this machine)")
+    return None
+
+
+def check_folder(kind: str, probe: FolderProbe, profile, must_exist: bool, option: str) -> Check:
+    """Step 3: a run or data folder exists (or can be created), is writable and is one compute nodes share."""
+    why = placement(probe.path, profile)
+    if why:
+        hint = f" ({profile.writable_hint})" if profile.writable_hint else ""
+        return Check(FAIL, kind, f"{probe.path} is {why}", f"give {option} a folder on the parallel file system{hint}")
+    if not probe.is_dir:
+        return Check(FAIL, kind, f"{probe.ancestor} is a file, not a folder",
+                     f"move that file away, or give {option} another folder")
+    if not probe.exists and must_exist:
+        return Check(FAIL, kind, f"{probe.path} does not exist",
+                     f"stage or copy the data there first (summit-jobs stage-data), or fix {option}")
+    if not probe.writable:
+        what = probe.path if probe.exists else f"{probe.path} does not exist and its parent {probe.ancestor}"
+        status = WARN if must_exist else FAIL
+        return Check(status, kind, f"{what} is not writable (a test file could not be created there)",
+                     f"give {option} a folder you can write, or fix its permissions (chmod u+w)")
+    if not probe.exists:
+        return Check(OK, kind, f"{probe.path} does not exist yet; {probe.ancestor} is writable (submit creates it)")
+    return Check(OK, kind, f"{probe.path} exists and is writable")
+
+
+# -- 4. the trainer's environment -----------------------------------------------------------------------------
+#: The line the environment probe prints its JSON after (a login shell may print banners before it).
+PROBE_MARKER = "summit-jobs-doctor:"
+#: Exit status of the probe script when a ``module load`` failed.
+MODULE_FAILED = 3
+
+
+def torch_version(text: str) -> Optional[Tuple[int, int]]:
+    """(major, minor) of a torch version string (``2.0.1+cu117``, ``2.4.0a0+git...``); None if unreadable."""
+    m = re.match(r"\s*(\d+)\.(\d+)", text or "")
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def _range_text() -> str:
+    (a, b), (c, d) = TORCH_RANGE
+    return f"{a}.{b} to {c}.{d}"
+
+
+def check_torch(found: Mapping[str, object], python: str) -> Check:
+    """Step 4: torch imports in the trainer's environment, within the trainer's supported range."""
+    exe = found.get("executable")
+    where = f"{python}" + (f" ({exe})" if exe and exe != python else "") + f", Python {found.get('python')},"
+    fix = ("load the module or activate the environment that provides PyTorch (the profile's environment.modules "
+           "or environment.setup), or point environment.python at the interpreter that has it")
+    if "torch" not in found:
+        return Check(FAIL, "torch", f"{where} cannot import torch: {found.get('torch_error')}", fix)
+    text = str(found["torch"])
+    version = torch_version(text)
+    if version is None or version < TORCH_RANGE[0]:
+        return Check(FAIL, "torch", f"torch {text} under {where} is older than the trainer supports "
+                     f"({_range_text()})", fix + f" with torch {_range_text()}")
+    if version > TORCH_RANGE[1]:
+        return Check(WARN, "torch", f"torch {text} under {where} is newer than the trainer is tested on "
+                     f"({_range_text()})", "run a short job first (submit --epochs 1), or use a tested torch")
+    return Check(OK, "torch", f"torch {text} under {where} supported ({_range_text()})")
+
+
+def check_trainer(found: Mapping[str, object], python: str) -> Check:
+    """Step 4: the trainer itself runs under the profile's Python, as a rank starts it (``python -m trainer``).
+
+    torch importing is not enough: the job runs ``python -m trainer`` in its run directory, so the trainer
+    must be installed into that environment (or on its PYTHONPATH), not merely present in the folder doctor
+    happens to run in. A missing install otherwise shows only once the job has waited in the queue.
+    """
+    fix = ("install summit-jobs into that environment without touching its torch: `python -m pip install "
+           "--no-deps /path/to/summit-jobs` with that python (docs/cluster.md, 'Installing the trainer on the "
+           "cluster')")
+    if "trainer_error" in found:
+        return Check(FAIL, "trainer", f"{python} cannot import the trainer: {found['trainer_error']}", fix)
+    if found.get("trainer_help"):
+        return Check(FAIL, "trainer", f"`{python} -m trainer --help` failed ({found['trainer_help']})", fix)
+    if "trainer" not in found:
+        return Check(WARN, "trainer", "the probe did not say whether the trainer imports", fix)
+    return Check(OK, "trainer", f"`{python} -m trainer` runs (the trainer in {found['trainer']})")
+
+
+def check_horovod(found: Mapping[str, object], engine: str) -> Check:
+    """Step 4: Horovod imports; without it the trainer falls back to torch.distributed (DDP)."""
+    if "horovod" in found:
+        return Check(OK, "horovod", f"horovod {found['horovod']}")
+    if engine != "horovod":
+        return Check(OK, "horovod", f"not importable ({found.get('horovod_error')}); the profile's engine is {engine}")
+    return Check(WARN, "horovod", f"not importable ({found.get('horovod_error')}): the trainer falls back to "
+                 "torch.distributed (DDP)", "load the site's Horovod module in environment.modules (built against "
+                 "this torch), or build it (`make horovod`); or set recipe.engine: ddp in the profile")
+
+
+#: What every rank runs; its --help is printed by trainer.config's parser, before torch is imported.
+TRAINER_HELP_WORDS = "usage: python -m trainer"
+#: The trainer as a rank finds it: not from the probe's folder (a rank runs in its run directory), importing
+#: what a rank imports (trainer.loop.train, with torch; only the torch-free trainer.config without), then
+#: ``python -m trainer --help`` from an empty folder. An unrelated package named ``trainer`` has no TORCH_RANGE.
+TRAINER_PROBE = (
+    "import importlib, os, subprocess, tempfile\n"
+    "sys.path[:] = [p for p in sys.path if p not in ('', '.', os.getcwd())]\n"
+    "try:\n"
+    "    config = importlib.import_module('trainer.config')\n"
+    "    out['trainer'] = os.path.dirname(os.path.abspath(getattr(config, '__file__', None) or '.'))\n"
+    "    if not hasattr(config, 'TORCH_RANGE'):\n"
+    "        raise ImportError('the trainer package in %s is not the summit-jobs trainer' % out['trainer'])\n"
+    "    if 'torch' in out:\n"
+    "        importlib.import_module('trainer.loop.train')\n"
+    "except Exception as exc:\n"
+    "    out['trainer_error'] = ('%s: %s' % (type(exc).__name__, exc)).splitlines()[0][:300]\n"
+    "with tempfile.TemporaryDirectory() as empty:\n"
+    "    try:\n"
+    "        run = subprocess.run([sys.executable, '-m', 'trainer', '--help'], cwd=empty, capture_output=True,\n"
+    "                             text=True, timeout=120)\n"
+    "        said = (run.stderr.strip() or run.stdout.strip() or 'no output').splitlines()[-1][:300]\n"
+    f"        out['trainer_help'] = None if run.returncode == 0 and {TRAINER_HELP_WORDS!r} in run.stdout else \\\n"
+    "            'exit %d: %s' % (run.returncode, said)\n"
+    "    except Exception as exc:\n"
+    "        out['trainer_help'] = ('%s: %s' % (type(exc).__name__, exc))[:300]\n")
+#: Run by the trainer's interpreter after the profile's environment set-up: what a rank would import.
+PROBE_CODE = (
+    "import json, shutil, sys\n"
+    "out = {'python': sys.version.split()[0], 'executable': sys.executable, 'mpirun': shutil.which('mpirun')}\n"
+    "for key, name in (('torch', 'torch'), ('horovod', 'horovod.torch')):\n"
+    "    try:\n"
+    "        __import__(name)\n"
+    "        out[key] = str(sys.modules[key].__version__)\n"
+    "    except Exception as exc:\n"
+    "        out[key + '_error'] = ('%s: %s' % (type(exc).__name__, exc)).splitlines()[0][:300]\n"
+    f"{TRAINER_PROBE}"
+    f"print({PROBE_MARKER!r}, json.dumps(out), flush=True)\n")
+#: Where ``module`` comes from when the shell has no such function yet (environment modules, Lmod).
+MODULE_INITS = ("/etc/profile.d/lmod.sh", "/etc/profile.d/modules.sh", "/usr/share/lmod/lmod/init/bash",
+                "/usr/share/Modules/init/bash")
+
+
+def environment_script(profile, python: str) -> str:
+    """The bash script of the environment probe: the profile's set-up as the job script runs it (each
+    ``module load`` must succeed, then ``set -u``, the setup lines as written, the variables), then the probe.
+
+    Module names and variables are plain tokens and quoted values (checked when the profile loads); the
+    setup lines are shell by design, as in the job script.
+    """
+    import shlex
+    env = profile.environment
+    lines = []
+    if env.modules:
+        inits = " ".join(shlex.quote(p) for p in MODULE_INITS)
+        lines.append(f"command -v module >/dev/null 2>&1 || for f in {inits}; do "
+                     '[ -r "$f" ] && . "$f" && break; done')
+    for module in env.modules:
+        lines.append(f"module load {shlex.quote(module)} || {{ echo {shlex.quote(PROBE_MARKER)} module load "
+                     f"{shlex.quote(module)} failed >&2; exit {MODULE_FAILED}; }}")
+    lines.append("set -u")
+    lines += list(env.setup)
+    lines += [f"export {name}={shlex.quote(str(value))}" for name, value in sorted(env.variables.items())]
+    lines.append(f"exec {shlex.quote(python)} -c {shlex.quote(PROBE_CODE)}")
+    return "\n".join(lines) + "\n"
+
+
+def parse_probe(stdout: str) -> Optional[Dict[str, object]]:
+    """The probe's JSON (the last marker line of stdout), or None when the probe never got to print it."""
+    import json
+    for line in reversed((stdout or "").splitlines()):
+        if line.startswith(PROBE_MARKER + " "):
+            try:
+                data = json.loads(line[len(PROBE_MARKER) + 1:])
+            except ValueError:
+                return None
+            return data if isinstance(data, dict) else None
+    return None
+
+
+def _tail(text: str, lines: int = 4) -> str:
+    return " | ".join(line.strip() for line in (text or "").strip().splitlines()[-lines:]) or "no output"
+
+
+def check_environment(rc: int, stdout: str, stderr: str, profile, python: str) -> List[Check]:
+    """Step 4: the set-up ran and the interpreter answered; then torch, horovod and (for mpirun) mpirun."""
+    found = parse_probe(stdout)
+    if found is None:
+        if rc == MODULE_FAILED and "module load" in (stderr or ""):
+            return [Check(FAIL, "trainer environment", _tail(stderr),
+                          "check the module's name and version in the profile's environment.modules (`module avail "
+                          "NAME` on the login node), and that `module` works in a non-interactive shell there")]
+        return [Check(FAIL, "trainer environment", f"the profile's set-up and {python} failed (exit {rc}): "
+                      f"{_tail(stderr or stdout)}",
+                      "fix environment.setup, or point environment.python at an interpreter that exists after the "
+                      "set-up (a bare name is looked up on PATH)")]
+    checks = [check_torch(found, python), check_trainer(found, python), check_horovod(found, profile.recipe.engine)]
+    if profile.launcher.kind == "mpirun":
+        if found.get("mpirun"):
+            checks.append(Check(OK, "mpirun", str(found["mpirun"])))
+        else:
+            checks.append(Check(FAIL, "mpirun", "not on PATH after the profile's set-up (the launcher is mpirun)",
+                                "load the site's Open MPI module in environment.modules, or pick another launcher"))
+    return checks
+
+
+# -- 5. SSH: host key and login -------------------------------------------------------------------------------
+def check_ssh(label: str, error: Optional[str]) -> Check:
+    """Step 5 (over SSH only): the host key is one of the user's known keys and the login worked.
+
+    The connection never accepts a new key (doctor ignores --trust-new-host-key): the fix is to check the
+    fingerprint with the site and add it by hand.
+    """
+    if error is None:
+        return Check(OK, "host key", f"{label}: the host key is in your known_hosts; login worked")
+    if "not in your known_hosts" in error:
+        return Check(FAIL, "host key", f"{label}: the host key is not in your known_hosts (nothing was sent)",
+                     "check the key's fingerprint with the site's published ones (`ssh-keyscan -p PORT HOST | "
+                     "ssh-keygen -lf -`), then add it to ~/.ssh/known_hosts or the profile's ssh.known_hosts "
+                     "(or ssh there once by hand); doctor never accepts a new key")
+    if "HOST KEY" in error:
+        return Check(FAIL, "host key", error, "do not connect until the site confirms the new key; then replace "
+                     "the old entry (ssh-keygen -R HOST) with the confirmed one")
+    return Check(FAIL, "ssh login", error, "check --host, --port, --user and --key-file, and the host's block in "
+                 "your ssh config (`ssh -G HOST`)")

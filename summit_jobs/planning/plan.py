@@ -1,0 +1,972 @@
+"""The plan: profile + options in, a checked job shape out. Pure: no I/O.
+
+Every policy rule of the machine is checked here, before anything is written
+or submitted, and each failure names the limit and the way out. The renderer
+only formats a Plan; the simulate planner builds on the same function.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+import shlex
+from dataclasses import asdict, dataclass, replace
+from typing import Dict, List, Optional, Tuple
+
+from summit_jobs.planning import request as request_mod
+from summit_jobs.profiles import settings
+from summit_jobs.planning import trainer_args
+from summit_jobs.cli.choices import LAYOUTS, STAGE_POLICIES  # noqa: F401 - part of this module's interface
+from summit_jobs.errors import UserError
+from summit_jobs.profiles.machines import Profile, Queue, WalltimeBin, format_hhmm, parse_hhmm
+from trainer import config as trainer_config
+from trainer import rundir
+
+#: Patterns that guard values are always applied with ``fullmatch``: ``re.match`` with ``$`` accepts a
+#: trailing newline, which would split a ``#BSUB`` line.
+JOB_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+ACCOUNT_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+#: Marker the trainer writes when all epochs are done; later chain links exit at once.
+COMPLETE_MARKER = rundir.COMPLETE
+#: The job script in the run directory.
+SCRIPT_NAME = rundir.SCRIPT
+#: Ids of the links a chain until complete submitted itself (the first link's id is in run.json).
+CHAIN_FILE = rundir.CHAIN
+#: The trainer's method options that are also JobOptions fields (submit options); a preset sets them where the
+#: user did not. The rest of a preset (trainer.config.PRESETS) goes to the trainer as written.
+PRESET_FIELDS = ("schedule", "optimizer", "optimizer_sync", "avg_interval", "compression")
+#: Options with a default whose being given on the command line matters (JobOptions.explicit): a preset's
+#: methods, and options that apply only with another one (--max-links, --stage-policy).
+EXPLICIT_FIELDS = PRESET_FIELDS + ("max_links", "stage_policy")
+#: Options that set the built-in trainer's optimisation; with --command the user's program has its own.
+TRAINER_FIELDS = ("epochs", "clips_per_gpu", "lr", "warmup_epochs", "engine", "arch", "num_classes",
+                  "schedule", "short_cycle", "optimizer", "optimizer_sync", "avg_interval", "compression")
+#: The largest global batch at which the linear LR rule is known to keep this recipe's accuracy: the paper
+#: this project follows (Lin, Gan and Han, "Training Kinetics in 15 Minutes", arXiv:1910.00932) trains TSM
+#: on Kinetics with 1,536 GPUs x 8 clips = 12,288 clips, its largest, without losing accuracy; Goyal et al.
+#: (arXiv:1706.02677) find the rule holding for ResNet-50 on ImageNet up to 8k images and failing beyond.
+LINEAR_LR_MAX_BATCH = 12_288
+#: LARS (You, Gitman and Ginsburg, arXiv:1708.03888) trains ResNet-50 on ImageNet at batches up to 32k.
+LARS_MAX_BATCH = 32_768
+
+
+@dataclass(frozen=True)
+class JobOptions:
+    """What the user asked for. ``None`` means: the profile's or the recipe's default."""
+    nodes: object
+    run_dir: str
+    project: Optional[str] = None
+    walltime: Optional[str] = None
+    queue: Optional[str] = None
+    job_name: str = "tsm"
+    epochs: Optional[int] = None
+    data: Optional[str] = None
+    stage_policy: str = STAGE_POLICIES[0]
+    layout: Optional[str] = None
+    clips_per_gpu: Optional[int] = None
+    lr: Optional[float] = None
+    warmup_epochs: Optional[float] = None
+    engine: Optional[str] = None
+    arch: Optional[str] = None
+    num_classes: Optional[int] = None
+    num_segments: Optional[int] = None
+    chain: int = 1
+    accum_steps: int = 1
+    quota_nodes: Optional[int] = None
+    python: Optional[str] = None
+    warning_minutes: Optional[int] = None
+    trainer_args: Tuple[str, ...] = ()
+    #: Set by simulate: the node count whose optimisation this job reproduces.
+    virtual_nodes: Optional[int] = None
+    #: Methods of the seed papers (trainer options).
+    schedule: str = trainer_config.SCHEDULES[0]
+    short_cycle: bool = False
+    optimizer: str = trainer_config.OPTIMIZERS[0]
+    optimizer_sync: str = trainer_config.OPTIMIZER_SYNCS[0]
+    avg_interval: int = trainer_config.AVG_INTERVAL_EPOCH
+    compression: str = trainer_config.COMPRESSIONS[0]
+    fusion_threshold: Optional[int] = None
+    #: Training clips per epoch, for the multigrid schedule in the summary.
+    train_clips: Optional[int] = None
+    #: Parse the trainer's arguments with its own parser (off when a user template replaces the launch line,
+    #: which then decides what runs and what its arguments mean).
+    check_trainer_args: bool = True
+    #: Chain until the trainer writes COMPLETE: each link that ends after the warning signal submits the
+    #: next one itself, up to ``max_links`` links in all.
+    until_complete: bool = False
+    max_links: int = 20
+    #: Request and launcher kinds (None: the profile's), memory per node, -app, container, extra #BSUB lines.
+    request: Optional[str] = None
+    launcher: Optional[str] = None
+    mem: Optional[str] = None
+    app: Optional[str] = None
+    container: Optional[str] = None
+    bsub_options: Tuple[str, ...] = ()
+    #: The user's own training command (words), run on every rank instead of ``python -m trainer``.
+    command: Tuple[str, ...] = ()
+    #: A named trainer recipe (trainer.config.PRESETS): its values are rendered into the script as options.
+    #: A method option wins over it when named in ``explicit`` (given on the command line) or when it is not
+    #: at the trainer's default.
+    preset: Optional[str] = None
+    explicit: Tuple[str, ...] = ()
+    #: With --command: the steps the user's program trains in all, which status shows as ``step/total``.
+    total_steps: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class Jsrun:
+    n: int
+    r: int
+    a: int
+    g: int
+    c: int
+    b: str
+
+    def flags(self) -> List[str]:
+        out = ["-n", str(self.n), "-r", str(self.r), "-a", str(self.a)]
+        if self.g:
+            out += ["-g", str(self.g)]
+        return out + ["-c", str(self.c), "-b", self.b]
+
+
+@dataclass(frozen=True)
+class Staging:
+    manifest: str
+    policy: str
+    nvme_data_dir: str
+
+
+@dataclass(frozen=True)
+class Plan:
+    machine: str
+    nodes: int
+    ranks_per_node: int
+    ranks: int
+    layout: str
+    jsrun: Jsrun
+    stage_jsrun: Jsrun
+    walltime_minutes: int
+    walltime: str
+    bin: int
+    bin_max_walltime: str
+    queue: str
+    alloc_flags: Tuple[str, ...]
+    node_hours: float
+    account_flag: str
+    account: Optional[str]
+    job_name: str
+    run_dir: str
+    chain: int
+    warning_signal: str
+    warning_minutes: int
+    submit_mode: str
+    python: str
+    modules: Tuple[str, ...]
+    setup: Tuple[str, ...]
+    variables: Dict[str, str]
+    smpiargs: str
+    nvme_path: Optional[str]
+    staging: Optional[Staging]
+    # The trainer's optimisation.
+    engine: str
+    clips_per_gpu: int
+    accum_steps: int
+    virtual_nodes: int
+    virtual_ranks: int
+    global_batch: int
+    lr: float
+    epochs: int
+    warmup_epochs: float
+    trainer_argv: Tuple[str, ...]
+    schedule: str = trainer_config.SCHEDULES[0]
+    optimizer: str = trainer_config.OPTIMIZERS[0]
+    optimizer_sync: str = trainer_config.OPTIMIZER_SYNCS[0]
+    avg_interval: int = trainer_config.AVG_INTERVAL_EPOCH
+    compression: str = trainer_config.COMPRESSIONS[0]
+    multigrid: Tuple[Dict[str, object], ...] = ()
+    complete_marker: str = COMPLETE_MARKER
+    until_complete: bool = False
+    max_links: int = 1
+    #: The script's name in the run directory (a link of a chain until complete submits it again).
+    script_name: str = SCRIPT_NAME
+    #: Job ids of links submitted by the chain itself, one per line, in the run directory.
+    chain_file: str = CHAIN_FILE
+    #: ``nnodes`` or ``slots`` (summit_jobs.planning.request) and what starts the ranks.
+    request_kind: str = "nnodes"
+    launcher: str = "jsrun"
+    slots: int = 0
+    slots_per_host: int = 0
+    #: ``(flag, value)`` #BSUB directives: the allocation's shape (where -nnodes stands), then the rest.
+    shape_directives: Tuple[Tuple[str, str], ...] = ()
+    extra_directives: Tuple[Tuple[str, str], ...] = ()
+    memory: str = ""
+    #: True when ``trainer_argv`` is the user's own command (--command), not python -m trainer.
+    user_command: bool = False
+    #: The trainer preset whose values the script's trainer options carry (None: none).
+    preset: Optional[str] = None
+    #: With --command: the steps the user's program declared it trains in all (--total-steps; None: unknown).
+    total_steps: Optional[int] = None
+    #: What the plan accepted but the user should know before spending node-hours (printed on stderr).
+    warnings: Tuple[str, ...] = ()
+
+    @property
+    def rank_argv(self) -> Tuple[str, ...]:
+        """What jsrun, blaunch and mpirun start on every rank: the trainer, or the user's command behind
+        ``python -m trainer.rankenv``, which gives it torchrun's env:// variables (RANK, WORLD_SIZE, ...)."""
+        if self.user_command:
+            return (self.python, "-m", "trainer.rankenv") + tuple(self.trainer_argv)
+        return tuple(self.trainer_argv)
+
+    @property
+    def torchrun_program(self) -> Tuple[str, ...]:
+        """What torchrun runs on each node: ``-m trainer ARGS``, or ``--no-python`` and the user's command."""
+        argv = self.trainer_argv
+        if not self.user_command and len(argv) > 2 and argv[1] == "-m":
+            return ("-m",) + tuple(argv[2:])
+        return ("--no-python",) + tuple(argv)
+
+    def summary(self) -> Dict[str, object]:
+        """The figures a user checks before spending node-hours (the trainer's only where it runs)."""
+        out = {
+            "machine": self.machine, "nodes": self.nodes, "ranks": self.ranks,
+            "ranks_per_node": self.ranks_per_node, "layout": self.layout,
+            "queue": self.queue, "walltime": self.walltime, "bin": self.bin,
+            "bin_max_walltime": self.bin_max_walltime, "node_hours": round(self.node_hours, 2),
+            "chain": self.chain, "until_complete": self.until_complete, "max_links": self.max_links,
+        }
+        if not self.user_command:
+            out.update(self._trainer_summary())
+        out["run_dir"] = self.run_dir
+        if self.staging:
+            out["data"] = self.staging.manifest
+            out["stage_policy"] = self.staging.policy
+        if self.request_kind != "nnodes" or self.launcher != "jsrun":
+            out.update(request=self.request_kind, launcher=self.launcher, slots=self.slots,
+                       slots_per_host=self.slots_per_host)
+        if self.memory:
+            out["memory"] = self.memory
+        if self.user_command:
+            out["command"] = list(self.trainer_argv)
+            if self.total_steps:
+                out["total_steps"] = self.total_steps
+        if self.preset:
+            out["preset"] = self.preset
+        if self.warnings:
+            out["warnings"] = list(self.warnings)
+        return out
+
+    def _trainer_summary(self) -> Dict[str, object]:
+        """The built-in trainer's optimisation: a user's own command has its own, which this tool cannot know
+        (the recipe's defaults would read as if that program used them)."""
+        out: Dict[str, object] = {
+            "global_batch": self.global_batch, "lr": self.lr, "epochs": self.epochs,
+            "warmup_epochs": self.warmup_epochs, "clips_per_gpu": self.clips_per_gpu,
+            "accum_steps": self.accum_steps, "engine": self.engine,
+        }
+        if self.virtual_nodes != self.nodes:
+            out["virtual_nodes"] = self.virtual_nodes
+            out["virtual_ranks"] = self.virtual_ranks
+        out.update(schedule=self.schedule, optimizer=self.optimizer, optimizer_sync=self.optimizer_sync,
+                   compression=self.compression, fusion_threshold=self.variables.get("HOROVOD_FUSION_THRESHOLD"))
+        if self.optimizer_sync == "aavg":
+            out["avg_interval"] = self.avg_interval
+        if self.multigrid:
+            out["multigrid"] = list(self.multigrid)
+        return out
+
+    def to_dict(self) -> Dict[str, object]:
+        return asdict(self)
+
+
+def nvme_data_dir(nvme_path: str) -> str:
+    """Where the job's staging step puts a node's shards (the trainer's --data)."""
+    return f"{nvme_path}/summit-jobs/data"
+
+
+def linear_lr(global_batch: int, lr_per_8_clips: float) -> float:
+    """The paper's rule: 0.00125 per 8 clips, scaled linearly with the batch."""
+    return round(lr_per_8_clips * global_batch / 8, 10)
+
+
+def parse_nodes(value: object, profile: Profile) -> int:
+    limit = f"between 1 and {profile.max_nodes:,} on {profile.name}"
+    if isinstance(value, bool):
+        value = str(value)
+    if isinstance(value, int):
+        n = value
+    else:
+        text = str(value).strip().replace(",", "").replace("_", "")
+        if not re.fullmatch(r"[+-]?[0-9]+", text):
+            raise UserError(f"node count {value!r} is not a whole number. Give --nodes a whole number {limit}.")
+        n = int(text)
+    if n < 1:
+        raise UserError(f"node count {n} is too small: a job needs at least 1 node. Give --nodes a whole number {limit}.")
+    if n > profile.max_nodes:
+        raise UserError(
+            f"node count {n:,} is above {profile.name}'s maximum job size of {profile.max_nodes:,} nodes. "
+            f"Give --nodes a whole number {limit}; to reproduce a larger run's optimisation, use "
+            f"`summit-jobs --machine {profile.name} simulate --virtual-nodes {n}`.")
+    return n
+
+
+def _check_writable_on_compute_nodes(profile: Profile, opts: JobOptions) -> None:
+    """The run directory must be writable where the ranks run (the manifest is only read)."""
+    path = opts.run_dir
+    for prefix in profile.compute_read_only_prefixes:
+        root = prefix.rstrip("/")
+        if path == root or path.startswith(root + "/"):
+            hint = f" ({profile.writable_hint})" if profile.writable_hint else ""
+            raise UserError(f"run directory {path} is under {root}, which {profile.name}'s compute nodes cannot "
+                            "write: checkpoints and metrics would fail. Give --run-dir / --runs-dir a folder on "
+                            f"the parallel file system{hint}.")
+
+
+def _check_until_complete(opts: JobOptions) -> None:
+    if opts.chain > 1:
+        raise UserError(f"--chain {opts.chain} and --until-complete both say how many jobs to run: use "
+                        "--until-complete (with --max-links as the cap) or a fixed --chain K.")
+    if opts.max_links < 1:
+        raise UserError(f"--max-links {opts.max_links} must be at least 1.")
+
+
+def _check_schedule(lr: float, epochs: int, warmup: float, lr_per_8_clips: float) -> None:
+    if not (math.isfinite(lr) and lr > 0):
+        raise UserError(f"--lr {lr!r} must be a finite number above 0 (the peak learning rate; the default is "
+                        f"{lr_per_8_clips:g} per 8 clips of the global batch).")
+    if epochs < 1:
+        raise UserError(f"--epochs {epochs} must be at least 1.")
+    if not math.isfinite(warmup) or warmup < 0 or warmup > epochs:
+        raise UserError(f"--warmup-epochs {warmup!r} (warm-up epochs) must be between 0 and the {epochs} training epochs.")
+
+
+def simulate_command(profile: Profile, virtual_nodes: int, account: Optional[str]) -> str:
+    parts = ["summit-jobs", "--machine", profile.name, "simulate", "--virtual-nodes", str(virtual_nodes)]
+    if account:
+        parts += ["--project", account]
+    return shlex.join(parts)
+
+
+# ---- step 1: allocation (account, quota, names, queue, bin, walltime) ---------------------------
+
+@dataclass(frozen=True)
+class Allocation:
+    """What the scheduler is asked for, checked against the queue's and the allocation's rules."""
+    nodes: int
+    account: Optional[str]
+    queue_name: str
+    bin: WalltimeBin
+    minutes: int
+    warning_minutes: int
+
+
+def _account(profile: Profile, opts: JobOptions) -> Optional[str]:
+    """The -P project / -G bank, checked: it lands in a #BSUB line."""
+    word = profile.scheduler.account_name
+    account = opts.project
+    if account is not None:
+        account = str(account).strip()
+        if not ACCOUNT_RE.fullmatch(account):
+            raise UserError(
+                f"{word} {opts.project!r} is not a valid {word} name: use letters, digits, "
+                f"'_', '.' and '-' only (at most 64 characters), as printed by your allocation.")
+    if not account and profile.scheduler.account_required:
+        raise UserError(
+            f"{profile.name} charges every job to a {word} ({profile.scheduler.account_flag}), and none "
+            f"was given. Pass --project NAME, set SUMMIT_JOBS_PROJECT, or put 'project: NAME' in the config file.")
+    return account or None
+
+
+def _check_quota(profile: Profile, opts: JobOptions, nodes: int, account: Optional[str]) -> None:
+    """The allocation's node limit (not the machine's); a simulated run is planned within it by simulate."""
+    quota = settings.quota(opts.quota_nodes, None, profile).nodes
+    if quota is not None and nodes > quota and opts.virtual_nodes is None:
+        raise UserError(
+            f"{nodes:,} nodes is above your allocation's quota of {quota:,} nodes on {profile.name}. "
+            f"Run fewer nodes, or reproduce the {nodes:,}-node optimisation exactly on at most {quota:,} nodes "
+            f"by gradient accumulation: {simulate_command(profile, nodes, account)}")
+
+
+def _check_names(profile: Profile, opts: JobOptions) -> None:
+    """Job name, paths and trainer arguments: values that end up in #BSUB and shell lines."""
+    if not JOB_NAME_RE.fullmatch(opts.job_name or ""):
+        raise UserError(
+            f"job name {opts.job_name!r} cannot be used: it must start with a letter or digit and hold only "
+            "letters, digits, '.', '_' and '-' (at most 128 characters), so that it is safe in #BSUB lines and "
+            "file names. Pick another --job-name.")
+    # Quoted later, but a newline or NUL would still break the script.
+    for what, path in (("run directory", opts.run_dir), ("data manifest", opts.data), ("python", opts.python)):
+        if path is not None and (("\n" in path) or ("\r" in path) or ("\0" in path) or not path.strip()):
+            raise UserError(f"{what} path {path!r} contains a newline or NUL byte (or is empty); "
+                            "use a plain path.")
+    for what, option, path in (("run directory", "--run-dir", opts.run_dir), ("data manifest", "--data", opts.data)):
+        if path is not None and "$" in path:
+            # The script quotes the path (no expansion) while the trainer expands $VARS in it: the two
+            # would name different folders. Expansion belongs to the user's shell, before summit-jobs.
+            raise UserError(f"{what} path {path!r} contains '$': it would be used unexpanded by the job script "
+                            f"but expanded by the trainer. Give {option} a path without '$' (let your shell "
+                            "expand variables: write $SCRATCH/runs without quotes).")
+    _check_writable_on_compute_nodes(profile, opts)
+    for arg in opts.trainer_args:
+        if "\0" in arg:
+            raise UserError(f"trainer argument {arg!r} contains a NUL byte, which no command line can carry.")
+
+
+def _queue(profile: Profile, opts: JobOptions, nodes: int) -> Tuple[str, Queue, WalltimeBin]:
+    """The queue, its node and bin rules, and the walltime bin of ``nodes``."""
+    queue_name = opts.queue or profile.default_queue
+    if queue_name not in profile.queues:
+        raise UserError(f"queue {queue_name!r} does not exist on {profile.name}. "
+                        f"Valid queues: {', '.join(profile.queues)}.")
+    queue = profile.queues[queue_name]
+    nbin = profile.bin_for(nodes)
+    if nbin is None:
+        raise UserError(f"no walltime bin of {profile.name} covers {nodes} nodes; fix the profile's walltime_bins "
+                        f"({profile.source}).")
+    if queue.max_nodes is not None and nodes > queue.max_nodes:
+        raise UserError(f"queue {queue_name!r} allows at most {queue.max_nodes} nodes, and {nodes} were asked for. "
+                        f"Use at most {queue.max_nodes} nodes or another queue (--queue {profile.default_queue}).")
+    if queue.allowed_bins is not None and nbin.bin not in queue.allowed_bins:
+        ok = [b for b in profile.walltime_bins if b.bin in queue.allowed_bins]
+        span = ", ".join(f"bin {b.bin}: {b.min_nodes}-{b.max_nodes} nodes" for b in ok)
+        raise UserError(f"queue {queue_name!r} only takes jobs in bins {', '.join(map(str, queue.allowed_bins))} "
+                        f"({span}); {nodes} nodes is bin {nbin.bin}. Change --nodes or use --queue "
+                        f"{profile.default_queue}.")
+    return queue_name, queue, nbin
+
+
+def _check_chain(profile: Profile, opts: JobOptions, queue_name: str, queue: Queue) -> None:
+    """How many jobs the chain queues, against the queue's rules."""
+    if opts.chain < 1:
+        raise UserError(f"--chain {opts.chain} must be at least 1 (the number of jobs in the chain).")
+    if opts.until_complete:
+        _check_until_complete(opts)
+    if (opts.chain > 1 or opts.until_complete) and not queue.chaining:
+        raise UserError(f"queue {queue_name!r} does not allow chained jobs (it allows one job per user). "
+                        f"Use --chain 1 or another queue (--queue {profile.default_queue}).")
+    if queue.max_queued_per_user is not None and opts.chain > queue.max_queued_per_user:
+        raise UserError(f"--chain {opts.chain} would queue {opts.chain} jobs, and queue {queue_name!r} on "
+                        f"{profile.name} accepts at most {queue.max_queued_per_user} queued jobs per user (more are "
+                        f"rejected at submit). Use --chain {queue.max_queued_per_user} or fewer with a longer "
+                        f"--walltime, and submit the rest of the chain when these have run.")
+
+
+def _walltime(profile: Profile, opts: JobOptions, nodes: int, queue_name: str, queue: Queue,
+              nbin: WalltimeBin) -> int:
+    """Minutes of run limit: the user's, within the tightest of the bin's and the queue's limits."""
+    limits = []
+    if queue.use_bins:
+        limits.append((nbin.max_minutes, f"bin {nbin.bin} ({nbin.min_nodes}-{nbin.max_nodes} nodes)"))
+    if queue.max_walltime:
+        limits.append((parse_hhmm(queue.max_walltime, f"queue {queue_name} max_walltime"), f"queue {queue_name!r}"))
+    max_minutes, limit_name = min(limits) if limits else (nbin.max_minutes, f"bin {nbin.bin}")
+    if opts.walltime is None:
+        return max_minutes
+    minutes = parse_hhmm(opts.walltime, "walltime")
+    if minutes > max_minutes:
+        raise UserError(
+            f"walltime {format_hhmm(minutes)} is above the {format_hhmm(max_minutes)} limit of {limit_name} "
+            f"on {profile.name} for {nodes} nodes. Ask for --walltime {format_hhmm(max_minutes)} or less; "
+            f"for longer training use --chain K to run K jobs that resume from checkpoints.")
+    return minutes
+
+
+def _warning_minutes(profile: Profile, opts: JobOptions, minutes: int) -> int:
+    """Warning signal before the run limit: the checkpoint-and-chain hook, at most half the run.
+
+    The profile's default shrinks to fit a short job; a value the user gave is refused instead of rewritten,
+    since the job would then train a different time before its warning than the user planned for.
+    """
+    limit = max(1, minutes // 2)
+    warn = opts.warning_minutes
+    if warn is None:
+        return min(profile.scheduler.warning_minutes, limit)
+    if warn < 1:
+        raise UserError(f"--warning-minutes {warn} must be at least 1.")
+    if warn > limit:
+        raise UserError(f"--warning-minutes {warn} is more than half the {format_hhmm(minutes)} walltime: the "
+                        f"warning may come at most {limit} minute{'s' if limit > 1 else ''} before the run limit. "
+                        f"Give --warning-minutes {limit} or less, or a longer --walltime.")
+    return warn
+
+
+def allocation(profile: Profile, opts: JobOptions) -> Allocation:
+    """Step 1: nodes, account, quota, queue, bin and walltime, in the order a user would fix them."""
+    nodes = parse_nodes(opts.nodes, profile)
+    account = _account(profile, opts)
+    _check_quota(profile, opts, nodes, account)
+    _check_names(profile, opts)
+    queue_name, queue, nbin = _queue(profile, opts, nodes)
+    _check_chain(profile, opts, queue_name, queue)
+    minutes = _walltime(profile, opts, nodes, queue_name, queue, nbin)
+    return Allocation(nodes=nodes, account=account, queue_name=queue_name, bin=nbin, minutes=minutes,
+                      warning_minutes=_warning_minutes(profile, opts, minutes))
+
+
+# ---- step 2: launch (resource sets, staging, environment) ----------------------------------------
+
+@dataclass(frozen=True)
+class Launch:
+    """How the ranks are placed and what they find in their environment."""
+    layout: str
+    jsrun: Jsrun
+    stage_jsrun: Jsrun
+    ranks: int
+    alloc_flags: Tuple[str, ...]
+    staging: Optional[Staging]
+    variables: Dict[str, str]
+    python: str
+
+
+def _resource_sets(profile: Profile, opts: JobOptions, nodes: int) -> Tuple[str, Jsrun, Jsrun]:
+    """jsrun resource sets of the training and staging steps."""
+    layout = opts.layout or profile.launcher.layout
+    if layout not in LAYOUTS:
+        raise UserError(f"layout {layout!r} is not known: use 'gpu' (one resource set per GPU) or 'node' "
+                        "(one resource set per node with all its GPUs).")
+    node = profile.node
+    cores = max(1, node.cores // node.slots)
+    if layout == "gpu":
+        jsrun = Jsrun(n=node.slots * nodes, r=node.slots, a=1, g=1 if node.gpus else 0, c=cores,
+                      b=f"packed:{cores}")
+    else:
+        jsrun = Jsrun(n=nodes, r=1, a=node.slots, g=node.gpus, c=node.cores, b=f"packed:{cores}")
+    stage_jsrun = Jsrun(n=nodes, r=1, a=1, g=0, c=node.cores, b=f"packed:{node.cores}")
+    return layout, jsrun, stage_jsrun
+
+
+def _staging(profile: Profile, opts: JobOptions) -> Optional[Staging]:
+    """Data staging onto node-local NVMe, when a manifest was given."""
+    if not opts.data:
+        return None
+    if not profile.node.nvme_path:
+        raise UserError(f"{profile.name} has no node-local NVMe in its profile (node.nvme_path); "
+                        "point the trainer at the shards directly with -- --data DIR instead of --data.")
+    if opts.stage_policy not in STAGE_POLICIES:
+        raise UserError(f"stage policy {opts.stage_policy!r} is not known: use 'partition' or 'replicate'.")
+    return Staging(manifest=opts.data, policy=opts.stage_policy, nvme_data_dir=nvme_data_dir(profile.node.nvme_path))
+
+
+def _variables(profile: Profile, opts: JobOptions) -> Dict[str, str]:
+    """The job's environment variables: the profile's, the host rules of trainer/lsf_hosts.py, the fusion buffer."""
+    variables = dict(profile.environment.variables)
+    # A CSM machine lists its launch node first only in a CSM (-nnodes) allocation.
+    csm = profile.scheduler.csm and (opts.request or profile.scheduler.request) == "nnodes"
+    variables["SUMMIT_JOBS_LSF_CSM"] = "1" if csm else "0"
+    variables["SUMMIT_JOBS_LAUNCH_NODE_PREFIXES"] = ",".join(profile.scheduler.launch_node_prefixes)
+    if opts.fusion_threshold is not None:
+        if opts.fusion_threshold < 0:
+            raise UserError(f"--fusion-threshold {opts.fusion_threshold} must be a byte count >= 0 (0 disables "
+                            "tensor fusion).")
+        variables["HOROVOD_FUSION_THRESHOLD"] = str(opts.fusion_threshold)
+    return variables
+
+
+def launch(profile: Profile, opts: JobOptions, nodes: int) -> Launch:
+    """Step 2: resource sets, NVMe staging and the environment of the ranks."""
+    layout, jsrun, stage_jsrun = _resource_sets(profile, opts, nodes)
+    staging = _staging(profile, opts)
+    alloc = list(profile.alloc_flags)
+    if staging and "nvme" not in alloc:
+        alloc.append("nvme")
+    return Launch(layout=layout, jsrun=jsrun, stage_jsrun=stage_jsrun, ranks=profile.node.slots * nodes,
+                  alloc_flags=tuple(alloc), staging=staging, variables=_variables(profile, opts),
+                  python=opts.python or profile.environment.python)
+
+
+# ---- step 3: optimisation (batch, LR, warm-up, accumulation, methods) ----------------------------
+
+@dataclass(frozen=True)
+class Optimisation:
+    """The trainer's optimisation: global batch and linear LR follow the (virtual) rank count."""
+    clips: int
+    accum: int
+    virtual_nodes: int
+    virtual_ranks: int
+    global_batch: int
+    lr: float
+    epochs: int
+    warmup: float
+    engine: str
+    multigrid: Tuple[Dict[str, object], ...]
+
+
+def _accumulation(opts: JobOptions, nodes: int) -> Tuple[int, int]:
+    """Accumulation steps and the virtual node count they stand for."""
+    accum = opts.accum_steps
+    if accum < 1:
+        raise UserError(f"accumulation steps {accum} must be at least 1.")
+    virtual_nodes = opts.virtual_nodes if opts.virtual_nodes is not None else nodes
+    if virtual_nodes != nodes * accum:
+        raise UserError(f"virtual nodes ({virtual_nodes}) must equal nodes x accumulation steps "
+                        f"({nodes} x {accum}).")
+    return accum, virtual_nodes
+
+
+def _epochs_and_warmup(opts: JobOptions, recipe) -> Tuple[int, float]:
+    """Epochs, and a warm-up that a short run (a test, a demo) scales instead of warming up forever."""
+    epochs = opts.epochs if opts.epochs is not None else recipe.epochs
+    if epochs < 1:
+        raise UserError(f"--epochs {epochs} must be at least 1.")
+    if opts.warmup_epochs is not None:
+        return epochs, opts.warmup_epochs
+    if recipe.warmup_epochs > epochs / 2:
+        return epochs, round(recipe.warmup_epochs * epochs / recipe.epochs, 4)
+    return epochs, recipe.warmup_epochs
+
+
+def preset_values(name: Optional[str]) -> Dict[str, object]:
+    """The trainer options preset ``name`` sets (trainer.config.PRESETS, its one owner); {} for none."""
+    if name is None:
+        return {}
+    if name not in trainer_config.PRESETS:
+        raise UserError(f"--preset {name!r} is not known: use one of {', '.join(trainer_config.PRESETS)}.")
+    return dict(trainer_config.PRESETS[name])
+
+
+def with_preset(opts: JobOptions) -> JobOptions:
+    """``opts`` with the preset's method options where the user set none: options > preset > trainer defaults.
+
+    A method option counts as set when it is named in ``opts.explicit`` (the CLI lists what the command line
+    gave) or differs from the trainer's default (a JobOptions built in code).
+    """
+    values = preset_values(opts.preset)
+    defaults = {f.name: f.default for f in dataclasses.fields(JobOptions)}
+    unset = [name for name in PRESET_FIELDS
+             if name in values and name not in opts.explicit and getattr(opts, name) == defaults[name]]
+    return replace(opts, **{name: values[name] for name in unset})
+
+
+def _check_methods(opts: JobOptions, accum: int, engine: str, clips: int) -> None:
+    """Checked here so that a bad combination never reaches a compute node (the rules: trainer.config)."""
+    if engine not in trainer_config.ENGINES:
+        raise UserError(f"engine {engine!r} is not known: use 'horovod' (the paper's) or 'ddp' (torch.distributed).")
+    for name, allowed in trainer_config.METHODS.items():
+        if getattr(opts, name) not in allowed:
+            raise UserError(f"--{name.replace('_', '-')} {getattr(opts, name)!r} is not known: use one of "
+                            f"{', '.join(allowed)}.")
+    problem = trainer_config.method_conflict({
+        **preset_values(opts.preset),
+        "optimizer_sync": opts.optimizer_sync, "avg_interval": opts.avg_interval, "accum_steps": accum,
+        "compression": opts.compression, "engine": engine, "batch_per_gpu": clips})
+    if problem:
+        raise UserError(f"--preset {opts.preset} and your options cannot run together: {problem}" if opts.preset
+                        else problem)
+
+
+def _multigrid(opts: JobOptions, recipe, epochs: int, global_batch: int) -> Tuple[Dict[str, object], ...]:
+    """The multigrid phases shown in the summary (the trainer computes the same with the same module)."""
+    if opts.schedule != "multigrid":
+        return ()
+    from trainer.methods import multigrid as mg  # torch-free
+    segments = opts.num_segments or recipe.num_segments
+    stages = sorted({0, int(epochs * 0.4), int(epochs * 0.8)})
+    if epochs < 3 or len(stages) < 2 or stages[-1] >= epochs:
+        raise UserError(f"a multigrid schedule needs at least 3 epochs (it has LR stages at 40% and 80% of "
+                        f"the run and a final phase); {epochs} were asked for.")
+    phases = mg.schedule(epochs=epochs, stages=stages, frames=segments, size=224,
+                         clips_per_epoch=opts.train_clips or 240_000, base_batch=global_batch,
+                         short_cycle=opts.short_cycle)
+    return tuple({"stage": p.stage, "cycle": p.cycle, "frames": p.frames, "size": p.size,
+                  "batch_mult": p.batch_mult, "lr_mult": p.lr_mult, "iterations": p.iterations} for p in phases)
+
+
+def _given(opts: JobOptions, name: str) -> bool:
+    """Whether option ``name`` was set: named in ``explicit`` (the command line gave it), or not at its default."""
+    default = {f.name: f.default for f in dataclasses.fields(JobOptions)}[name]
+    return name in opts.explicit or getattr(opts, name) != default
+
+
+def _check_applies(opts: JobOptions, engine: str, launcher: str) -> None:
+    """Refuse an option that this job would drop without a word: it applies only with another one."""
+    if opts.command:
+        given = [n for n in TRAINER_FIELDS if _given(opts, n)]
+        if given:
+            flag = "--" + given[0].replace("_", "-")
+            raise UserError(f"{flag} sets the built-in trainer's optimisation, and --command runs your own "
+                            f"program instead of it: drop {flag} (give your program its options in --command).")
+        return
+    rules = [
+        (opts.short_cycle and opts.schedule != "multigrid", "--short-cycle",
+         "is part of the multigrid schedule: add --schedule multigrid, or drop --short-cycle."),
+        (_given(opts, "avg_interval") and opts.optimizer_sync != "aavg", f"--avg-interval {opts.avg_interval}",
+         "sets AAVG's averaging interval: add --optimizer-sync aavg, or drop --avg-interval."),
+        (_given(opts, "max_links") and not opts.until_complete, f"--max-links {opts.max_links}",
+         "caps a chain until complete: add --until-complete, or drop --max-links (--chain K runs K jobs)."),
+        (_given(opts, "stage_policy") and not opts.data, f"--stage-policy {opts.stage_policy}",
+         "places the shards that --data stages to the nodes' NVMe: add --data MANIFEST, or drop --stage-policy."),
+        (opts.fusion_threshold is not None and engine != "horovod", f"--fusion-threshold {opts.fusion_threshold}",
+         f"sets Horovod's tensor-fusion buffer, which --engine {engine} does not use: drop it, or use "
+         "--engine horovod."),
+        (opts.layout is not None and launcher != "jsrun", f"--layout {opts.layout}",
+         f"arranges jsrun's resource sets, and this job's ranks are started by {launcher}: drop --layout."),
+    ]
+    for broken, flag, why in rules:
+        if broken:
+            raise UserError(f"{flag} {why}")
+
+
+def training_set_warning(global_batch: int, train_clips: Optional[int]) -> Optional[str]:
+    """A global batch above the training clips of an epoch (when known): the trainer cannot run one step."""
+    if not train_clips or global_batch <= train_clips:
+        return None
+    return (f"the global batch of {global_batch:,} clips is more than the {train_clips:,} training clips of an "
+            "epoch: the trainer stops before its first step. Use fewer nodes (or virtual nodes) or fewer "
+            "--clips-per-gpu.")
+
+
+def _batch_warnings(profile: Profile, opts: JobOptions, opt: "Optimisation") -> Tuple[str, ...]:
+    """A global batch beyond the training set, or beyond where the linear LR rule is known to hold (when the LR
+    is the rule's: an LR the user set, by --lr or after ``--``, is the user's call)."""
+    batch = opt.global_batch
+    out = [w for w in (training_set_warning(batch, opts.train_clips),) if w]
+    from_rule = opt.lr == linear_lr(batch, profile.recipe.lr_per_8_clips)
+    if from_rule and opts.optimizer_sync == "sync" and opts.optimizer in ("sgd", "lars"):
+        bound, shown = ((LARS_MAX_BATCH, "LARS is shown to train ResNet-50 (You et al. 2017: ImageNet)")
+                        if opts.optimizer == "lars" else
+                        (LINEAR_LR_MAX_BATCH, "the linear LR rule is shown to keep this recipe's accuracy (Lin et "
+                                              "al. 2019: TSM on Kinetics, 1,536 GPUs)"))
+        if batch > bound:
+            out.append(f"the global batch of {batch:,} clips is above {bound:,}, the largest at which {shown}; "
+                       f"LR {opt.lr:g} from the linear rule may diverge or lose accuracy. Consider "
+                       + ("--optimizer lars, " if opts.optimizer == "sgd" else "")
+                       + "fewer (virtual) nodes, or your own --lr.")
+    return tuple(out)
+
+
+def optimisation(profile: Profile, opts: JobOptions, nodes: int) -> Optimisation:
+    """Step 3: batch, LR, warm-up, accumulation and the methods of the seed papers."""
+    recipe = profile.recipe
+    accum, virtual_nodes = _accumulation(opts, nodes)
+    if opts.num_classes is not None and opts.num_classes < 0:
+        raise UserError(f"--num-classes {opts.num_classes} must be a class count >= 1 (or leave it out for the "
+                        "recipe's).")
+    clips = opts.clips_per_gpu if opts.clips_per_gpu is not None else recipe.clips_per_gpu
+    if clips < 1:
+        raise UserError(f"clips per GPU {clips} must be at least 1.")
+    virtual_ranks = profile.node.slots * nodes * accum
+    global_batch = virtual_ranks * clips
+    lr = opts.lr if opts.lr is not None else linear_lr(global_batch, recipe.lr_per_8_clips)
+    epochs, warmup = _epochs_and_warmup(opts, recipe)
+    _check_schedule(lr, epochs, warmup, recipe.lr_per_8_clips)
+    engine = opts.engine or recipe.engine
+    _check_methods(opts, accum, engine, clips)
+    return Optimisation(clips=clips, accum=accum, virtual_nodes=virtual_nodes, virtual_ranks=virtual_ranks,
+                        global_batch=global_batch, lr=lr, epochs=epochs, warmup=warmup, engine=engine,
+                        multigrid=_multigrid(opts, recipe, epochs, global_batch))
+
+
+# ---- step 4: the trainer's command line -----------------------------------------------------------
+
+def _trainer_argv(profile: Profile, opts: JobOptions, run: Launch, opt: Optimisation) -> List[str]:
+    """``python -m trainer`` with the planned values; methods only when they differ from the trainer's defaults."""
+    recipe = profile.recipe
+    argv = [
+        run.python, "-m", "trainer",
+        "--run-dir", opts.run_dir,
+        "--engine", opt.engine,
+        "--arch", opts.arch or recipe.arch,
+        "--num-segments", str(opts.num_segments or recipe.num_segments),
+        "--num-classes", str(opts.num_classes or recipe.num_classes),
+        "--batch-per-gpu", str(opt.clips),
+        "--accum-steps", str(opt.accum),
+        "--lr", repr(opt.lr),
+        "--warmup-epochs", repr(float(opt.warmup)),
+        "--epochs", str(opt.epochs),
+        "--momentum", repr(recipe.momentum),
+        "--weight-decay", repr(recipe.weight_decay),
+    ]
+    if run.staging:
+        argv += ["--data", run.staging.nvme_data_dir]
+    return argv + _methods_argv(opts)
+
+
+def _methods_argv(opts: JobOptions) -> List[str]:
+    """The method options that differ from the trainer's defaults; with a preset, ``--preset NAME`` and every
+    value it sets, as resolved (an option the user gave wins), so that the script shows each of them."""
+    preset = preset_values(opts.preset)
+    tc = trainer_config
+
+    def shown(name: str, default: object) -> bool:
+        return getattr(opts, name) != default or name in preset
+
+    argv = ["--preset", str(opts.preset)] if preset else []
+    if shown("schedule", tc.SCHEDULES[0]):
+        argv += ["--schedule", opts.schedule] + (["--short-cycle"] if opts.short_cycle else [])
+    if shown("optimizer", tc.OPTIMIZERS[0]):
+        argv += ["--optimizer", opts.optimizer]
+    if shown("optimizer_sync", tc.OPTIMIZER_SYNCS[0]) or "avg_interval" in preset:
+        argv += ["--optimizer-sync", opts.optimizer_sync, "--avg-interval", str(opts.avg_interval)]
+    if shown("compression", tc.COMPRESSIONS[0]):
+        argv += ["--compression", opts.compression]
+    for name, value in preset.items():
+        if name not in PRESET_FIELDS:
+            argv += ["--" + name.replace("_", "-"), str(value)]
+    return argv
+
+
+def _given_to_trainer(opts: JobOptions) -> Dict[str, object]:
+    """Trainer options the user set through submit options (a conflicting value after ``--`` is refused)."""
+    given = {name: getattr(opts, name) for name in ("epochs", "lr", "warmup_epochs", "engine", "arch",
+                                                     "num_classes") if getattr(opts, name) is not None}
+    given.update({name: getattr(opts, name) for name, choices in trainer_config.METHODS.items()
+                  if getattr(opts, name) != choices[0]})
+    return given
+
+
+def _checked_argv(profile: Profile, opts: JobOptions, run: Launch, opt: Optimisation) -> Tuple[List[str], Optimisation]:
+    """The trainer's full argv, parsed as a rank will parse it; the optimisation it really runs.
+    With --command, the user's own program and its arguments, which this tool cannot parse."""
+    if opts.total_steps is not None and not opts.command:
+        raise UserError(f"--total-steps {opts.total_steps} declares the steps of your own program (--command); "
+                        "the built-in trainer counts its own steps (set --epochs instead).")
+    if opts.total_steps is not None and opts.total_steps < 1:
+        raise UserError(f"--total-steps {opts.total_steps} must be at least 1.")
+    if opts.command:
+        if opts.preset:
+            raise UserError(f"--preset {opts.preset} sets options of the trainer, and --command runs your own "
+                            "program instead of it: drop one of them (give your program its options yourself).")
+        if any(any(ch in w for ch in "\n\r\0") for w in opts.command):
+            raise UserError("--command holds a line break or NUL byte; give the command on one line.")
+        return list(opts.command) + list(opts.trainer_args), opt
+    argv = _trainer_argv(profile, opts, run, opt)
+    if opts.check_trainer_args:
+        preset = preset_values(opts.preset)
+        from_preset = [n for n in PRESET_FIELDS if n in preset and n not in opts.explicit]
+        final = trainer_args.check(argv[3:], opts.trainer_args, _given_to_trainer(opts), run.staging is not None,
+                                   opts.preset, from_preset)
+        # What the ranks will really use (arguments after `--` may set them): the summary must not differ.
+        lr = final.lr if final.lr is not None else opt.lr
+        _check_schedule(lr, opt.epochs, final.warmup_epochs, profile.recipe.lr_per_8_clips)
+        opt = replace(opt, lr=lr, warmup=final.warmup_epochs)
+    return argv + list(opts.trainer_args), opt
+
+
+def request_step(profile: Profile, opts: JobOptions, nodes: int) -> request_mod.Request:
+    """How the job asks for its nodes and what starts its ranks (summit_jobs.planning.request)."""
+    kind, starter = request_mod.request_and_launcher(profile, opts.request, opts.launcher)
+    return request_mod.build(profile, kind, starter, nodes, profile.node.slots, opts.mem, opts.app,
+                             opts.container, opts.bsub_options)
+
+
+def make_plan(profile: Profile, opts: JobOptions) -> Plan:
+    """Check ``opts`` against ``profile``'s policy and derive the job's shape: the three steps, composed."""
+    opts = with_preset(opts)
+    alloc = allocation(profile, opts)
+    run = launch(profile, opts, alloc.nodes)
+    opt = optimisation(profile, opts, alloc.nodes)
+    argv, opt = _checked_argv(profile, opts, run, opt)
+    req = request_step(profile, opts, alloc.nodes)
+    _check_applies(opts, opt.engine, req.launcher)
+    nbin, minutes = alloc.bin, alloc.minutes
+    return Plan(
+        request_kind=req.kind, launcher=req.launcher, slots=req.slots, slots_per_host=req.slots_per_host,
+        shape_directives=req.shape, extra_directives=req.extra, memory=req.memory,
+        user_command=bool(opts.command),
+        machine=profile.name, nodes=alloc.nodes, ranks_per_node=profile.node.slots, ranks=run.ranks,
+        layout=run.layout, jsrun=run.jsrun, stage_jsrun=run.stage_jsrun, walltime_minutes=minutes,
+        walltime=format_hhmm(minutes), bin=nbin.bin, bin_max_walltime=nbin.max_walltime, queue=alloc.queue_name,
+        alloc_flags=run.alloc_flags if req.kind == "nnodes" else (), node_hours=alloc.nodes * minutes / 60.0 * opts.chain,
+        account_flag=profile.scheduler.account_flag, account=alloc.account, job_name=opts.job_name,
+        run_dir=opts.run_dir, chain=opts.chain, warning_signal="USR2", warning_minutes=alloc.warning_minutes,
+        submit_mode=profile.scheduler.submit_mode, python=run.python, modules=profile.environment.modules,
+        setup=profile.environment.setup, variables=run.variables, smpiargs=profile.launcher.smpiargs,
+        nvme_path=profile.node.nvme_path, staging=run.staging, engine=opt.engine, clips_per_gpu=opt.clips,
+        accum_steps=opt.accum, virtual_nodes=opt.virtual_nodes, virtual_ranks=opt.virtual_ranks,
+        global_batch=opt.global_batch, lr=opt.lr, epochs=opt.epochs, warmup_epochs=float(opt.warmup),
+        trainer_argv=tuple(argv), schedule=opts.schedule, optimizer=opts.optimizer,
+        optimizer_sync=opts.optimizer_sync, avg_interval=opts.avg_interval, compression=opts.compression,
+        multigrid=opt.multigrid, until_complete=opts.until_complete,
+        max_links=opts.max_links if opts.until_complete else opts.chain, preset=opts.preset,
+        total_steps=opts.total_steps, warnings=() if opts.command else _batch_warnings(profile, opts, opt),
+    )
+
+
+def describe(plan: Plan) -> str:
+    """Short plan summary for stderr next to a dry-run script."""
+    lines = [
+        f"machine {plan.machine}: {plan.nodes:,} nodes x {plan.ranks_per_node} ranks = {plan.ranks:,} ranks "
+        f"({plan.layout} layout)",
+        f"queue {plan.queue}, walltime {plan.walltime} (bin {plan.bin}, max {plan.bin_max_walltime}), "
+        f"at most {plan.node_hours:,.1f} node-hours (if it runs to its walltime)"
+        + (f" for {plan.chain} chained jobs" if plan.chain > 1 else "")
+        + (f" per link; chained until complete, at most {plan.max_links} links" if plan.until_complete else ""),
+    ]
+    if not plan.user_command:
+        lines.append(
+            f"global batch {plan.global_batch:,} clips ({plan.clips_per_gpu} per GPU"
+            + (f" x {plan.accum_steps} accumulation steps" if plan.accum_steps > 1 else "")
+            + f"), LR {plan.lr:g}, {plan.epochs} epochs with {plan.warmup_epochs:g} warm-up, engine {plan.engine}")
+    if plan.virtual_nodes != plan.nodes and not plan.user_command:
+        lines.append(f"reproduces a {plan.virtual_nodes:,}-node run ({plan.virtual_ranks:,} virtual ranks) exactly")
+    if plan.request_kind == "slots":
+        lines.append(f"asks for {plan.slots:,} slots ({plan.slots_per_host} per host); ranks started by "
+                     f"{plan.launcher}" + (f"; memory {plan.memory}" if plan.memory else ""))
+    if plan.user_command:
+        lines += _user_command_lines(plan)
+    if plan.staging:
+        lines.append(f"stages {plan.staging.manifest} to node-local NVMe ({plan.staging.policy})")
+    if not plan.user_command:
+        lines += _method_lines(plan)
+    return "\n".join(lines)
+
+
+def _user_command_lines(plan: Plan) -> List[str]:
+    """What is known of the user's own program: its command and the total it declared (nothing of its
+    batch, LR or epochs, which are its own)."""
+    total = (f"{plan.total_steps:,} steps in all (--total-steps): status shows step/total and an ETA"
+             if plan.total_steps else "no total declared (--total-steps N): status shows the step, no ETA")
+    return [f"runs your command on every rank: {shlex.join(plan.trainer_argv)}", total]
+
+
+def _method_lines(plan: Plan) -> List[str]:
+    """The built-in trainer's methods: optimizer, averaging, compression, fusion, multigrid."""
+    methods = ([f"preset {plan.preset}"] if plan.preset else []) + [f"optimizer {plan.optimizer}"]
+    if plan.optimizer_sync == "aavg":
+        methods.append(f"AAVG model averaging every {plan.avg_interval if plan.avg_interval > 0 else 'epoch'}"
+                       + (" steps" if plan.avg_interval > 0 else ""))
+    if plan.compression != "none":
+        methods.append(f"{plan.compression} gradient compression")
+    if "HOROVOD_FUSION_THRESHOLD" in plan.variables:
+        methods.append(f"fusion buffer {int(plan.variables['HOROVOD_FUSION_THRESHOLD']):,} bytes")
+    lines = [", ".join(methods)]
+    if plan.multigrid:
+        lines.append("multigrid schedule (stage, cycle, frames x size, batch x, LR x, iterations):")
+        for p in plan.multigrid:
+            cyc = "final" if p["cycle"] < 0 else p["cycle"]
+            lines.append(f"  {p['stage']} {cyc}: {p['frames']} x {p['size']}, batch x{p['batch_mult']:g}, "
+                         f"LR x{p['lr_mult']:g}, {p['iterations']:,} iterations")
+    return lines
+
+
+#: Interpreters whose first argument that is not an option names the program (``python3 train.py``).
+_INTERPRETER_RE = re.compile(r"(python|pypy)[0-9.]*|bash|sh|env")
+#: Interpreter options that take the next word as their value (``python -X dev train.py``).
+_VALUE_OPTIONS = ("-X", "-W", "-c")
+
+
+def default_job_name(command: Tuple[str, ...]) -> str:
+    """The job name when --job-name is not given: ``tsm`` for the built-in trainer; for a user's command, its
+    program's name (``train`` for ``python3 train.py``, ``mypkg.train`` for ``python -m mypkg.train``), in the
+    characters LSF job names and file names take, so that bjobs and the output files say what runs."""
+    if not command:
+        return JobOptions.job_name
+    name = re.sub(r"[^A-Za-z0-9._-]+", "_", _program_word(list(command)))
+    name = re.sub(r"^[^A-Za-z0-9]+", "", name)[:128]
+    return name or "job"
+
+
+def _program_word(words: List[str]) -> str:
+    """The word that names what ``words`` runs: past an interpreter (and ``env``) and their options, without
+    a folder or an extension (``.py``, ``.sh``)."""
+    first = words[0].rsplit("/", 1)[-1]
+    rest = list(words[1:]) if _INTERPRETER_RE.fullmatch(first) else []
+    while rest:
+        word = rest.pop(0)
+        if word == "-m" and rest:
+            return rest[0]
+        if word in _VALUE_OPTIONS:
+            rest = rest[1:]
+        elif not word.startswith("-") and not (first == "env" and "=" in word):
+            return _program_word([word] + rest)
+    stem, dot, ext = first.rpartition(".")
+    return stem if dot and stem and ext in ("py", "sh", "bash") else first

@@ -1,0 +1,159 @@
+"""Render a Plan into an LSF batch script. Pure: plan (and templates) in, text out.
+
+Why every ``{{ value }}`` is quoted by one function (the environment's
+``finalize``): a template writer cannot forget a filter. Text becomes one
+shell word (``shlex.quote``, which leaves plain tokens such as ``tsm`` or
+``1,536`` unchanged) and may not hold a line break, because a value printed in
+a comment or a ``#BSUB`` line would otherwise start a new line of shell.
+Numbers pass as they are. The few places that need something else say so:
+``q`` (one word, the same rule, for use inside other expressions), ``qjoin``
+(a command line of words, which may hold line breaks inside quotes: trainer
+arguments reach the ranks byte for byte), ``bsub_words`` (validated tokens
+inside the double quotes of a ``#BSUB`` value) and ``shell_code`` (a profile's
+``setup`` lines, which are shell by design). Inside double quotes a quoted
+value is not safe (``"$(...)"`` still runs): shipped templates never put a
+value there, and a test checks it.
+"""
+from __future__ import annotations
+
+import functools
+import re
+import shlex
+from pathlib import Path
+from typing import Any, Iterable, Optional, Tuple
+
+import jinja2
+
+from summit_jobs.planning import resources
+from summit_jobs.errors import UserError
+from summit_jobs.planning.plan import Plan
+
+MAIN_TEMPLATE = "lsf/job.sh.j2"
+#: Templates that hold the trainer's launch line: a user folder overriding one of them runs its own command.
+LAUNCH_TEMPLATES = (MAIN_TEMPLATE, "lsf/partials/launch.j2")
+
+
+@functools.lru_cache(maxsize=8)
+def _environment(template_dir: Optional[str]) -> jinja2.Environment:
+    loaders = []
+    if template_dir:
+        if not Path(template_dir).is_dir():
+            raise UserError(f"template directory {template_dir} does not exist; point --template-dir (or "
+                            "'template_dir' in the config) at a folder holding lsf/job.sh.j2 or partials to override.")
+        loaders.append(jinja2.FileSystemLoader(template_dir))
+    loaders.append(jinja2.FileSystemLoader(str(resources.templates_dir())))
+    env = jinja2.Environment(
+        loader=jinja2.ChoiceLoader(loaders),
+        bytecode_cache=_bytecode_cache(),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        autoescape=False,
+    )
+    env.finalize = shell_value
+    env.filters["q"] = lambda value: Shell(shell_value(value))
+    env.filters["qjoin"] = lambda values: Shell(shlex.join(str(v) for v in values))
+    env.filters["bsub_words"] = bsub_words
+    env.filters["bsub_directive"] = bsub_directive
+    env.filters["shell_code"] = lambda line: Shell(str(line))
+    # The run directory's file names, from the one module that owns them (trainer.rundir, torch-free).
+    from trainer import rundir
+    env.globals["rundir"] = rundir
+    return env
+
+
+class Shell(str):
+    """Text that is already shell syntax (quoted words, or a profile's own shell lines): printed as is."""
+
+
+#: What may stand inside the double quotes of a ``#BSUB`` value: LSF tokens, no quoting or expansion.
+_BSUB_WORD = re.compile(r"[A-Za-z0-9_.,:=+/@%\[\]-]+")
+
+
+def shell_value(value: Any) -> str:
+    """The one rule for a value printed into a script: a number as is, anything else one quoted word.
+
+    Raises ``UserError`` for a line break or NUL byte: such a value cannot be
+    one line of a script, and the planner should have refused it with a
+    message naming the option.
+    """
+    if isinstance(value, Shell):
+        return value
+    if isinstance(value, bool) or value is None:
+        return shlex.quote(str(value))
+    if isinstance(value, (int, float)):
+        return str(value)
+    text = str(value)
+    if any(ch in text for ch in "\n\r\0"):
+        raise UserError(f"the value {text!r} holds a line break or NUL byte and cannot be placed on one line of "
+                        "a job script; remove it from the option, config or profile that set it.")
+    return shlex.quote(text)
+
+
+def bsub_words(values: Iterable[Any]) -> Shell:
+    """Words joined by spaces for a double-quoted ``#BSUB`` value (``-alloc_flags "smt4 nvme"``)."""
+    words = [str(v) for v in values]
+    for w in words:
+        if not _BSUB_WORD.fullmatch(w):
+            raise UserError(f"{w!r} cannot be part of a #BSUB value: use letters, digits and . , : = + / @ % [ ] "
+                            "_ - only (no spaces, quotes or $).")
+    return Shell(" ".join(words))
+
+
+#: A #BSUB value that needs no quotes, and the characters any checked value may hold.
+_BSUB_BARE = re.compile(r"[A-Za-z0-9_.,:=+/@%-]+")
+_BSUB_VALUE = re.compile(r"[A-Za-z0-9_.,:=+/@%\[\]>()<!&|-]+(?: [A-Za-z0-9_.,:=+/@%\[\]>()<!&|-]+)*")
+
+
+def bsub_directive(pair: Tuple[str, str]) -> Shell:
+    """``(flag, value)`` as the rest of a ``#BSUB`` line: ``-n 8``, ``-R "span[ptile=4]"``, ``-B``.
+
+    The plan checks every value (summit_jobs.planning.request); this refuses anything
+    that could leave the double quotes or start another line all the same.
+    """
+    flag, value = str(pair[0]), str(pair[1])
+    if not re.fullmatch(r"-[A-Za-z][A-Za-z_]*", flag) or (value and not _BSUB_VALUE.fullmatch(value)):
+        raise UserError(f"#BSUB {flag} {value!r} cannot be written: an option and words of letters, digits and "
+                        ". , : = + / @ % _ - [ ] > < ( ) ! & | only.")
+    if not value:
+        return Shell(flag)
+    return Shell(f"{flag} {value}" if _BSUB_BARE.fullmatch(value) else f'{flag} "{value}"')
+
+
+def _bytecode_cache() -> Optional[jinja2.BytecodeCache]:
+    """Compiled templates cached per user: compiling them is most of a dry run's start-up.
+
+    Keyed by template source checksum, so an edited template is recompiled;
+    an unwritable cache folder just means no cache.
+    """
+    import os
+
+    from summit_jobs.profiles import usercache
+    folder = os.path.join(usercache.user_cache_dir(), "jinja")
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError:
+        return None
+    return jinja2.FileSystemBytecodeCache(folder)
+
+
+def render(plan: Plan, template_dir: Optional[str] = None) -> str:
+    """The batch script for ``plan``; user templates in ``template_dir`` override shipped ones."""
+    env = _environment(template_dir)
+    try:
+        text = env.get_template(MAIN_TEMPLATE).render(plan=plan)
+    except jinja2.TemplateError as exc:
+        where = getattr(exc, "filename", None) or template_dir or "shipped templates"
+        raise UserError(f"template error in {where}: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise UserError(f"a template in {template_dir or 'the shipped templates'} is not UTF-8 text ({exc.reason} "
+                        f"at byte {exc.start}); save it as UTF-8.") from None
+    except UserError:
+        raise
+    except Exception as exc:  # an expression in a user template failed ({{ 1 // 0 }}, a bad attribute call)
+        raise UserError(f"template in {template_dir or 'the shipped templates'} failed while rendering: "
+                        f"{type(exc).__name__}: {exc}. Fix the expression in your template.") from None
+    # No line-by-line clean-up here: a quoted trainer argument may hold newlines or
+    # trailing spaces, and it must reach the trainer byte for byte.
+    return text

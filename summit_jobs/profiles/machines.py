@@ -1,0 +1,472 @@
+"""Machine profiles: an LSF site described as data (envs/*.yaml).
+
+Nothing in the code is specific to Summit: every limit the planner checks and
+every line the templates print about a machine comes from a profile. A site is
+added by dropping a YAML file into ``~/.config/summit-jobs/machines/`` (or any
+folder named by ``SUMMIT_JOBS_MACHINES_PATH``); it is validated against the
+dataclasses below, which name the bad key on error.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, List, Literal, Optional, Tuple
+
+from summit_jobs.planning import resources
+from summit_jobs.profiles import usercache
+from summit_jobs.cli.choices import LAUNCHERS, REQUESTS  # noqa: F401 - part of this module's interface
+from summit_jobs.errors import UserError
+from summit_jobs.profiles.schema import build, deep_merge, number
+
+
+#: Shapes of the profile and config values that reach a job script: checked when a profile is loaded,
+#: so that a typo or a hostile config fails with the key named instead of reaching a shell.
+SHELL_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+TOKEN_RE = re.compile(r"[A-Za-z0-9_.,:=+/@%-]+")
+NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+MEMORY_FORM_RE = re.compile(r"-M|rusage")
+#: A container image reference (registry/name:tag@digest).
+CONTAINER_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@-]{0,255}")
+#: One extra #BSUB line: an option and its value words, each a validated token; brackets for -R strings.
+DIRECTIVE_RE = re.compile(r"-[A-Za-z][A-Za-z_]*(?: [A-Za-z0-9_.,:=+/@%\[\]>()!<&|-]+)*")
+#: A path that may name variables the compute node's shell or the trainer expands ($USER, ${SCRATCH}).
+VAR_PATH_RE = re.compile(r"(?:[A-Za-z0-9_.,:=+/@%-]|\$[A-Za-z_][A-Za-z0-9_]*|\$\{[A-Za-z_][A-Za-z0-9_]*\})+")
+
+
+def _line_safe(value: str) -> bool:
+    return not any(ch in value for ch in "\n\r\0")
+
+
+def check_script_values(profile: "Profile") -> None:
+    """Raise ValueError naming the key whose value cannot go into a job script safely.
+
+    Names (variables, queues, the machine) must be plain names; ``module``
+    and ``alloc_flags`` entries single tokens; ``nvme_path`` a path whose only
+    ``$`` are variable references. Everything else that is printed is quoted by
+    the renderer but may not hold a line break. ``environment.setup`` lines
+    are shell by design (conda activation, site scripts) and are the one
+    exception: they come from the profile the user chose to load.
+    """
+    env = profile.environment
+    checks = [("name", profile.name, NAME_RE)]
+    checks += [(f"environment.variables key {k!r}", k, SHELL_NAME_RE) for k in env.variables]
+    checks += [(f"environment.modules[{i}]", m, TOKEN_RE) for i, m in enumerate(env.modules)]
+    checks += [(f"alloc_flags[{i}]", f, TOKEN_RE) for i, f in enumerate(profile.alloc_flags)]
+    checks += [(f"queues key {q!r}", q, NAME_RE) for q in profile.queues]
+    checks += [(f"scheduler.launch_node_prefixes[{i}]", p, TOKEN_RE)
+               for i, p in enumerate(profile.scheduler.launch_node_prefixes)]
+    if profile.node.nvme_path:
+        checks.append(("node.nvme_path", profile.node.nvme_path, VAR_PATH_RE))
+    sched = profile.scheduler
+    checks += [(f"scheduler.gpu.{k}", v, TOKEN_RE) for k, v in (("gmodel", sched.gpu.gmodel),
+                                                                 ("gmem", sched.gpu.gmem)) if v]
+    checks += [(f"scheduler.memory.forms[{i}]", f, MEMORY_FORM_RE) for i, f in enumerate(sched.memory.forms)]
+    if sched.app:
+        checks.append(("scheduler.app", sched.app, NAME_RE))
+    if sched.container:
+        checks.append(("scheduler.container", sched.container, CONTAINER_RE))
+    for i, line in enumerate(sched.extra_directives):
+        checks.append((f"scheduler.extra_directives[{i}]", line, DIRECTIVE_RE))
+    for key, value, pattern in checks:
+        if not pattern.fullmatch(value):
+            raise ValueError(f"{key} = {value!r} is not allowed: it is printed into job scripts, so it must be "
+                             f"{_shape(pattern)}")
+    lines = [("environment.python", env.python), ("launcher.smpiargs", profile.launcher.smpiargs),
+             ("runs_dir", profile.runs_dir or "")]
+    lines += [(f"environment.variables.{k}", v) for k, v in env.variables.items()]
+    lines += [(f"environment.setup[{i}]", v) for i, v in enumerate(env.setup)]
+    for key, value in lines:
+        if not _line_safe(value):
+            raise ValueError(f"{key} = {value!r} holds a line break or NUL byte; give it on one line")
+
+
+def _check_limits(profile: "Profile") -> None:
+    """Raise ValueError naming the key whose value each number's range alone cannot catch: bins whose node
+    counts are upside down, queue limits that are not walltimes or name no bin, a warm-up longer than the run,
+    folders that are not absolute, a backbone the trainer does not build, a #BSUB line the plan writes itself,
+    a fusion buffer that is no size."""
+    from trainer import config as trainer_config   # torch-free: the trainer's choice lists
+    for i, b in enumerate(profile.walltime_bins):
+        parse_hhmm(b.max_walltime, f"walltime_bins[{i}].max_walltime")
+        if b.min_nodes > b.max_nodes:
+            raise ValueError(f"walltime_bins[{i}] (bin {b.bin}) has min_nodes {b.min_nodes} above max_nodes "
+                             f"{b.max_nodes}; give min_nodes <= max_nodes")
+    bins = {b.bin for b in profile.walltime_bins}
+    for name, q in profile.queues.items():
+        if q.max_walltime is not None:
+            parse_hhmm(q.max_walltime, f"queues.{name}.max_walltime")
+        unknown = sorted(set(q.allowed_bins or ()) - bins)
+        if unknown:
+            raise ValueError(f"queues.{name}.allowed_bins names bin {unknown[0]}, which walltime_bins does not "
+                             f"list (bins: {', '.join(map(str, sorted(bins)))})")
+    recipe = profile.recipe
+    if recipe.warmup_epochs > recipe.epochs:
+        raise ValueError(f"recipe.warmup_epochs = {recipe.warmup_epochs:g} is above recipe.epochs = "
+                         f"{recipe.epochs}; give a warm-up between 0 and the epochs")
+    if recipe.arch not in trainer_config.ARCHS:
+        raise ValueError(f"recipe.arch = {recipe.arch!r} is not a backbone the trainer builds; use one of "
+                         f"{', '.join(trainer_config.ARCHS)}")
+    for key in ("compute_read_only_prefixes", "node_local_prefixes"):
+        for i, prefix in enumerate(getattr(profile, key)):
+            if not prefix.startswith("/") or not prefix.strip("/"):
+                raise ValueError(f"{key}[{i}] = {prefix!r} must be an absolute folder below / (e.g. /ccs/home)")
+    if not profile.environment.python.strip():
+        raise ValueError("environment.python is empty; give the compute nodes' interpreter (python3, a path, "
+                         "or auto)")
+    from summit_jobs.planning.request import OWNED   # here: summit_jobs.planning.request imports this module
+    for i, line in enumerate(profile.scheduler.extra_directives):
+        flag = line.split(" ", 1)[0]
+        if flag in OWNED:
+            raise ValueError(f"scheduler.extra_directives[{i}] = {line!r}: summit-jobs writes {flag} itself (from "
+                             f"{OWNED[flag]}); remove the line")
+    fusion = profile.environment.variables.get("HOROVOD_FUSION_THRESHOLD")
+    if fusion is not None and not re.fullmatch(r"[0-9]+", fusion):
+        raise ValueError(f"environment.variables.HOROVOD_FUSION_THRESHOLD = {fusion!r} must be a byte count "
+                         "(a whole number >= 0)")
+
+
+def _shape(pattern: "re.Pattern[str]") -> str:
+    return {SHELL_NAME_RE: "a shell variable name (letters, digits, '_'; not starting with a digit)",
+            TOKEN_RE: "one word of letters, digits and . , : = + / @ % _ - (no spaces, quotes, $ or ;)",
+            MEMORY_FORM_RE: "'-M' or 'rusage'",
+            CONTAINER_RE: "an image reference of letters, digits and . _ / : @ -",
+            DIRECTIVE_RE: "'-OPTION value ...': an option then words of letters, digits and . , : = + / @ % _ - [ ] "
+                          "> < ( ) ! & | (no quotes, $ or ;)",
+            NAME_RE: "a name of letters, digits, '.', '_' and '-' (starting with a letter or digit)",
+            VAR_PATH_RE: "a path of letters, digits and . _ - / with $NAME or ${NAME} references only"}[pattern]
+
+
+def parse_hhmm(text: str, what: str) -> int:
+    """Minutes from LSF's ``[hours:]minutes`` (``-W`` never takes seconds)."""
+    text = str(text).strip()
+    parts = text.split(":")
+    ok = 1 <= len(parts) <= 2 and all(re.fullmatch(r"[0-9]{1,6}", p) for p in parts)
+    if ok and len(parts) == 2 and (len(parts[1]) != 2 or int(parts[1]) >= 60):
+        ok = False
+    if not ok:
+        raise UserError(
+            f"{what} {text!r} is not in LSF's [hours:]minutes form. "
+            "Write H:MM (for example 2:00 or 0:30) or plain minutes (for example 90); "
+            "LSF's -W does not take seconds.")
+    minutes = int(parts[0]) * 60 + int(parts[1]) if len(parts) == 2 else int(parts[0])
+    if minutes <= 0:
+        raise UserError(f"{what} {text!r} must be at least one minute.")
+    return minutes
+
+
+def format_hhmm(minutes: int) -> str:
+    return f"{minutes // 60}:{minutes % 60:02d}"
+
+
+@dataclass(frozen=True)
+class WalltimeBin:
+    bin: int = number(low=1)
+    min_nodes: int = number(low=1)
+    max_nodes: int = number(low=1)
+    max_walltime: str
+
+    @property
+    def max_minutes(self) -> int:
+        return parse_hhmm(self.max_walltime, f"walltime bin {self.bin} max_walltime")
+
+
+@dataclass(frozen=True)
+class Queue:
+    description: str = ""
+    default: bool = False
+    #: Cap of the queue itself; the bin table may cap lower when ``use_bins``.
+    max_walltime: Optional[str] = None
+    use_bins: bool = True
+    #: Only jobs whose node count falls in these bins may use the queue (killable: 4, 5).
+    allowed_bins: Optional[Tuple[int, ...]] = number(None, low=1)
+    max_nodes: Optional[int] = number(None, low=1)
+    #: Debug queues forbid dependency chains (one job per user in any state).
+    chaining: bool = True
+    max_jobs_per_user: Optional[int] = number(None, low=1)
+    #: Jobs one user may have queued at once; the scheduler rejects more at submit (Summit batch: 100).
+    max_queued_per_user: Optional[int] = number(None, low=1)
+
+
+#: Memory units LSF takes (LSF_UNIT_FOR_LIMITS) and what a memory request counts.
+MEMORY_UNITS = ("KB", "MB", "GB", "TB")
+MEMORY_PER = ("slot", "host", "job")
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """The ``-gpu`` request of IBM LSF 10.1 (``num`` is per host and comes from node.gpus)."""
+    mode: Literal["shared", "exclusive_process"] = "exclusive_process"
+    j_exclusive: Optional[bool] = None
+    mps: Optional[bool] = None
+    gmodel: Optional[str] = None
+    gmem: Optional[str] = None
+    #: Request GPUs with the legacy ``-R "rusage[ngpus_excl_p=N]"`` instead (only where the site still takes it).
+    legacy_rusage: bool = False
+
+
+@dataclass(frozen=True)
+class Memory:
+    """How the site reads a memory request: the unit of -M and rusage[mem] and what they count."""
+    unit: Literal["KB", "MB", "GB", "TB"] = "MB"
+    #: ``slot``: per slot (LSF's default for rusage); ``host``: per host; ``job``: for the whole job.
+    per: Literal["slot", "host", "job"] = "slot"
+    #: Which forms the site wants: ``-M`` (a limit) and/or ``rusage`` (a reservation in -R).
+    forms: Tuple[str, ...] = ("-M", "rusage")
+
+
+@dataclass(frozen=True)
+class Scheduler:
+    #: ``file``: ``bsub script`` (Summit); ``stdin``: ``bsub < script`` (most LSF sites).
+    submit_mode: Literal["file", "stdin"]
+    #: ``-P project`` on OLCF, ``-G bank`` at LLNL.
+    account_flag: Literal["-P", "-G"]
+    account_name: str = "project"
+    account_required: bool = True
+    #: The embedded single-machine LSF of this package runs the jobs.
+    embedded: bool = False
+    #: IBM CSM (Summit, Lassen): the allocation lists the launch node first, with one slot; the ranks skip it.
+    #: Off on generic LSF clusters, where the first host runs rank 0.
+    csm: bool = False
+    #: Host-name prefixes that are never compute nodes (dropped wherever they appear in the host list).
+    launch_node_prefixes: Tuple[str, ...] = ("batch", "login")
+    #: Minutes before the run limit at which ``-wa USR2`` is delivered (checkpoint-and-chain).
+    warning_minutes: int = number(10, low=1)
+    #: Embedded LSF only: how many virtual nodes this machine pretends to have.
+    virtual_nodes: Optional[int] = number(None, low=1)
+    #: ``nnodes`` (CSM, Summit) or ``slots`` (-n and span[ptile], every other LSF cluster).
+    request: Literal["nnodes", "slots"] = "nnodes"
+    #: Slots asked per host in the slot form (default: the node's cores, i.e. whole nodes).
+    slots_per_host: Optional[int] = number(None, low=1)
+    gpu: Gpu = field(default_factory=Gpu)
+    memory: Memory = field(default_factory=Memory)
+    #: Application profile (-app) every job uses, e.g. Janelia's parallel-96; --app overrides.
+    app: Optional[str] = None
+    #: Container image every job runs in (-a "docker(IMAGE)", WashU RIS); --container overrides.
+    container: Optional[str] = None
+    #: Further #BSUB lines the site requires, each "-FLAG value" (validated tokens).
+    extra_directives: Tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Node:
+    """One compute node. Zero means "none" for GPUs and CPU slots and "unknown" for the sizes and speeds."""
+    gpus: int = number(low=0)
+    cores: int = number(low=1)
+    sockets: int = number(2, low=1)
+    smt: int = number(4, low=1)
+    #: Ranks per node when the node has no GPU (the embedded machine: CPU ranks).
+    cpu_slots: int = number(0, low=0)
+    memory_gb: float = number(0.0, low=0)
+    #: May contain ``$USER``: expanded by the shell on the compute node.
+    nvme_path: Optional[str] = None
+    nvme_capacity_gb: float = number(0.0, low=0)
+    nvme_read_gbps: float = number(0.0, low=0)
+    nvme_write_gbps: float = number(0.0, low=0)
+
+    @property
+    def slots(self) -> int:
+        """Ranks per node: one per GPU, or the configured CPU slots."""
+        return self.gpus if self.gpus > 0 else self.cpu_slots
+
+
+@dataclass(frozen=True)
+class Launcher:
+    #: What starts the ranks (LAUNCHERS); --launcher overrides.
+    kind: Literal["jsrun", "blaunch", "mpirun", "torchrun"] = "jsrun"
+    #: ``gpu``: one resource set per GPU (-n 6N -r 6 -a 1 -g 1 -c 7);
+    #: ``node``: one resource set per node holding all GPUs (-n N -r 1 -a 6 -g 6 -c 42).
+    layout: Literal["gpu", "node"] = "gpu"
+    #: Extra ``--smpiargs`` value ("off", "-gpu", "-disable_gpu_hooks"); none when empty.
+    smpiargs: str = ""
+
+
+@dataclass(frozen=True)
+class Environment:
+    #: Interpreter on the compute nodes; ``auto`` = the one running summit-jobs.
+    python: str = "python3"
+    #: ``module load`` arguments, one per line in the script.
+    modules: Tuple[str, ...] = ()
+    #: Further shell lines (conda activation, ...). Trusted: they come from the profile.
+    setup: Tuple[str, ...] = ()
+    #: Exported before launch: Horovod/NCCL defaults such as HOROVOD_FUSION_THRESHOLD.
+    variables: Dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Performance:
+    """Figures for estimates (simulate, staging time); measured numbers beat these. Zero means unknown."""
+    clips_per_second_per_gpu: float = number(0.0, low=0)
+    pfs_read_gbps: float = number(0.0, low=0)
+    allreduce_bandwidth_gbps: float = number(0.0, low=0)
+    allreduce_latency_us: float = number(0.0, low=0)
+    #: Fraction of the allreduce hidden behind the backward pass.
+    comm_overlap: float = number(0.0, low=0, high=1)
+    #: A measured single-node time to train the recipe (hours), when one is known (the paper's: 49 h 55 min).
+    single_node_hours: Optional[float] = number(None, low=0, low_open=True)
+
+
+@dataclass(frozen=True)
+class Ssh:
+    host: Optional[str] = None
+    user: Optional[str] = None
+    port: int = number(22, low=1, high=65535)
+    key_file: Optional[str] = None
+    known_hosts: Optional[str] = None
+    #: Where run directories are created on the remote side.
+    remote_dir: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """The paper's training recipe; every value is overridable."""
+    clips_per_gpu: int = number(8, low=1)
+    lr_per_8_clips: float = number(0.00125, low=0, low_open=True)
+    epochs: int = number(100, low=1)
+    warmup_epochs: float = number(5.0, low=0)
+    momentum: float = number(0.9, low=0, high=1, high_open=True)
+    weight_decay: float = number(1e-4, low=0)
+    arch: str = "resnet50"
+    num_segments: int = number(8, low=1)
+    num_classes: int = number(400, low=1)
+    engine: Literal["horovod", "ddp"] = "horovod"
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    description: str
+    scheduler: Scheduler
+    node: Node
+    max_nodes: int = number(low=1)
+    walltime_bins: Tuple[WalltimeBin, ...]
+    queues: Dict[str, Queue]
+    #: Always requested; ``nvme`` is added when data is staged to node-local NVMe.
+    alloc_flags: Tuple[str, ...] = ()
+    launcher: Launcher = field(default_factory=Launcher)
+    environment: Environment = field(default_factory=Environment)
+    performance: Performance = field(default_factory=Performance)
+    ssh: Ssh = field(default_factory=Ssh)
+    recipe: Recipe = field(default_factory=Recipe)
+    #: The allocation's node limit for this user; above it, ``simulate`` is the way.
+    quota_nodes: Optional[int] = number(None, low=1)
+    #: Where run directories go (``$VARS`` are left to the shell of the remote side).
+    runs_dir: Optional[str] = None
+    #: Folders that compute nodes can read but not write (Summit's home and project NFS): a run
+    #: directory there would fail at the first checkpoint, so the planner refuses it at submit time.
+    compute_read_only_prefixes: Tuple[str, ...] = ()
+    #: The place to point users at instead (named in that refusal).
+    writable_hint: str = ""
+    #: Folders every node has its own copy of (/tmp, the NVMe mount): a run or data folder there, as seen
+    #: from the login node, is not the folder the compute nodes see (``summit-jobs doctor`` flags one). The
+    #: fixed part of ``node.nvme_path`` counts too without being listed.
+    node_local_prefixes: Tuple[str, ...] = ()
+    #: The file it was loaded from (for messages and the run record).
+    source: str = ""
+    #: When the machine was retired (kept as the paper's reference), e.g. "2024-11".
+    retired: Optional[str] = None
+    #: Where the profile's facts come from (a site guide's address and the date it was read).
+    reference: str = ""
+
+    def __post_init__(self) -> None:
+        if self.max_nodes < 1:
+            raise ValueError("max_nodes must be at least 1")
+        defaults = [n for n, q in self.queues.items() if q.default]
+        if len(defaults) != 1:
+            raise ValueError(f"exactly one queue must have 'default: true' (found {len(defaults) or 'none'})")
+        if not self.walltime_bins:
+            raise ValueError("walltime_bins must list at least one bin")
+        if self.node.slots < 1:
+            raise ValueError("node needs gpus >= 1 or, for CPU-only machines, cpu_slots >= 1")
+        if self.scheduler.slots_per_host is not None and self.scheduler.slots_per_host < 1:
+            raise ValueError("scheduler.slots_per_host must be at least 1")
+        if self.quota_nodes is not None and self.quota_nodes < 1:
+            raise ValueError(f"quota_nodes = {self.quota_nodes} must be at least 1 (or left out: no quota)")
+        _check_limits(self)
+        check_script_values(self)
+
+    @property
+    def default_queue(self) -> str:
+        return next(n for n, q in self.queues.items() if q.default)
+
+    def bin_for(self, nodes: int) -> Optional[WalltimeBin]:
+        for b in self.walltime_bins:
+            if b.min_nodes <= nodes <= b.max_nodes:
+                return b
+        return None
+
+
+def config_dir() -> Path:
+    base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    return Path(base) / "summit-jobs"
+
+
+def profile_dirs() -> List[Path]:
+    """Search order: user folders first (they may shadow a shipped profile), then envs/."""
+    dirs: List[Path] = []
+    extra = os.environ.get("SUMMIT_JOBS_MACHINES_PATH")
+    if extra:
+        dirs += [Path(p) for p in extra.split(os.pathsep) if p]
+    dirs.append(config_dir() / "machines")
+    dirs.append(resources.envs_dir())
+    return dirs
+
+
+def _profile_files() -> Dict[str, Path]:
+    found: Dict[str, Path] = {}
+    for d in profile_dirs():
+        if d.is_dir():
+            for p in sorted(d.glob("*.yaml")):
+                found.setdefault(p.stem, p)
+    return found
+
+
+def available() -> List[str]:
+    return sorted(_profile_files())
+
+
+def _parse_yaml(text: str, path: Path, what: str):
+    """The data of a YAML text (libyaml when present: 10x faster), or one line naming the file."""
+    import yaml  # here, not at the top: a profile read before is served by usercache without it
+    try:
+        return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    except yaml.YAMLError as exc:
+        raise UserError(f"{what} {path} is not valid YAML: {exc}") from None
+
+
+def load_yaml(path: Path, what: str) -> dict:
+    """A YAML file's top-level mapping; parsed once per text and parser (summit_jobs.profiles.usercache says how)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise UserError(f"cannot read {what} {path}: {exc.strerror}.") from None
+    except UnicodeDecodeError as exc:
+        raise UserError(f"{what} {path} is not UTF-8 text ({exc.reason} at byte {exc.start}); save it as UTF-8.") \
+            from None
+    data = usercache.parsed("yaml", str(path), text, usercache.yaml_identity(), lambda t: _parse_yaml(t, path, what))
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise UserError(f"{what} {path} must hold a mapping at the top level.")
+    return data
+
+
+def load(name: str, overrides: Optional[dict] = None) -> Profile:
+    """Load profile ``name`` with ``overrides`` (from the user config) merged in."""
+    files = _profile_files()
+    if name not in files:
+        raise UserError(
+            f"unknown machine {name!r}. Known machines: {', '.join(sorted(files)) or 'none'}. "
+            f"Add a profile for another LSF site as {config_dir() / 'machines' / (name + '.yaml')} "
+            "(copy envs/lsf-gpu.yaml, the documented generic GPU cluster, as a start).")
+    path = files[name]
+    data = load_yaml(path, "machine profile")
+    data.setdefault("name", name)
+    if overrides:
+        data = deep_merge(data, overrides)
+    if "source" in data:    # the loader's own record of the file: a profile cannot say where it came from
+        raise UserError(f"machine profile {path}: unknown key 'source' (summit-jobs fills it in with the file's "
+                        "path); remove it.")
+    return dataclasses.replace(build(Profile, data, f"machine profile {path}"), source=str(path))

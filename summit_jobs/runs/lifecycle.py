@@ -1,0 +1,359 @@
+"""The job lifecycle without the command line: which jobs a target names, their status, their output.
+
+Why apart from the CLI: ``status``, ``cancel``, ``logs`` and ``report`` all
+need the same answers (the jobs of a run, each one's state reconciled from
+bjobs and the run directory), and a command module importing another's
+private helpers tied them into a cycle.
+
+Status asks bjobs for all jobs of a host in one batched ``-json`` call, then
+reads each job's ``exitcode.<id>`` file in the run directory: that file, not
+bjobs, says how a job ended. A job that has dropped out of bjobs without such a
+file is UNKNOWN, never done. A job killed by its owner (cancel, or bkill: LSF's
+EXIT with TERM_OWNER) is EXIT and marked CANCELLED even when the trainer
+checkpointed and exited 0 on the kill's TERM.
+
+``state`` arguments are the CLI's state object (profile, machine, config, ssh_options).
+"""
+from __future__ import annotations
+
+import sys
+import time
+from typing import Callable, Dict, List, Optional, Tuple, TypeVar
+
+from summit_jobs.errors import UserError
+from trainer import rundir
+
+FINAL = ("DONE", "EXIT", "UNKNOWN")
+RECENT_RUNS = 20
+CANCELLED = "CANCELLED"
+#: How often in a row status --watch and logs --follow open a new SSH connection after one dropped.
+RECONNECTS = 3
+T = TypeVar("T")
+
+
+def targets(state, target: Optional[str]) -> List[Tuple[Optional[Dict], List[str]]]:
+    """(run record or None, job ids) pairs for TARGET, or for the most recent runs without one."""
+    from summit_jobs.runs import records as runs
+    if not target:
+        records = runs.indexed()[-RECENT_RUNS:]
+        if not records:
+            raise UserError("no runs recorded yet on this machine; submit one with `summit-jobs submit`, or "
+                            "name a job id.")
+        return [(r, [str(j) for j in r.get("job_ids") or []]) for r in records]
+    if target.isdecimal() and runs._job_id(target) is None:
+        raise UserError(f"{target!r} is not a job id (a whole number from 1 to {runs.MAX_JOB_ID}); give a run "
+                        "directory, a run name or a job id.")
+    found = runs.find(target)
+    if found:
+        if target.isdecimal():
+            return [(r, [target]) for r in found[-1:]]
+        if len(found) > 1:
+            where = "; ".join(f"{r.get('host')}:{r.get('run_dir')}" for r in found)
+            raise UserError(f"{len(found)} runs are named {target!r} ({where}); give the run directory instead.")
+        return [(found[0], [str(j) for j in found[0].get("job_ids") or []])]
+    if target.isdecimal():
+        return [(None, [target])]
+    known = ", ".join(sorted({str(r.get('name')) for r in runs.indexed()})[-10:]) or "none"
+    raise UserError(f"no run named {target!r} and no run directory there. Give a run directory, a run name "
+                    f"(recent: {known}) or a job id.")
+
+
+def host_key(record: Optional[Dict]) -> str:
+    ssh = (record or {}).get("ssh")
+    if not ssh:
+        home = (record or {}).get("lsf_home")
+        return f"local:{home}" if home else "local"
+    return f"{ssh.get('user')}@{ssh['host']}:{ssh.get('port')}"
+
+
+class Hosts:
+    """One host object (one SSH connection) per distinct host for this invocation."""
+
+    def __init__(self, state):
+        self.state = state
+        self.open: Dict[str, object] = {}
+
+    def get(self, record: Optional[Dict]):
+        from summit_jobs.hosts import host as hosts
+        key = host_key(record)
+        if key not in self.open:
+            if record is None:
+                self.open[key] = hosts.for_profile(self.state.profile, self.state.ssh_options)
+            else:
+                self.open[key] = _in_own_lsf(hosts.from_record(record, self.state.ssh_options,
+                                                                self._vouched(record)), record)
+        return self.open[key]
+
+    def _vouched(self, record: Dict) -> List[str]:
+        """known_hosts files named in the user's own profiles: the selected machine's and the run's."""
+        from summit_jobs.profiles import config
+        out: List[str] = []
+        for name in {self.state.machine, record.get("machine")}:
+            if not isinstance(name, str):
+                continue
+            try:
+                prof = config.profile(self.state.config, name)
+            except UserError:
+                continue
+            if prof.ssh.known_hosts:
+                out.append(str(prof.ssh.known_hosts))
+        return out
+
+    def close(self) -> None:
+        for h in self.open.values():
+            h.close()
+
+
+def _in_own_lsf(host, record: Dict):
+    """``host`` set to ask the embedded LSF the run was submitted to (its recorded home), whichever
+    SUMMIT_JOBS_LSF_HOME this invocation has: another home may have a job of the same id."""
+    home = record.get("lsf_home")
+    if home and not host.is_remote and getattr(host, "embedded", False):
+        host.env["SUMMIT_JOBS_LSF_HOME"] = str(home)
+    return host
+
+
+class Reconnect:
+    """Keeps ``status --watch`` and ``logs --follow`` going when the SSH connection drops.
+
+    Why: a laptop's network drops, it sleeps, a login node reboots, and a
+    watch that died with the connection would lose its place. A drop closes
+    the connections, says so in one line, waits and opens them again: a new
+    login, so a site with token codes asks for a new one. Up to RECONNECTS
+    times in a row (each success resets the count), then the error stands. A
+    failure before the first success is not retried: the options are more
+    likely wrong than the network (a drop in the middle of the first round is
+    retried: that connection had worked).
+    """
+
+    def __init__(self, hosts_: Hosts, pause: float, limit: int = RECONNECTS):
+        self.hosts = hosts_
+        self.pause = pause
+        self.limit = limit
+        self.drops = 0
+        self.connected = False
+
+    def run(self, step: Callable[[], T]) -> T:
+        """``step()``, again after each reconnect, until it runs through."""
+        from summit_jobs.hosts.host import ConnectionLost, Unreachable
+        while True:
+            try:
+                out = step()
+            except ConnectionLost as exc:
+                if (isinstance(exc, Unreachable) and not self.connected) or self.drops >= self.limit:
+                    raise
+                self.drops += 1
+                print(f"summit-jobs: connection to {exc.host or 'the login node'} lost; reconnecting... "
+                      f"({self.drops}/{self.limit})", file=sys.stderr, flush=True)
+                self.hosts.close()
+                time.sleep(self.pause)
+                continue
+            self.connected = True
+            self.drops = 0
+            return out
+
+
+def bjobs(host, ids: List[str]):
+    from summit_jobs.schedulers.lsf import client as lsf
+    found: Dict[str, object] = {}
+    missing: List[str] = []
+    for batch in lsf.batches(ids):
+        res = host.run(lsf.bjobs_argv(batch))
+        if not res.stdout.strip():
+            raise UserError(f"bjobs on {host.label} failed (exit {res.rc}):\n{res.text}")
+        f, m = lsf.parse_bjobs_json(res.stdout, batch)
+        found.update(f)
+        missing += m
+    return found, missing
+
+
+#: How much of an exit-code file that holds something other than a number a message shows.
+SHOWN_CHARS = 40
+
+
+def exit_code_of(text: Optional[str], name: str) -> Tuple[Optional[int], Optional[str]]:
+    """The code an exit-code file ``name`` holds (None when absent); else None and what the file holds instead.
+
+    The job script writes the number as its last act, so a file that exists
+    but holds no number (empty: the node died mid-write; garbage: something
+    else wrote it) tells a different story from no file at all, and the
+    message says which, with the start of what is there.
+    """
+    if text is None:
+        return None, None
+    value = text.strip()
+    if value.lstrip("-").isdecimal():
+        return int(value), None
+    if not value:
+        return None, f"its exit-code file {name} is empty"
+    shown = value if len(value) <= SHOWN_CHARS else value[:SHOWN_CHARS] + "..."
+    return None, f"its exit-code file {name} holds garbage, not an exit code: {shown!r}"
+
+
+def exit_code_file(host, record: Optional[Dict], jid: str) -> Tuple[Optional[int], Optional[str]]:
+    """The job's exit code and what is wrong with its exit-code file (exit_code_of); nothing without a record."""
+    if record is None:
+        return None, None
+    name = rundir.exitcode_name(jid)
+    return exit_code_of(host.read_text(host.join(str(record["run_dir"]), name)), name)
+
+
+def collect(state, pairs, hosts_: Hosts) -> List[Dict[str, object]]:
+    """One row per job: bjobs' view corrected by the exit-code files."""
+    groups: Dict[str, List[Tuple[Optional[Dict], str]]] = {}
+    for record, ids in with_links(pairs, hosts_):
+        for jid in ids:
+            groups.setdefault(host_key(record), []).append((record, jid))
+    rows = []
+    for key, items in groups.items():
+        host = hosts_.get(items[0][0])
+        found, _missing = bjobs(host, [jid for _, jid in items])
+        for record, jid in items:
+            st = found.get(jid)
+            code, problem = exit_code_file(host, record, jid)
+            row = {"run": (record or {}).get("name", "-"), "job_id": jid, "host": host.label,
+                   "run_dir": (record or {}).get("run_dir"), "exit_code": code, "source": "exit-code file",
+                   "cancelled": False, "lsf_state": None, "finish_time": None}
+            if st is not None:
+                row["state"] = st.state
+                row["lsf_state"] = st.lsf_state or None
+                row["reason"] = st.reason
+                row["finish_time"] = st.finish_time or None
+                if st.finished:
+                    if code is None:
+                        row["exit_code"] = st.exit_code
+                        row["source"] = "bjobs"
+                        row["reason"] = "; ".join(r for r in (st.reason, problem) if r)
+                    else:
+                        row["state"] = "DONE" if code == 0 else "EXIT"
+                elif code is None:
+                    row["source"] = "bjobs"
+            elif code is not None:
+                row["state"] = "DONE" if code == 0 else "EXIT"
+                row["reason"] = f"gone from bjobs; exit-code file says {code}"
+            else:
+                row["state"] = "UNKNOWN"
+                row["reason"] = (f"gone from bjobs, and {problem}: how the job ended is unknown" if problem else
+                                 "gone from bjobs and no exit-code file: the job did not finish normally (killed, "
+                                 "or never started)") + "; check its output with `summit-jobs logs`"
+                row["source"] = "none"
+            mark_cancelled(row, st, record)
+            rows.append(row)
+    return rows
+
+
+def with_links(pairs, hosts_: Hosts):
+    """A whole run's ids include the links its chain queued itself; a single job id stays alone."""
+    from summit_jobs.runs import records as runs
+    out = []
+    for record, ids in pairs:
+        whole_run = record is not None and ids == [str(j) for j in record.get("job_ids") or []]
+        out.append((record, runs.with_chain_links(hosts_.get(record), record, ids) if whole_run else ids))
+    return out
+
+
+def mark_cancelled(row: Dict[str, object], st, record: Optional[Dict]) -> None:
+    """A job its owner killed is EXIT and CANCELLED, whatever exit code the trainer left.
+
+    LSF reports a bkilled job as EXIT with TERM_OWNER even when the job's
+    processes exited 0 (the trainer checkpoints on the kill's TERM and exits
+    cleanly), so the exit-code file must not turn it into DONE.
+    """
+    by_owner = st is not None and st.state == "EXIT" and str(st.reason).startswith("TERM_OWNER")
+    recorded = record is not None and row["job_id"] in [str(j) for j in record.get("cancelled") or []]
+    if not (by_owner or recorded) or row["state"] in ("PEND", "RUN"):
+        return
+    row["state"] = "EXIT"
+    row["cancelled"] = True
+    why = st.reason if by_owner else "killed with `summit-jobs cancel`"
+    row["reason"] = f"{CANCELLED}: {why}"
+
+
+def outputs(host, record: Dict, job_id: str) -> List[str]:
+    from summit_jobs.runs import records as runs
+    script = host.read_text(host.join(str(record["run_dir"]), runs.SCRIPT)) or ""
+    return [host.join(str(record["run_dir"]), f) for f in runs.output_files(script, job_id)]
+
+
+def each_link(host, record: Dict, ids: List[str], call: Callable[[Callable[[], T]], T] = lambda f: f()):
+    """The jobs in order, reading the chain file again after the last: a followed link may queue the next.
+
+    ``call`` runs each read of the chain file (Reconnect.run, to read again over a new connection).
+    """
+    from summit_jobs.runs import records as runs
+    whole_run = ids == [str(j) for j in record.get("job_ids") or []]
+    done: List[str] = []
+    while True:
+        links = call(lambda: runs.with_chain_links(host, record, ids)) if whole_run else ids
+        todo = [j for j in links if j not in done]
+        if not todo:
+            return
+        for jid in todo:
+            done.append(jid)
+            yield jid
+
+
+class RunReader:
+    """Reads what status shows of a run (metrics, events, checkpoint names, plan, chain) from its host.
+
+    Why it keeps state: ``status --watch`` looks again every few seconds, and
+    a long run's metrics.jsonl grows to megabytes; each look reads only what
+    the files gained since the last (over SSH too), and a torn last line is
+    kept until its end arrives.
+    """
+
+    def __init__(self) -> None:
+        self.tails: Dict[str, Tuple[int, bytes, list]] = {}
+        self.plans: Dict[str, Dict] = {}
+
+    def records(self, host, path: str, keep: Callable[[Dict], bool]) -> list:
+        """The JSON-lines records of ``path`` that ``keep`` accepts, reading only what is new."""
+        key = f"{host_key_of(host)}:{path}"
+        offset, partial, found = self.tails.get(key, (0, b"", []))
+        data = _tolerant(lambda: host.read_from(path, offset), None)
+        if data:
+            text, _, rest = (partial + data).rpartition(b"\n")
+            found = found + rundir.json_records(text.decode("utf-8", "replace"), keep)
+            offset, partial = offset + len(data), rest
+        self.tails[key] = (offset, partial, found)
+        return found
+
+    def files(self, host, record: Dict):
+        """statusview.RunFiles of the run ``record`` names."""
+        from summit_jobs.runs import records as runs, statusview
+        run_dir = str(record["run_dir"])
+        if run_dir not in self.plans:
+            self.plans[run_dir] = _json_object(_tolerant(lambda: host.read_text(host.join(run_dir, rundir.PLAN)),
+                                                         None))
+        return statusview.RunFiles(
+            records=self.records(host, host.join(run_dir, rundir.METRICS), statusview.keep_record),
+            events=self.records(host, host.join(run_dir, rundir.EVENTS), statusview.keep_event),
+            checkpoints=statusview.checkpoint_steps(
+                _tolerant(lambda: host.listdir(host.join(run_dir, rundir.CHECKPOINTS)), [])),
+            plan=self.plans[run_dir],
+            chain_ids=runs.with_chain_links(host, record, [str(j) for j in record.get("job_ids") or []]),
+            complete=host.exists(host.join(run_dir, rundir.COMPLETE)))
+
+
+def _tolerant(read: Callable[[], T], default: T) -> T:
+    """``read()``, or ``default`` when the file cannot be read (a folder where a file should be, no
+    permission): these files add facts to status, and a damaged one must not hide the jobs' states. A
+    lost connection is no OSError and still reaches Reconnect."""
+    try:
+        return read()
+    except OSError:
+        return default
+
+
+def host_key_of(host) -> str:
+    return str(getattr(host, "label", "local"))
+
+
+def _json_object(text: Optional[str]) -> Dict:
+    """A JSON object from ``text``, or {} (absent, damaged: status shows less, it does not fail)."""
+    import json
+    try:
+        value = json.loads(text) if text else {}
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}

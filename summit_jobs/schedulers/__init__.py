@@ -1,0 +1,2 @@
+"""Schedulers: everything that names a scheduler's commands. Each scheduler is a package.
+"""
