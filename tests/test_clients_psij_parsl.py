@@ -160,8 +160,9 @@ executor.set_job_status_callback(lambda job, status: seen.append(status.state.na
 one_node = ResourceSpecV1(node_count=1)
 if mode == "complete":
     spec = JobSpec(executable="/bin/sh", arguments=["-c", 'echo "host=$(hostname) jobid=$LSB_JOBID"; '
-                                                          'echo written > written.txt'],
+                                                          'echo "$PSIJ_GIVEN $SUBMIT_SIDE" > written.txt'],
                    directory=work, stdout_path=work / "job.out", stderr_path=work / "job.err",
+                   environment={"PSIJ_GIVEN": "given by the job spec"},
                    resources=one_node, attributes=JobAttributes(duration=timedelta(minutes=5)))
 elif mode == "cancel":
     spec = JobSpec(executable="/bin/sleep", arguments=["300"], directory=work, resources=one_node)
@@ -191,7 +192,7 @@ def test_psij_job_completes_through_lsf(client_env, tmp_path):
     """A psij job of one node is submitted with bsub, polled with bjobs, and COMPLETED; its output names the
     job's first host and LSB_JOBID; psij's script carries -env all and both -nnodes 1 and -n 1."""
     require_client("psij")
-    got = psij_run("complete", client_env, tmp_path)
+    got = psij_run("complete", dict(client_env, SUBMIT_SIDE="from the submitting shell"), tmp_path)
     jid = got["native_id"]
     assert (got["state"], got["exit_code"]) == ("COMPLETED", 0), got
     assert got["seen"][-1] == "COMPLETED" and "QUEUED" in got["seen"], got["seen"]
@@ -201,7 +202,9 @@ def test_psij_job_completes_through_lsf(client_env, tmp_path):
     assert rec["STAT"] == "DONE" and rec["FIRST_HOST"], rec
     assert_as_ibm_shows(rec, killed=False)
     work = tmp_path / "work"
-    assert (work / "written.txt").read_text() == "written\n"
+    # psij's "-env all" plus its "-env PSIJ_GIVEN=..." line: the spec's variable and the submitter's both arrive
+    assert (work / "written.txt").read_text() == "given by the job spec from the submitting shell\n"
+    assert any(line.startswith("#BSUB -env") and "PSIJ_GIVEN" in line for line in got["script"].splitlines())
     assert (work / "job.out").read_text().split() == [f"host={rec['FIRST_HOST']}", f"jobid={jid}"]
     assert_no_processes_left(jid, client_env)
 
