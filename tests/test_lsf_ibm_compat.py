@@ -74,6 +74,22 @@ def test_bsub_env(lsf_env, tmp_path, spec, present, absent, values, where):
     assert seen["LSB_JOBID"] == jid and seen["LSB_JOBNAME"] == "envdump" and "LSB_HOSTS" in seen
 
 
+def test_repeated_env_lines_are_one_list_as_psij_writes_them(lsf_env, tmp_path):
+    """psij: "#BSUB -env all" then one "#BSUB -env NAME=value" per variable. Each is kept, in order; a later
+    "all" is refused as a name rather than silently replacing what came before."""
+    env = dict(lsf_env, KEEP="kept", DROP="dropped")
+    dump = tmp_path / "env.txt"
+    script = tmp_path / "job.sh"
+    script.write_text(ENV_SCRIPT.format(directive='#BSUB -env all\n#BSUB -env "NEW=fresh"\n#BSUB -env "~DROP"\n',
+                                        dump=dump))
+    jid = submit([str(script)], env, tmp_path)
+    assert finished(jid, env)["STAT"] == "DONE"
+    seen = env_of(dump)
+    assert seen["KEEP"] == "kept" and seen["NEW"] == "fresh" and "DROP" not in seen
+    res = run(["bsub", "-env", "NEW=1", "-env", "all", "/bin/true"], lsf_env, cwd=tmp_path)
+    assert res.returncode == 255 and "'all' is not a variable name" in res.stderr, res.stderr
+
+
 @pytest.mark.parametrize("spec,needle", [
     ("none, KEEP", "none stands alone"),
     ("~KEEP", "give \"all, ~KEEP\""),

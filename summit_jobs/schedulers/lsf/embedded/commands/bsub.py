@@ -191,6 +191,11 @@ def parse_options(args: List[str], where: str) -> Tuple[Dict[str, object], List[
             if arg in REPEATABLE:
                 # LSF merges repeated -R options; later ones extend the earlier ones.
                 opts[arg] = " ".join(filter(None, [str(opts.get(arg) or ""), args[i + 1]]))
+            elif arg == "-env" and arg in opts:
+                # IBM's -env page does not say what a repeated -env does. psij writes "-env all" and then
+                # one "-env NAME=value" per variable of the job, meaning one list: join them in order
+                # (docs/embedded-lsf.md). "-env all" after a name is then refused as a name, not dropped.
+                opts[arg] = f"{opts[arg]}, {args[i + 1]}"
             else:
                 opts[arg] = args[i + 1]
             i += 2
