@@ -117,7 +117,7 @@ def simulate_cmd(state: State, virtual_nodes: int, forced_nodes: Optional[int], 
             click.echo("\n".join(lines), err=True)
         return
     click.echo("\n".join(lines), err=True)
-    from summit_jobs.cli.submit import require_data
+    from summit_jobs.planning.job import require_data
     require_data(state, plan, kw)
     submission.submit(state, profile, plan, script, dict(kw, simulate=summary))
 

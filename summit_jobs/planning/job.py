@@ -1,0 +1,172 @@
+"""From a command's options to a job: (profile, plan, script), below the command line.
+
+Why here and not in the CLI: submit and simulate build a job the same way, and a command module that imported
+another command's module for it tied the two together. The options arrive as the command's keyword dict; every
+default is resolved by summit_jobs.profiles.settings through the ``state`` object the command line made (its
+``config``, ``profile``, ``project()`` and ``quota()``). Nothing here prints: warnings come back to the caller.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+from typing import List, NamedTuple, Optional, Tuple
+
+from summit_jobs.errors import UserError
+from summit_jobs.profiles import settings
+
+
+class Job(NamedTuple):
+    """A built job: the profile it is for (with --env applied), the checked plan and the rendered script."""
+    profile: object
+    plan: object
+    script: str
+    warnings: List[str]
+
+
+def _env_overrides(pairs: Tuple[str, ...]) -> dict:
+    out = {}
+    for pair in pairs:
+        from summit_jobs.profiles.machines import SHELL_NAME_RE
+        name, sep, value = pair.partition("=")
+        if not sep or not SHELL_NAME_RE.fullmatch(name):
+            raise UserError(f"--env {pair!r} is not NAME=VALUE with NAME a shell variable name "
+                            "(ASCII letters, digits, '_'; not starting with a digit).")
+        if any(ch in value for ch in "\n\r\0"):
+            raise UserError(f"--env {pair!r}: the value holds a line break or NUL byte; give it on one line.")
+        out[name] = value
+    return out
+
+
+def _profile_with_env(profile, pairs: Tuple[str, ...]):
+    """The profile with the --env overrides in its environment (the profile itself is not changed)."""
+    import dataclasses
+    env = _env_overrides(pairs)
+    if not env:
+        return profile
+    try:        # the profile's own checks hold for the variables --env sets
+        return dataclasses.replace(profile, environment=dataclasses.replace(
+            profile.environment, variables={**profile.environment.variables, **env}))
+    except ValueError as exc:
+        raise UserError(f"--env: {exc}.") from None
+
+
+def _run_dir(state, kw: dict, profile) -> str:
+    """--run-dir, else RUNS_DIR/JOB_NAME-TIMESTAMP; absolute on this machine."""
+    if kw.get("run_dir") and kw.get("runs_dir"):
+        raise UserError(f"--run-dir {kw['run_dir']} names the run directory itself, so --runs-dir "
+                        f"{kw['runs_dir']} (the folder of new run directories) would not be used: give one of them.")
+    runs_dir = settings.runs_dir(kw.get("runs_dir"), state.config, profile)
+    run_dir = kw.get("run_dir") or os.path.join(runs_dir, f"{kw['job_name']}-{time.strftime('%Y%m%d-%H%M%S')}")
+    return os.path.abspath(os.path.expanduser(run_dir))
+
+
+#: Options handed to JobOptions under the same name, as given (None: the profile's or the recipe's).
+_AS_GIVEN = ("walltime", "queue", "job_name", "epochs", "stage_policy", "layout", "request", "launcher", "mem",
+             "app", "container", "clips_per_gpu", "lr",
+             "warmup_epochs", "engine", "arch", "num_classes", "chain", "warning_minutes", "short_cycle",
+             "fusion_threshold", "train_clips", "schedule", "optimizer", "optimizer_sync", "avg_interval",
+             "compression", "max_links", "preset", "total_steps")
+
+
+def job_options(state, kw: dict, profile, *, accum_steps: int = 1, virtual_nodes: Optional[int] = None,
+                template_dir: Optional[str] = None, explicit: Tuple[str, ...] = ()):
+    """The command's options as the planner's JobOptions, every default resolved by summit_jobs.profiles.settings."""
+    from summit_jobs.planning import plan as plan_mod
+    command = _user_command(kw.get("user_command"))
+    if kw.get("job_name") is None:      # an explicit name wins, even one the planner then refuses
+        kw = dict(kw, job_name=plan_mod.default_job_name(command))
+    given = {name: kw[name] for name in _AS_GIVEN if kw.get(name) is not None}
+    return plan_mod.JobOptions(
+        **given, nodes=kw["nodes"], run_dir=_run_dir(state, kw, profile), project=state.project(kw.get("project")),
+        data=os.path.abspath(kw["data"]) if kw.get("data") else None, accum_steps=accum_steps,
+        quota_nodes=state.quota(kw.get("quota_nodes")).nodes, virtual_nodes=virtual_nodes,
+        python=sys.executable if profile.environment.python == "auto" else None,
+        trainer_args=tuple(kw.get("trainer_args") or ()), check_trainer_args=not _replaces_launch(template_dir),
+        until_complete=bool(kw.get("until_complete")), bsub_options=tuple(kw.get("bsub_options") or ()),
+        command=command, explicit=explicit,
+    )
+
+
+def _user_command(text: Optional[str]) -> Tuple[str, ...]:
+    """--command split into words as a shell would split it (it is never run by a shell)."""
+    import shlex
+    if text is None:
+        return ()
+    if any(ch in text for ch in "\n\r\0"):
+        raise UserError(f"--command {text!r} holds a line break or NUL byte; give the command on one line.")
+    try:
+        words = tuple(shlex.split(text))
+    except ValueError as exc:
+        raise UserError(f"--command {text!r} cannot be split into words: {exc}.") from None
+    if not words:
+        raise UserError(f"--command {text!r} names no program; give the training command, e.g. "
+                        "--command 'python train.py'.")
+    return words
+
+
+def build_job(state, kw: dict, *, accum_steps: int = 1, virtual_nodes: Optional[int] = None,
+              explicit: Tuple[str, ...] = ()) -> Job:
+    """Options -> Job. The one place a command's inputs meet the pure planner; ``explicit`` names the options
+    the command line set (they win over a --preset)."""
+    from summit_jobs.planning import plan as plan_mod
+    from summit_jobs.planning import render
+
+    profile = _profile_with_env(state.profile, kw.get("env_vars") or ())
+    template_dir = settings.template_dir(kw.get("template_dir"), state.config)
+    opts = job_options(state, kw, profile, accum_steps=accum_steps, virtual_nodes=virtual_nodes,
+                       template_dir=template_dir, explicit=explicit)
+    plan = plan_mod.make_plan(profile, opts)
+    if plan.staging:                      # a manifest readable here is checked before anything is queued
+        from summit_jobs.data import staging
+        staging.check_job_manifest(plan.staging.manifest, plan.nodes, plan.staging.policy)
+    return Job(profile, plan, render.render(plan, template_dir), list(plan.warnings))
+
+
+def _replaces_launch(template_dir: Optional[str]) -> bool:
+    """A user template that replaces the launch line decides what runs: its arguments are its own business."""
+    if not template_dir:
+        return False
+    from summit_jobs.planning import render
+    return any((Path(template_dir) / name).is_file() for name in render.LAUNCH_TEMPLATES)
+
+
+def expected_links(profile, plan, data: Optional[str]) -> str:
+    """How many links a chain until complete should take, from the profile's throughput figure (the built-in
+    trainer's: a user's own command runs at a speed no profile knows)."""
+    import math
+
+    from summit_jobs.planning import simulate
+    if plan.user_command:
+        return (f"expected links: unknown for your own command (no profile knows its speed); at most "
+                f"{plan.max_links} (--max-links), each training "
+                f"{max(1, plan.walltime_minutes - plan.warning_minutes)} minutes before its warning")
+    rate = profile.performance.clips_per_second_per_gpu
+    if rate <= 0:
+        return "expected links: unknown (the profile has no performance.clips_per_second_per_gpu figure)"
+    clips = simulate.train_clips_from(data, None)
+    est = simulate.estimate(profile, nodes=plan.nodes, ranks_per_node=plan.ranks_per_node,
+                            accum_steps=plan.accum_steps, clips_per_gpu=plan.clips_per_gpu, epochs=plan.epochs,
+                            train_clips=clips, clips_per_second_per_gpu=rate, model_params=simulate.TSM_R50_PARAMS,
+                            walltime_minutes=plan.walltime_minutes)
+    per_link = max(1, plan.walltime_minutes - plan.warning_minutes) * 60
+    links = max(1, math.ceil(est.wall_seconds / per_link))
+    line = (f"expected links: about {links} ({simulate.hms(est.wall_seconds)} of training for {clips:,} clips "
+            f"x {plan.epochs} epochs at {rate:g} clips/s per GPU from the profile; {per_link // 60} minutes of "
+            "training per link before its warning)")
+    if links > plan.max_links:
+        line += f"; above --max-links {plan.max_links}: raise it, or the chain stops before training is complete"
+    return line
+
+
+def require_data(state, plan, kw: dict) -> None:
+    """A real job needs data: without --data (or --data after `--`) every rank would stop at once."""
+    from summit_jobs.planning import trainer_args
+    if plan.user_command or _replaces_launch(settings.template_dir(kw.get("template_dir"), state.config)):
+        return                  # the user's own program decides where its data is
+    if trainer_args.parse(plan.trainer_argv[3:]).data:
+        return
+    raise UserError("no data for the trainer: pass --data MANIFEST (shards on the parallel file system, staged to "
+                    "node-local NVMe) or give the trainer a folder of shards after `--`, as in "
+                    "`summit-jobs submit ... -- --data /path/to/shards`. See `summit-jobs pack --help`.")
