@@ -196,7 +196,7 @@ OTP_OPTIONS = {"UsePAM": "yes", "KbdInteractiveAuthentication": "yes", "PermitRo
 
 def ssh_profile(folder: Path, server: Sshd, remote_dir: Path, known_hosts: Path, name: str = "viassh") -> Path:
     """A user profile: the embedded LSF on this machine, reached through the test's sshd."""
-    from summit_jobs.planning import resources
+    from summit_jobs import resources
     folder.mkdir(parents=True, exist_ok=True)
     text = (resources.envs_dir() / "local.yaml").read_text().replace("name: local", f"name: {name}")
     text += (f"ssh:\n  host: 127.0.0.1\n  port: {server.port}\n  user: {server.user}\n"

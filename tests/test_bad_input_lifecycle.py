@@ -136,7 +136,7 @@ def test_damaged_run_record_is_named(env, tmp_path, command, content, needles):
 @pytest.mark.parametrize("module,args,extra,needles", LSF_CASES,
                          ids=[f"{m} {' '.join(a)} {' '.join(e)}" for m, a, e, _ in LSF_CASES])
 def test_embedded_command_refuses(env, tmp_path, module, args, extra, needles):
-    res = run_module(f"summit_jobs.schedulers.lsf.embedded.{module}", args, dict(env, **extra), cwd=tmp_path, timeout=60)
+    res = run_module(f"summit_jobs.schedulers.lsf.embedded.commands.{module}", args, dict(env, **extra), cwd=tmp_path, timeout=60)
     assert_refused(res, needles)
     assert "is submitted" not in res.stdout
     assert not os.path.exists(Path(env["SUMMIT_JOBS_LSF_HOME"]) / "jobs" / "1")

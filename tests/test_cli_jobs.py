@@ -185,6 +185,6 @@ def test_non_editable_install_works_from_any_directory(tmp_path):
                           timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert "#BSUB -nnodes 4" in proc.stdout
-    proc = subprocess.run([sys.executable, "-c", "import summit_jobs.planning.resources as r; print(r.templates_dir())"],
+    proc = subprocess.run([sys.executable, "-c", "import summit_jobs.resources as r; print(r.templates_dir())"],
                           cwd=elsewhere, env=env, capture_output=True, text=True, timeout=60)
     assert proc.stdout.strip() == str(target / "summit_jobs" / "templates")

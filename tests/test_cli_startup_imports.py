@@ -64,7 +64,7 @@ def _command_modules(mods):
     holds submit and machines), its lazy loader, the shared option types, choice lists and progress output are
     cheap by design."""
     shared = {"summit_jobs.cli", "summit_jobs.cli.main", "summit_jobs.cli.submit", "summit_jobs.cli.lazygroup",
-              "summit_jobs.cli.types", "summit_jobs.cli.choices", "summit_jobs.cli.progress"}
+              "summit_jobs.cli.types", "summit_jobs.profiles.choices", "summit_jobs.progress"}
     return sorted(m for m in mods if (m.startswith("summit_jobs.cli.") or m == "summit_jobs.schedulers.lsf.cli")
                   and m not in shared)
 
@@ -165,7 +165,7 @@ def test_a_name_registered_twice_is_refused():
 
 def test_a_target_that_is_no_command_is_refused():
     group = lazygroup.LazyGroup("g")
-    group.register_lazy("x", "summit_jobs.cli.choices:LAYOUTS", "Not a command.")
+    group.register_lazy("x", "summit_jobs.profiles.choices:LAYOUTS", "Not a command.")
     with pytest.raises(TypeError, match="not a click command"):
         group.get_command(None, "x")
 

@@ -19,7 +19,7 @@ import pytest
 from conftest import REPO, run_cli
 from helpers_sshd import remote_lsf_env, ssh_profile, start_sshd
 
-from summit_jobs.planning import resources
+from summit_jobs import resources
 
 LOCAL = (resources.envs_dir() / "local.yaml").read_text()
 

@@ -144,3 +144,25 @@ def test_the_contract_imports_none_of_the_compute_rooms_at_module_level():
             if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith(rooms):
                 found.append(f"{module}: from {node.module}")
     assert not found, found
+
+
+def test_nothing_below_the_command_line_imports_it():
+    """The CLI parses and prints; the rooms below it (planning, runs, hosts, data, profiles, schedulers) are
+    used by it, never the other way round. The one exception is a scheduler's own command group
+    (schedulers/lsf/cli.py, `summit-jobs lsf`), a command module that lives with the scheduler it drives."""
+    allowed = {"summit_jobs/__main__.py", "summit_jobs/schedulers/lsf/cli.py"}
+    cli = REPO / "summit_jobs" / "cli"
+    users = sorted(str(p.relative_to(REPO)) for p in (REPO / "summit_jobs").rglob("*.py")
+                   if cli not in p.parents and str(p.relative_to(REPO)) not in allowed
+                   and any(m == "summit_jobs.cli" or m.startswith("summit_jobs.cli.") for m, _ in imports(p)))
+    assert not users, users
+
+
+def test_the_login_side_reaches_a_scheduler_through_the_interface():
+    """Outside schedulers/, no module imports an LSF command line or parser: submit, status, cancel and the
+    output files go through summit_jobs.schedulers (for_profile, for_record)."""
+    users = sorted(str(p.relative_to(REPO)) for p in (REPO / "summit_jobs").rglob("*.py")
+                   if (REPO / "summit_jobs" / "schedulers") not in p.parents
+                   and any(m == "summit_jobs.schedulers.lsf.client" or
+                           (m == "summit_jobs.schedulers.lsf" and "client" in names) for m, names in imports(p)))
+    assert not users, users

@@ -9,7 +9,7 @@ from typing import Dict, List, Optional
 
 from conftest_lsf import job_processes, lsf_env, run, submitted_id, wait_state  # noqa: F401 (fixture)
 
-from summit_jobs.hosts import doctor
+from summit_jobs.schedulers.lsf import doctor
 
 DATA = Path(__file__).parent / "data" / "lsf"
 

@@ -314,7 +314,7 @@ def test_cancel_kills_the_checked_jobs_when_bjobs_errs_on_others(tmp_path, cli_e
 
 
 # -- lsid and bqueues (summit-jobs doctor) ----------------------------------------------------------------------
-from summit_jobs.hosts import doctor  # noqa: E402 - kept with the tests that use it
+from summit_jobs.schedulers.lsf import doctor  # noqa: E402 - kept with the tests that use it
 
 
 @pytest.mark.parametrize("name, product, version, cluster, master", [
@@ -417,7 +417,7 @@ def test_embedded_lsid_and_bqueues_round_trip(tmp_path, cli_env):
     """What the embedded lsid and bqueues print (real processes) is read by the same parsers, and running
     jobs' slots show in their queue's RUN column."""
     from summit_jobs.hosts import host as hosts
-    from summit_jobs.planning import resources
+    from summit_jobs import resources
     env = hosts.embedded_environment(dict(cli_env, SUMMIT_JOBS_LSF_HOME=str(tmp_path / "lsf")), 4, 2)
     lsid = subprocess.run(["lsid"], env=env, capture_output=True, text=True, timeout=60)
     info = doctor.parse_lsid(lsid.stdout)

@@ -75,7 +75,7 @@ class _Lines:
 def _profile_file(profile) -> settings.Resolved:
     """Which file the machine's profile was read from: a folder of SUMMIT_JOBS_MACHINES_PATH, yours, or shipped."""
     from summit_jobs.profiles import machines
-    from summit_jobs.planning import resources
+    from summit_jobs import resources
     folder = Path(profile.source).parent
     extra = [Path(p) for p in os.environ.get("SUMMIT_JOBS_MACHINES_PATH", "").split(os.pathsep) if p]
     if folder in extra:

@@ -42,7 +42,7 @@ def synth_cmd(out: str, videos_per_class: int, val_fraction: float, frames: int,
     Writes OUT/rawframes/{train,val}_list.txt + frame folders (TSM/mmaction2 layout)
     and OUT/videos/{train,val}/<class>/<id>.mp4. Pack either with `summit-jobs pack`.
     """
-    from summit_jobs.cli import progress
+    from summit_jobs import progress
     from summit_jobs.data import synth
     progress.check_environment(not quiet)
     lay = ("rawframes", "videos") if layouts == "both" else (layouts,)
@@ -153,7 +153,7 @@ def pack_cmd(paths: Tuple[str, ...], layout: str, annotations: Tuple[str, ...], 
       summit-jobs pack ucf-flow --ucf101-splits ucfTrainTestlist --videos UCF-101 --modality flow
     """
     from summit_jobs.data import pack as pack_mod
-    from summit_jobs.cli import progress
+    from summit_jobs import progress
     progress.check_environment(not quiet)
     inputs, src, out = _pack_inputs(paths, annotations, videos, list_opts, root, ucf101_splits, hmdb51_splits,
                                     split_number)
@@ -274,7 +274,7 @@ def stage_data_cmd(state: State, manifest: str, nodes: int, policy: str, transpo
           --htar /home/me/k400.tar --dest $MEMBERWORK/abc123/k400 --nodes 256
       summit-jobs stage-data -M shards/manifest.json --nodes 2 --to-nvme     (local demo)
     """
-    from summit_jobs.cli import progress
+    from summit_jobs import progress
     from summit_jobs.data import staging
 
     progress.check_environment(not (quiet or as_json or dry_run))

@@ -17,6 +17,7 @@ from typing import Dict, List, Optional, Sequence
 import click
 
 from summit_jobs.hosts import doctor, host as hosts
+from summit_jobs.schedulers.lsf import doctor as lsf_doctor
 from summit_jobs.profiles import settings
 from summit_jobs.cli.submit import State, cli
 from summit_jobs.hosts.doctor import FAIL, OK, WARN, Check, FolderProbe
@@ -67,17 +68,17 @@ def _answer(host: hosts.Host, argv: List[str], parse):
 
 def lsf_checks(host: hosts.Host, profile) -> List[Check]:
     """Step 1 and the queues of step 2: commands on PATH, lsid's version, bqueues' queues."""
-    found = find_commands(host, doctor.all_commands(profile))
-    checks = [doctor.check_commands(found, profile, host.label, host.is_remote)]
-    if not any(found[c] for c in doctor.CORE_COMMANDS):
+    found = find_commands(host, lsf_doctor.all_commands(profile))
+    checks = [lsf_doctor.check_commands(found, profile, host.label, host.is_remote)]
+    if not any(found[c] for c in lsf_doctor.CORE_COMMANDS):
         why = "not checked: LSF's commands are not on PATH (see lsf commands)"
         return checks + [Check(WARN, "lsf version", why), Check(WARN, "queues", why)]
-    info, error = _answer(host, ["lsid"], doctor.parse_lsid) if found["lsid"] else \
+    info, error = _answer(host, ["lsid"], lsf_doctor.parse_lsid) if found["lsid"] else \
         (None, f"lsid not found on the PATH of {host.label}")
-    checks.append(doctor.check_lsf_version(info, error, profile))
-    rows, error = _answer(host, ["bqueues", "-w"], doctor.parse_bqueues) if found["bqueues"] else \
+    checks.append(lsf_doctor.check_lsf_version(info, error, profile))
+    rows, error = _answer(host, ["bqueues", "-w"], lsf_doctor.parse_bqueues) if found["bqueues"] else \
         (None, f"bqueues not found on the PATH of {host.label}")
-    return checks + doctor.check_queues(profile, rows, error)
+    return checks + lsf_doctor.check_queues(profile, rows, error)
 
 
 def probe_folders(host: hosts.Host, paths: Sequence[str]) -> List[Optional[FolderProbe]]:
@@ -162,7 +163,7 @@ def run_checks(state: State, profile, host: hosts.Host, project: Optional[str], 
     if doctor.failed(checks):
         return checks + [Check(WARN, "other checks", f"not run: no SSH connection to {host.label}")]
     checks += lsf_checks(host, profile)
-    checks.append(doctor.check_account(profile, project))
+    checks.append(lsf_doctor.check_account(profile, project))
     checks += folder_checks(host, profile, folders_to_check(state, profile, host, runs_dir, data_dirs))
     return checks + environment_checks(host, profile)
 

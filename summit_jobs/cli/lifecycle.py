@@ -235,15 +235,9 @@ def cancel_cmd(state: State, target: str) -> None:
 
 def _kill(host, record: Optional[Dict], ids: List[str]) -> None:
     """bkill the jobs, last link first (so a killed link does not release the next), and note it in run.json."""
-    from summit_jobs.schedulers.lsf import client as lsf
+    from summit_jobs import schedulers
     from summit_jobs.runs import records as runs
-    order = list(reversed(ids))
-    res = host.run(lsf.bkill_argv(order))
-    outcome = lsf.bkill_outcome(res.text)
-    unknown = [j for j in order if j not in outcome]
-    if unknown:
-        raise UserError(f"bkill on {host.label} gave an answer this tool cannot read for job(s) "
-                        f"{', '.join(unknown)} (exit {res.rc}):\n{res.text}")
+    outcome = schedulers.for_record(record).cancel(host, list(reversed(ids)))
     for jid in ids:
         word = {"terminating": "being killed", "finished": "had already finished",
                 "not found": "is not known to LSF any more"}[outcome[jid]]
@@ -262,13 +256,8 @@ def _owned(host, record: Dict, ids: List[str]) -> Tuple[List[str], List[str]]:
 
     Ids bjobs no longer knows are left out of both: there is nothing to kill.
     """
-    from summit_jobs.schedulers.lsf import client as lsf
-    found: Dict[str, Dict[str, str]] = {}
-    for batch in lsf.batches(ids):
-        res = host.run(lsf.bjobs_argv(batch, lsf.OWNER_FIELDS))
-        if not res.stdout.strip():
-            raise UserError(f"bjobs on {host.label} failed (exit {res.rc}):\n{res.text}")
-        found.update(lsf.parse_bjobs_owner(res.stdout, batch))
+    from summit_jobs import schedulers
+    found = schedulers.for_record(record).owners(host, ids)
     mine, others = [], []
     for jid in ids:
         if jid not in found:

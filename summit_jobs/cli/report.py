@@ -73,7 +73,7 @@ def report_cmd(state: State, target: str, out: Optional[str], other: Optional[st
     Example (TSM against the same network without the shift):
       summit-jobs report runs/tsm-demo --compare runs/tsm-demo-noshift
     """
-    from summit_jobs.cli import progress
+    from summit_jobs import progress
     from summit_jobs.runs import report
     from summit_jobs.runs.lifecycle import Hosts as _Hosts
     progress.check_environment(not quiet)

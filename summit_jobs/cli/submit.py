@@ -13,7 +13,7 @@ from summit_jobs import version
 from summit_jobs.cli.types import FiniteFloat, complete_machines, refuse_empty_values, whole
 from summit_jobs.errors import UserError, describe_os_error
 from summit_jobs.cli.lazygroup import LazyGroup
-from summit_jobs.cli.choices import LAUNCHERS, LAYOUTS, REQUESTS, STAGE_POLICIES
+from summit_jobs.profiles.choices import LAUNCHERS, LAYOUTS, REQUESTS, STAGE_POLICIES
 from trainer import config as trainer_config
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}

@@ -61,7 +61,7 @@ from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 from summit_jobs.data import datalists, flow
 from summit_jobs.data.datalists import SPLIT_ORDER, VIDEO_EXTS, Inputs, Listing, Sample, read_text, sample_key
 from summit_jobs.errors import UserError
-from summit_jobs.cli.progress import Progress
+from summit_jobs.progress import Progress
 from trainer import shards
 from trainer import files, units
 

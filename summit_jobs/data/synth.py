@@ -33,7 +33,7 @@ import numpy as np
 from PIL import Image, ImageDraw
 
 from summit_jobs.errors import UserError
-from summit_jobs.cli.progress import Progress
+from summit_jobs.progress import Progress
 from trainer import files
 
 CLASSES: Tuple[str, ...] = (

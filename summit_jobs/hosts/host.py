@@ -33,7 +33,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Dict, Iterator, List, Optional, Sequence
 
-from summit_jobs.planning import resources
+from summit_jobs import resources
 from summit_jobs.errors import UserError
 from trainer import files
 

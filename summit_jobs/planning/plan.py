@@ -16,7 +16,7 @@ from typing import Dict, List, Optional, Tuple
 from summit_jobs.planning import request as request_mod
 from summit_jobs.profiles import settings
 from summit_jobs.planning import trainer_args
-from summit_jobs.cli.choices import LAYOUTS, STAGE_POLICIES  # noqa: F401 - part of this module's interface
+from summit_jobs.profiles.choices import LAYOUTS, STAGE_POLICIES  # noqa: F401 - part of this module's interface
 from summit_jobs.errors import UserError
 from summit_jobs.profiles.machines import Profile, Queue, WalltimeBin, format_hhmm, parse_hhmm
 from trainer import config as trainer_config

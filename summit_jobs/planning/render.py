@@ -24,7 +24,7 @@ from typing import Any, Iterable, Optional, Tuple
 
 import jinja2
 
-from summit_jobs.planning import resources
+from summit_jobs import resources
 from summit_jobs.errors import UserError
 from summit_jobs.planning.plan import Plan
 

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Literal, Optional, Tuple
 
-from summit_jobs.planning import resources
+from summit_jobs import resources
 from summit_jobs.profiles import usercache
-from summit_jobs.cli.choices import LAUNCHERS, REQUESTS  # noqa: F401 - part of this module's interface
+from summit_jobs.profiles.choices import LAUNCHERS, REQUESTS  # noqa: F401 - part of this module's interface
 from summit_jobs.errors import UserError
 from summit_jobs.profiles.schema import build, deep_merge, number
 

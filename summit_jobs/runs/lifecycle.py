@@ -153,18 +153,10 @@ class Reconnect:
             return out
 
 
-def bjobs(host, ids: List[str]):
-    from summit_jobs.schedulers.lsf import client as lsf
-    found: Dict[str, object] = {}
-    missing: List[str] = []
-    for batch in lsf.batches(ids):
-        res = host.run(lsf.bjobs_argv(batch))
-        if not res.stdout.strip():
-            raise UserError(f"bjobs on {host.label} failed (exit {res.rc}):\n{res.text}")
-        f, m = lsf.parse_bjobs_json(res.stdout, batch)
-        found.update(f)
-        missing += m
-    return found, missing
+def query(host, ids: List[str], record: Optional[Dict] = None):
+    """(status of each job the run's scheduler still knows, the ids it no longer knows)."""
+    from summit_jobs import schedulers
+    return schedulers.for_record(record).query(host, ids)
 
 
 #: How much of an exit-code file that holds something other than a number a message shows.
@@ -207,7 +199,7 @@ def collect(state, pairs, hosts_: Hosts) -> List[Dict[str, object]]:
     rows = []
     for key, items in groups.items():
         host = hosts_.get(items[0][0])
-        found, _missing = bjobs(host, [jid for _, jid in items])
+        found, _missing = query(host, [jid for _, jid in items], items[0][0])
         for record, jid in items:
             st = found.get(jid)
             code, problem = exit_code_file(host, record, jid)

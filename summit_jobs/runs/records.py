@@ -281,6 +281,6 @@ def with_chain_links(host: Host, record: Dict[str, object], ids: List[str]) -> L
 
 
 def output_files(script: str, job_id: str) -> List[str]:
-    """The -o / -e files (relative to the run directory) a job of ``script`` writes (lsf.output_files)."""
-    from summit_jobs.schedulers.lsf import client as lsf
-    return lsf.output_files(script, job_id)
+    """The output files (relative to the run directory) a job of ``script`` writes, as its scheduler names them."""
+    from summit_jobs import schedulers
+    return schedulers.for_record(None).output_files(script, job_id)

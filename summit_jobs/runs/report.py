@@ -45,7 +45,7 @@ from typing import Dict, List, Optional, Tuple
 
 from summit_jobs.errors import UserError
 from summit_jobs.runs.lifecycle import exit_code_of
-from summit_jobs.cli.progress import Progress
+from summit_jobs.progress import Progress
 from trainer import rundir
 from trainer import files, units
 
@@ -972,7 +972,7 @@ def write(runs: List[RunData], out: Path, force: bool = False, progress: bool = 
           smooth: Optional[int] = None) -> Dict[str, object]:
     """Write the plots, report.md and report.json into ``out``; return report.json's content.
 
-    ``progress``: report the plots drawn on stderr (summit_jobs.cli.progress).
+    ``progress``: report the plots drawn on stderr (summit_jobs.progress).
     """
     check_out_dir(out, force)
     out.mkdir(parents=True, exist_ok=True)

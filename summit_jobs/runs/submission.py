@@ -113,8 +113,9 @@ def check_resume_schedule(host, plan) -> None:
 
 def submit(state, profile, plan, script: str, kw: dict) -> List[str]:
     """Submit ``plan.chain`` jobs; print the job ids and the run directory; return the ids."""
-    from summit_jobs.schedulers.lsf import client as lsf  # here, not at the top: a dry run needs neither
+    from summit_jobs import schedulers  # here, not at the top: a dry run needs neither
     from summit_jobs.runs import records as runs
+    scheduler = schedulers.for_profile(profile)
     host = hosts.for_profile(profile, ssh_options(state))
     with host:
         ssh = host.target.record() if isinstance(host, hosts.SshHost) else None
@@ -127,13 +128,12 @@ def submit(state, profile, plan, script: str, kw: dict) -> List[str]:
         queue = plan.queue
         prev = None
         for link in range(plan.chain):
-            argv, via_stdin = lsf.bsub_argv(runs.SCRIPT, plan.submit_mode, depends_on=prev)
-            result = host.run(argv, cwd=plan.run_dir, stdin=script if via_stdin else None)
-            if result.rc != 0:
+            try:
+                job_id, queue = scheduler.submit(host, runs.SCRIPT, cwd=plan.run_dir, script=script,
+                                                 submit_mode=plan.submit_mode, depends_on=prev)
+            except UserError as exc:
                 done = f" Jobs already submitted for this run: {', '.join(ids)}." if ids else ""
-                raise UserError(f"bsub on {host.label} refused the job (exit {result.rc}):\n{result.text}\n"
-                                f"The script is {script_path}.{done}")
-            job_id, queue = lsf.parse_bsub_output(result.text)
+                raise UserError(f"{exc}\nThe script is {script_path}.{done}") from None
             ids.append(job_id)
             record["job_ids"] = list(record.get("job_ids") or []) + [job_id]
             runs.save(host, record)

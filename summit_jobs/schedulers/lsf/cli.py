@@ -148,7 +148,7 @@ def setup(state: State, home: Optional[str], environ: Dict[str, str]) -> Setup:
     """The shell environment of the embedded LSF at ``home`` (default: the one summit-jobs uses, which
     ``environ`` selects as it is this process's), created."""
     from summit_jobs.hosts import host as hosts
-    from summit_jobs.planning import resources
+    from summit_jobs import resources
     from summit_jobs.runs import records as runs
     bin_dir = resources.embedded_bin_dir()
     if not (bin_dir / "bsub").is_file() or not os.access(bin_dir / "bsub", os.X_OK):

@@ -14,16 +14,14 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from summit_jobs.errors import UserError
+# The job record and the state words are the scheduler interface's: LSF's words are its words.
+from summit_jobs.schedulers import FINISHED, STATES, UNKNOWN, JobStatus  # noqa: F401
 
 BSUB_RE = re.compile(r"Job <(\d+)> is submitted to (?:default )?queue <([^>]+)>")
-#: Every job state IBM documents for bjobs (LSF 10.1); anything else is shown as UNKNOWN with LSF's word kept.
-STATES = ("PEND", "PROV", "RUN", "DONE", "EXIT", "PSUSP", "USUSP", "SSUSP", "UNKWN", "WAIT", "ZOMBI")
-UNKNOWN = "UNKNOWN"
-FINISHED = ("DONE", "EXIT")
 STATUS_FIELDS = ("jobid", "stat", "queue", "job_name", "exit_code", "exit_reason", "pend_reason",
                  "submit_time", "start_time", "finish_time", "exec_host")
 #: What cancel asks before it kills: whose job an id names now (LSF 10.1 ``-o`` fields).
@@ -37,29 +35,6 @@ JOB_IN_TEXT_RE = re.compile(r"Job <(\d+)>")
 
 class LsfOutputError(UserError):
     """LSF printed something this tool does not understand; the raw text is in the message."""
-
-
-@dataclass(frozen=True)
-class JobStatus:
-    job_id: str
-    state: str
-    queue: str = ""
-    name: str = ""
-    exit_code: Optional[int] = None
-    reason: str = ""
-    submit_time: str = ""
-    start_time: str = ""
-    finish_time: str = ""
-    exec_host: str = ""
-    #: The state word LSF printed, kept when ``state`` is UNKNOWN because the word is not a documented one.
-    lsf_state: str = ""
-
-    @property
-    def finished(self) -> bool:
-        return self.state in FINISHED
-
-    def to_dict(self) -> Dict[str, object]:
-        return asdict(self)
 
 
 def parse_bsub_output(text: str) -> Tuple[str, str]:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-_PKG = Path(__file__).resolve().parent.parent     # summit_jobs/
+_PKG = Path(__file__).resolve().parent
 
 
 def _find(name: str) -> Path:
