@@ -13,7 +13,7 @@ import shlex
 from dataclasses import asdict, dataclass, replace
 from typing import Dict, List, Optional, Tuple
 
-from summit_jobs.planning import request as request_mod
+from summit_jobs.schedulers.lsf import request as request_mod
 from summit_jobs.profiles import settings
 from summit_jobs.planning import trainer_args
 from summit_jobs.profiles.choices import LAYOUTS, STAGE_POLICIES  # noqa: F401 - part of this module's interface
@@ -191,7 +191,7 @@ class Plan:
     script_name: str = SCRIPT_NAME
     #: Job ids of links submitted by the chain itself, one per line, in the run directory.
     chain_file: str = CHAIN_FILE
-    #: ``nnodes`` or ``slots`` (summit_jobs.planning.request) and what starts the ranks.
+    #: ``nnodes`` or ``slots`` (summit_jobs.schedulers.lsf.request) and what starts the ranks.
     request_kind: str = "nnodes"
     launcher: str = "jsrun"
     slots: int = 0
@@ -842,7 +842,7 @@ def _checked_argv(profile: Profile, opts: JobOptions, run: Launch, opt: Optimisa
 
 
 def request_step(profile: Profile, opts: JobOptions, nodes: int) -> request_mod.Request:
-    """How the job asks for its nodes and what starts its ranks (summit_jobs.planning.request)."""
+    """How the job asks for its nodes and what starts its ranks (summit_jobs.schedulers.lsf.request)."""
     kind, starter = request_mod.request_and_launcher(profile, opts.request, opts.launcher)
     return request_mod.build(profile, kind, starter, nodes, profile.node.slots, opts.mem, opts.app,
                              opts.container, opts.bsub_options)

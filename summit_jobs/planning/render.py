@@ -109,7 +109,7 @@ _BSUB_VALUE = re.compile(r"[A-Za-z0-9_.,:=+/@%\[\]>()<!&|-]+(?: [A-Za-z0-9_.,:=+
 def bsub_directive(pair: Tuple[str, str]) -> Shell:
     """``(flag, value)`` as the rest of a ``#BSUB`` line: ``-n 8``, ``-R "span[ptile=4]"``, ``-B``.
 
-    The plan checks every value (summit_jobs.planning.request); this refuses anything
+    The plan checks every value (summit_jobs.schedulers.lsf.request); this refuses anything
     that could leave the double quotes or start another line all the same.
     """
     flag, value = str(pair[0]), str(pair[1])

@@ -116,7 +116,7 @@ def _check_limits(profile: "Profile") -> None:
     if not profile.environment.python.strip():
         raise ValueError("environment.python is empty; give the compute nodes' interpreter (python3, a path, "
                          "or auto)")
-    from summit_jobs.planning.request import OWNED   # here: summit_jobs.planning.request imports this module
+    from summit_jobs.schedulers.lsf.request import OWNED   # here: summit_jobs.schedulers.lsf.request imports this module
     for i, line in enumerate(profile.scheduler.extra_directives):
         flag = line.split(" ", 1)[0]
         if flag in OWNED:
