@@ -23,7 +23,7 @@ from typing import Dict, List
 import pytest
 
 from conftest_lsf import BIN, job_processes, proc_alive, require_client, run, submitted_id, wait_for, wait_state
-from summit_jobs.embedded import state, vnode_ns
+from summit_jobs.schedulers.lsf.embedded import state, vnode_ns
 
 PY = sys.executable
 
