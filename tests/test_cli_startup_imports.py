@@ -127,7 +127,7 @@ def test_group_help_is_the_same_as_with_every_command_imported(env, columns):
     env = dict(env, COLUMNS=columns)
     lazy = subprocess.run([sys.executable, "-m", "summit_jobs", "--help"], env=env, capture_output=True,
                           text=True, timeout=60)
-    code = ("import sys\nfrom summit_jobs import main\ng = main.cli.cli\n"
+    code = ("import sys\nfrom summit_jobs.cli import main\ng = main.cli.cli\n"
             "for n in list(g.lazy_subcommands): g.load(n)\n"
             "sys.argv = ['summit-jobs', '--help']\nmain.main()\n")
     eager = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
@@ -279,7 +279,7 @@ def test_entries_not_rewritten_for_a_month_are_removed_at_the_next_write(tmp_pat
 
 
 def test_yaml_identity_names_the_installed_files_without_importing_yaml():
-    code = ("import sys; from summit_jobs import usercache; i = usercache.yaml_identity(); "
+    code = ("import sys; from summit_jobs.profiles import usercache; i = usercache.yaml_identity(); "
             "print(i is not None and 'yaml' not in sys.modules and '__init__.py' in i)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.stdout.strip() == "True", proc.stderr

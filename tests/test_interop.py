@@ -373,7 +373,7 @@ def test_a_killed_export_leaves_the_old_file_and_its_leftover_goes_next_time(tmp
     path = interop.export_weights(tmp_path, model.state_dict(), "last", "pt", "summit")
     old = path.read_bytes()
     code = ("import resource, signal, sys\n"
-            "from trainer import interop\n"
+            "from trainer.models import interop\n"
             "from trainer.models.model import build_model\n"
             "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
             "resource.setrlimit(resource.RLIMIT_FSIZE, (50000, 50000))\n"
