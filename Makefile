@@ -24,10 +24,11 @@ venv: $(STAMP)
 horovod: venv
 	scripts/build-horovod.sh $(VENV)
 
-# One process by default. `make test PYTEST_XDIST="-n 2 --dist loadfile"` runs two pytest-xdist workers,
-# a test file each at a time: 18 minutes instead of 28 on 2 cores (much of the suite waits on
-# subprocesses, LSF minutes and sockets), at the price of more timing pressure on the timed tests.
-PYTEST_XDIST ?=
+# Two pytest-xdist workers by default, a test file each at a time: much of the suite waits on subprocesses,
+# LSF minutes and sockets, so two workers on 2 cores take about half the time of one. Four workers are
+# slower there (the multi-rank tests then fight for the cores) and push the timed tests past their bounds.
+# `make test PYTEST_XDIST=` runs one process.
+PYTEST_XDIST ?= -n 2 --dist loadfile
 test: venv
 	$(PY) -m pytest -q $(PYTEST_XDIST) --durations=30
 
