@@ -150,7 +150,19 @@ class ReasonKeyLsfExecutor(LsfJobExecutor):
         return super().parse_status_output(exit_code, out)
 
 
+class LoginNameLsfExecutor(LsfJobExecutor):
+    """Works around a bug of psij-python 0.9.11: list() asks bjobs for the jobs of os.getlogin(), which raises
+    ENXIO ("No such device or address") in a process without a controlling terminal (a CI job, a batch job).
+    The user it means is the one getpass.getuser() names. Used for list() only."""
+
+    def _current_user(self):
+        import getpass
+        return getpass.getuser()
+
+
 executor = psij.JobExecutor.get_instance("lsf", config=config)
+LoginNameLsfExecutor._NAME_, LoginNameLsfExecutor._VERSION_ = executor.name, executor.version
+lister = LoginNameLsfExecutor(None, config)
 if mode == "cancel":
     # psij's registry names the classes it instantiates; this one takes the name and version it gave "lsf".
     ReasonKeyLsfExecutor._NAME_, ReasonKeyLsfExecutor._VERSION_ = executor.name, executor.version
@@ -171,14 +183,18 @@ else:
                    stderr_path=work / "job.err", resources=one_node)
 job = Job(spec)
 executor.submit(job)
+listed_while_running = []
 if mode == "cancel":
     job.wait(target_states=[JobState.ACTIVE], timeout=timedelta(seconds=30))
+    listed_while_running = lister.list()      # bjobs -a -noheader -o jobid -u USER
     executor.cancel(job)
 status = job.wait(timeout=timedelta(seconds=60))
+listed = lister.list()
 script = next((work / "psij").rglob(job.id + ".job")).read_text()
 print("PSIJ " + json.dumps({"native_id": job.native_id, "state": status.state.name if status else None,
                             "exit_code": status.exit_code if status else None,
-                            "message": status.message if status else None, "seen": seen, "script": script}))
+                            "message": status.message if status else None, "seen": seen, "script": script,
+                            "listed": listed, "listed_while_running": listed_while_running}))
 '''
 
 
@@ -206,6 +222,7 @@ def test_psij_job_completes_through_lsf(client_env, tmp_path):
     assert (work / "written.txt").read_text() == "given by the job spec from the submitting shell\n"
     assert any(line.startswith("#BSUB -env") and "PSIJ_GIVEN" in line for line in got["script"].splitlines())
     assert (work / "job.out").read_text().split() == [f"host={rec['FIRST_HOST']}", f"jobid={jid}"]
+    assert got["listed"] == [jid], got["listed"]            # list(): the user's jobs, finished ones included
     assert_no_processes_left(jid, client_env)
 
 
@@ -217,6 +234,7 @@ def test_psij_cancel_ends_the_job(client_env, tmp_path):
     got = psij_run("cancel", client_env, tmp_path)
     jid = got["native_id"]
     assert "ACTIVE" in got["seen"], got["seen"]
+    assert got["listed_while_running"] == [jid] and got["listed"] == [jid], got
     assert got["state"] in ("CANCELED", "FAILED"), got
     rec = ended(jid, client_env)
     assert rec["STAT"] == "EXIT", rec

@@ -20,7 +20,7 @@ from typing import Dict
 
 import pytest
 
-from conftest_lsf import BIN, job_processes, require_client, run, submitted_id, wait_for
+from conftest_lsf import BIN, bjobs_state, job_processes, require_client, run, submitted_id, wait_for
 
 BASH = shutil.which("bash")
 pytestmark = pytest.mark.skipif(BASH is None, reason="needs bash")
@@ -240,5 +240,10 @@ eval "$({summit_jobs('lsf', 'env', '--home', str(home))})"
     assert "ANSWER 42" in res.stdout.splitlines(), res.stdout
     jobs = sorted(p.name for p in (home / "jobs").iterdir())
     assert jobs, "no job reached the embedded LSF"
+    lsf = dict(user_env, SUMMIT_JOBS_LSF_HOME=str(home), PATH=f"{BIN}{os.pathsep}{user_env['PATH']}")
     for jid in jobs:
+        # cluster.close() scaled the worker away with bkill: the job was killed by its owner, as IBM records it
+        rec = wait_for(lambda: (lambda r: r if r["STAT"] in ("DONE", "EXIT") else None)(bjobs_state(jid, lsf)),
+                       30, f"job {jid} to end after close()")
+        assert rec["STAT"] == "EXIT" and rec["EXIT_REASON"].startswith("TERM_OWNER"), rec
         assert_no_processes_left(jid, home)
