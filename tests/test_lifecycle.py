@@ -178,3 +178,15 @@ def test_user_mistakes_are_one_paragraph(tmp_path, lsf_env):
     assert res.returncode == 2 and "belongs to no run" in res.stderr
     res = cli(["submit", "--nodes", "5", "--runs-dir", str(tmp_path)], lsf_env)
     assert res.returncode == 2 and "Traceback" not in res.stderr
+
+
+def test_a_job_bsub_refuses_ends_in_lsfs_words_and_the_scripts_path(tmp_path, lsf_env, template_dir):
+    """The scheduler's refusal (SubmitRefused) reaches the user as one message: bsub's own words, then where
+    the script is; nothing is queued and no traceback is shown."""
+    run_dir = tmp_path / "refused"
+    res = cli(["submit", "--nodes", "1", "--template-dir", str(template_dir), "--run-dir", str(run_dir),
+               "--bsub-option", "-R order[mem]"], lsf_env)
+    assert res.returncode != 0 and "Traceback" not in res.stderr, res.stderr
+    assert "refused the job (exit 255)" in res.stderr and "not order[...]" in res.stderr, res.stderr
+    assert f"The script is {run_dir / 'job.lsf'}." in res.stderr, res.stderr
+    assert json.loads((run_dir / "run.json").read_text())["job_ids"] == []

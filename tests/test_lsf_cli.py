@@ -20,7 +20,7 @@ from typing import Dict
 
 import pytest
 
-from conftest_lsf import BIN, bjobs_state, job_processes, require_client, run, submitted_id, wait_for
+from conftest_lsf import BIN, job_processes, require_client, run, submitted_id, wait_for, wait_state
 
 BASH = shutil.which("bash")
 pytestmark = pytest.mark.skipif(BASH is None, reason="needs bash")
@@ -39,6 +39,12 @@ def user_env(tmp_path) -> Dict[str, str]:
     env.update({"XDG_CONFIG_HOME": str(tmp_path / "xdg-config"), "XDG_DATA_HOME": str(tmp_path / "xdg-data"),
                 "SUMMIT_JOBS_LSF_MINUTE": "2", "SUMMIT_JOBS_LSF_KILL_GRACE": "1", "SHELL": "/bin/sh"})
     return env
+
+
+def embedded_env(user_env: Dict[str, str], home: Path) -> Dict[str, str]:
+    """The user's environment with the embedded LSF of ``home`` on PATH: for this test to ask bjobs itself."""
+    return dict(user_env, SUMMIT_JOBS_LSF_HOME=str(home), SUMMIT_JOBS_PYTHON=sys.executable,
+                PATH=f"{BIN}{os.pathsep}{user_env['PATH']}")
 
 
 def summit_jobs(*args: str) -> str:
@@ -135,10 +141,7 @@ bsub -J hostile true
     assert not list(tmp_path.rglob("PWNED*")), "a folder name was run as a command"
     jid = submitted_id(res.stdout)
     assert (home / "jobs" / jid).is_dir()
-    env = dict(user_env, SUMMIT_JOBS_LSF_HOME=str(home), SUMMIT_JOBS_PYTHON=sys.executable,
-               PATH=f"{BIN}{os.pathsep}{user_env['PATH']}")
-    wait_for(lambda: run(["bjobs", "-a", "-noheader", "-o", "stat", jid], env).stdout.strip() == "DONE", 60,
-             f"job {jid} to end")
+    assert wait_state(jid, embedded_env(user_env, home), timeout=60)["STAT"] == "DONE"
     assert_no_processes_left(jid, home)
 
 
@@ -157,10 +160,7 @@ def test_lsf_shell_runs_a_command_with_the_lsf_and_its_exit_status(user_env, tmp
     failed = run([sys.executable, "-m", "summit_jobs", "lsf", "shell", "--home", str(home), "--",
                   "bkill", "999999999"], user_env)
     assert failed.returncode != 0 and "No matching job found" in failed.stdout + failed.stderr
-    env = dict(user_env, SUMMIT_JOBS_LSF_HOME=str(home), SUMMIT_JOBS_PYTHON=sys.executable,
-               PATH=f"{BIN}{os.pathsep}{user_env['PATH']}")
-    wait_for(lambda: run(["bjobs", "-a", "-noheader", "-o", "stat", jid], env).stdout.strip() == "DONE", 60,
-             f"job {jid} to end")
+    assert wait_state(jid, embedded_env(user_env, home), timeout=60)["STAT"] == "DONE"
     assert_no_processes_left(jid, home)
 
 
@@ -240,10 +240,8 @@ eval "$({summit_jobs('lsf', 'env', '--home', str(home))})"
     assert "ANSWER 42" in res.stdout.splitlines(), res.stdout
     jobs = sorted(p.name for p in (home / "jobs").iterdir())
     assert jobs, "no job reached the embedded LSF"
-    lsf = dict(user_env, SUMMIT_JOBS_LSF_HOME=str(home), PATH=f"{BIN}{os.pathsep}{user_env['PATH']}")
     for jid in jobs:
         # cluster.close() scaled the worker away with bkill: the job was killed by its owner, as IBM records it
-        rec = wait_for(lambda: (lambda r: r if r["STAT"] in ("DONE", "EXIT") else None)(bjobs_state(jid, lsf)),
-                       30, f"job {jid} to end after close()")
+        rec = wait_state(jid, embedded_env(user_env, home), timeout=30)
         assert rec["STAT"] == "EXIT" and rec["EXIT_REASON"].startswith("TERM_OWNER"), rec
         assert_no_processes_left(jid, home)

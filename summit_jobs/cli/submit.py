@@ -301,7 +301,7 @@ def build_job(state: State, kw: dict, *, accum_steps: int = 1, virtual_nodes: Op
     _check_output_options(kw)
     job = job_mod.build_job(state, kw, accum_steps=accum_steps, virtual_nodes=virtual_nodes,
                             explicit=_given_on_command_line(plan_mod.EXPLICIT_FIELDS))
-    for line in job.warnings:
+    for line in job.plan.warnings:
         click.echo(f"summit-jobs: warning: {line}", err=True)
     return job.profile, job.plan, job.script
 

@@ -11,18 +11,18 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import List, NamedTuple, Optional, Tuple
+from typing import NamedTuple, Optional, Tuple
 
 from summit_jobs.errors import UserError
 from summit_jobs.profiles import settings
 
 
 class Job(NamedTuple):
-    """A built job: the profile it is for (with --env applied), the checked plan and the rendered script."""
+    """A built job: the profile it is for (with --env applied), the checked plan (its ``warnings`` for the
+    caller to print) and the rendered script."""
     profile: object
     plan: object
     script: str
-    warnings: List[str]
 
 
 def _env_overrides(pairs: Tuple[str, ...]) -> dict:
@@ -121,7 +121,7 @@ def build_job(state, kw: dict, *, accum_steps: int = 1, virtual_nodes: Optional[
     if plan.staging:                      # a manifest readable here is checked before anything is queued
         from summit_jobs.data import staging
         staging.check_job_manifest(plan.staging.manifest, plan.nodes, plan.staging.policy)
-    return Job(profile, plan, render.render(plan, template_dir), list(plan.warnings))
+    return Job(profile, plan, render.render(plan, template_dir))
 
 
 def _replaces_launch(template_dir: Optional[str]) -> bool:

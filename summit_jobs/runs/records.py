@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 from typing import Dict, List, Optional
 
+from summit_jobs import schedulers
 from summit_jobs.errors import UserError
 from summit_jobs.hosts.host import Host
 from trainer import rundir
@@ -92,7 +93,8 @@ def create(host: Host, plan, profile, script: str, *, force: bool, ssh: Optional
     record: Dict[str, object] = {
         "name": os.path.basename(run_dir.rstrip("/")), "run_dir": run_dir, "machine": profile.name,
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "git": training_code_revision(),
-        "host": host.label, "ssh": ssh, "embedded": profile.scheduler.embedded,
+        "host": host.label, "ssh": ssh, "scheduler": schedulers.for_profile(profile).name,
+        "embedded": profile.scheduler.embedded,
         "virtual_nodes": profile.scheduler.virtual_nodes, "cores": profile.node.cores,
         "submit_mode": plan.submit_mode, "chain": plan.chain, "job_name": plan.job_name,
         "job_ids": previous, "previous_job_ids": previous, "lsf_home": embedded_home(host),
@@ -280,7 +282,7 @@ def with_chain_links(host: Host, record: Dict[str, object], ids: List[str]) -> L
     return out
 
 
-def output_files(script: str, job_id: str) -> List[str]:
-    """The output files (relative to the run directory) a job of ``script`` writes, as its scheduler names them."""
-    from summit_jobs import schedulers
-    return schedulers.for_record(None).output_files(script, job_id)
+def output_files(script: str, job_id: str, record: Optional[Dict] = None) -> List[str]:
+    """The output files (relative to the run directory) a job of ``script`` writes, as the run's scheduler
+    names them."""
+    return schedulers.for_record(record).output_files(script, job_id)

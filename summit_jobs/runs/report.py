@@ -397,7 +397,7 @@ def _jobs(host, run_dir: str, record: Optional[Dict], events: Optional[List[Dict
         if mine:
             resumed, how = _ending_from_events(mine)
         else:
-            output = "".join(host.read_text(host.join(run_dir, f)) or "" for f in runs.output_files(script, jid))
+            output = "".join(host.read_text(host.join(run_dir, f)) or "" for f in runs.output_files(script, jid, record))
             resumed, how = _job_ending(output)
         if problem:
             state = problem

@@ -131,7 +131,7 @@ def submit(state, profile, plan, script: str, kw: dict) -> List[str]:
             try:
                 job_id, queue = scheduler.submit(host, runs.SCRIPT, cwd=plan.run_dir, script=script,
                                                  submit_mode=plan.submit_mode, depends_on=prev)
-            except UserError as exc:
+            except schedulers.SubmitRefused as exc:
                 done = f" Jobs already submitted for this run: {', '.join(ids)}." if ids else ""
                 raise UserError(f"{exc}\nThe script is {script_path}.{done}") from None
             ids.append(job_id)

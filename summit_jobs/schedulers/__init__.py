@@ -15,6 +15,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Dict, List, Mapping, NamedTuple, Optional, Protocol, Sequence, Tuple
 
+from summit_jobs.errors import UserError
+
 #: The job states of the interface (LSF's words: IBM LSF 10.1, "About job states"): pending, provisioning,
 #: running, finished normally, exited, suspended (by the user, the system or a host), unknown, waiting, zombie.
 STATES = ("PEND", "PROV", "RUN", "DONE", "EXIT", "PSUSP", "USUSP", "SSUSP", "UNKWN", "WAIT", "ZOMBI")
@@ -56,6 +58,11 @@ class Submitted(NamedTuple):
     queue: str
 
 
+class SubmitRefused(UserError):
+    """The scheduler refused a job (its own words in the message): the caller adds what was already queued.
+    An answer it cannot read is another UserError, passed on as it is."""
+
+
 class Scheduler(Protocol):
     """What the login side needs of a batch scheduler. ``host`` is a summit_jobs.hosts host: ``run(argv, cwd=,
     stdin=)`` returning an object with ``rc``, ``stdout`` and ``text``, on this machine or over SSH."""
@@ -90,7 +97,6 @@ def by_name(name: str) -> Scheduler:
     """The implementation of scheduler ``name``; an unknown name is refused with the known ones."""
     import importlib
 
-    from summit_jobs.errors import UserError
     target = IMPLEMENTATIONS.get(name)
     if target is None:
         raise UserError(f"scheduler {name!r} is not one this tool drives; known: {', '.join(sorted(IMPLEMENTATIONS))}.")

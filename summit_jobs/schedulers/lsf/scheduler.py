@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from summit_jobs.errors import UserError
-from summit_jobs.schedulers import JobStatus, Submitted
+from summit_jobs.schedulers import JobStatus, Submitted, SubmitRefused
 from summit_jobs.schedulers.lsf import client
 
 
@@ -61,7 +61,3 @@ class LsfScheduler:
     def output_files(self, script: str, job_id: str) -> List[str]:
         """The ``-o``/``-e`` files of the script's ``#BSUB`` lines, ``%J`` replaced."""
         return client.output_files(script, job_id)
-
-
-class SubmitRefused(UserError):
-    """The scheduler refused a job: the caller adds what was already queued."""

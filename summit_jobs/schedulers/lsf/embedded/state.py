@@ -77,7 +77,7 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import Dict, Iterator, List, Optional
+from typing import Dict, Iterator, List, Optional, Tuple
 
 from summit_jobs.schedulers.lsf.home import home_path  # noqa: F401 - the state folder, for this package's modules
 
@@ -227,33 +227,18 @@ def nvme_dir(lsf_home: Path, node: str) -> Path:
     name (data staged before the nodes had host names, or on a machine without namespaces) is renamed to
     this one rather than staged again: nothing staged is lost or copied twice.
     """
+    from summit_jobs.schedulers.lsf.embedded import vnode_ns
     path = lsf_home / "nodes" / node / "nvme"
-    if not path.is_dir():
-        for other in _other_names(node):
-            old = lsf_home / "nodes" / other / "nvme"
-            if old.is_dir():
-                path.parent.mkdir(parents=True, exist_ok=True)
-                try:
-                    os.rename(old, path)  # atomic; a racing task that moved it first leaves nothing to move
-                except OSError:
-                    pass
-                break
+    other = vnode_ns.other_name(node)
+    old = lsf_home / "nodes" / other / "nvme" if other else None
+    if old is not None and not path.is_dir() and old.is_dir():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.rename(old, path)  # atomic; a racing task that moved it first leaves nothing to move
+        except OSError:
+            pass
     path.mkdir(parents=True, exist_ok=True)
     return path
-
-
-def _other_names(node: str) -> List[str]:
-    """The node's name in the other naming: ``vnodeN`` for its address, and its address for ``vnodeN``."""
-    from summit_jobs.schedulers.lsf.embedded import vnode_ns
-    address = vnode_ns.address_of(node)
-    if address != node:
-        return [address]
-    parts = node.split(".")
-    if len(parts) == 4 and parts[:2] == ["127", "1"] and all(p.isdigit() for p in parts):
-        index = int(parts[2]) * 250 + int(parts[3])
-        if node_address(index) == node:
-            return [f"{vnode_ns.PREFIX}{index}"]
-    return []
 
 
 def job_tmp_root(lsf_home: Path, job_id: object) -> Path:
@@ -668,6 +653,15 @@ def fmt_time(ts: Optional[float]) -> str:
     if not ts:
         return "-"
     return time.strftime("%b %d %H:%M", time.localtime(ts))
+
+
+def asked_among(asked: List[str], names: List[str], unknown: str) -> Tuple[List[str], List[str]]:
+    """(the names a listing command shows: all of them, or the asked ones, in their own order; the asked names
+    that are not among them). Each unknown name gets IBM's line ``NAME: <unknown>`` on stderr."""
+    missing = [a for a in asked if a not in names]
+    for name in missing:
+        print(f"{name}: {unknown}", file=sys.stderr)
+    return [n for n in names if not asked or n in asked], missing
 
 
 def jobs_for_report(command: str) -> Optional[List[Dict]]:

@@ -155,6 +155,20 @@ def address_of(host: str) -> str:
     return LAUNCH_ADDRESS if host == state.LAUNCH_NODE else host
 
 
+def other_name(host: str) -> Optional[str]:
+    """The node's name in the other naming: its address for ``vnodeN``, ``vnodeN`` for its address; None
+    for anything that is not a virtual node."""
+    address = address_of(host)
+    if address != host:
+        return address
+    parts = host.split(".")
+    if len(parts) == 4 and parts[:2] == ["127", "1"] and all(p.isdigit() for p in parts):
+        index = int(parts[2]) * 250 + int(parts[3])
+        if state.node_address(index) == host:
+            return f"{PREFIX}{index}"
+    return None
+
+
 def hosts_text(base: str, count: int) -> str:
     """The private hosts file: ``base`` (the machine's /etc/hosts, any earlier block of ours cut off), a
     line per virtual node and one for the launch node."""

@@ -78,11 +78,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     jobs = state.jobs_for_report("bhosts")
     if jobs is None:
         return 255
-    missing = [a for a in asked if a not in names]
-    for name in missing:
-        print(f"{name}: Host name, host group name or cluster name is not used by the batch system",
-              file=sys.stderr)
-    shown = [n for n in names if not asked or n in asked]
+    shown, missing = state.asked_among(asked, names, "Host name, host group name or cluster name is not used "
+                                                     "by the batch system")
     if shown:
         used = slots_by_host(jobs)
         rows = [row(n, "closed" if used.get(n) else "ok", cores, used.get(n, 0), wide) for n in shown]

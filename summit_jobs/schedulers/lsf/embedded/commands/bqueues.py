@@ -90,10 +90,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     jobs = state.jobs_for_report("bqueues")
     if jobs is None:
         return 255
-    missing = [a for a in asked if a not in names]
-    for name in missing:
-        print(f"{name}: No such queue", file=sys.stderr)
-    shown = [n for n in names if not asked or n in asked]
+    shown, missing = state.asked_among(asked, names, "No such queue")
     if shown:
         counts = task_counts(jobs, shown)
         width = max([15] + [len(n) for n in shown])
