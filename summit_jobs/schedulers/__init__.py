@@ -24,8 +24,6 @@ STATES = ("PEND", "PROV", "RUN", "DONE", "EXIT", "PSUSP", "USUSP", "SSUSP", "UNK
 UNKNOWN = "UNKNOWN"
 #: The states of a job that has ended.
 FINISHED = ("DONE", "EXIT")
-#: What ``cancel`` says of each job.
-CANCEL_OUTCOMES = ("terminating", "finished", "not found")
 
 
 @dataclass(frozen=True)
@@ -83,7 +81,8 @@ class Scheduler(Protocol):
         touches only jobs that still belong to the run (ids are reused)."""
 
     def cancel(self, host, job_ids: Sequence[str]) -> Dict[str, str]:
-        """Cancel the jobs in the order given; for each id one of CANCEL_OUTCOMES."""
+        """Cancel the jobs in the order given; for each id ``terminating``, ``finished`` (it had ended) or
+        ``not found`` (the scheduler no longer knows it)."""
 
     def output_files(self, script: str, job_id: str) -> List[str]:
         """The output files (relative to the job's folder) that a job of ``script`` with id ``job_id`` writes."""
