@@ -1,0 +1,105 @@
+"""A real Slurm cluster for the Slurm tests, started once per test session and stopped at its end.
+
+Import the fixture into a test module with ``from slurm_cluster import slurm_cluster``. It is
+summit_jobs.schedulers.slurm.localcluster's cluster: MUNGE, MariaDB and slurmdbd (so that sacct answers),
+slurmctld and two slurmd nodes (node1, node2, 2 CPUs each) in their own UTS and mount namespaces. It needs root
+and Debian's slurm-wlm, munge, mariadb-server-core and slurmdbd; without them the tests skip with the reason,
+except in CI (CI=true, SUMMIT_JOBS_REQUIRE_SLURM=1), where they fail.
+
+The helpers read a job the way the Slurm scheduler will: ``squeue --json`` while Slurm's controller keeps the
+job (22.05's squeue --json lists every job whatever -j says, so the helper picks the id), ``sacct --json``
+once slurmdbd has its final record (sent a moment after the job ends).
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from typing import Dict, Iterable, Optional
+
+import pytest
+
+from summit_jobs.schedulers.slurm.localcluster import ClusterError, LocalSlurmCluster, check_can_run
+
+#: The states after which a job does not run again (squeue's and sacct's words).
+ENDED = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE",
+         "PREEMPTED")
+
+
+def unavailable_reason() -> Optional[str]:
+    """Why the cluster cannot start here (not root, a package missing), or None."""
+    try:
+        check_can_run(accounting=True)
+    except ClusterError as exc:
+        return str(exc)
+    return None
+
+
+def required() -> bool:
+    """CI demands the Slurm tests run (it installs the packages and runs as root)."""
+    return os.environ.get("CI") == "true" and os.environ.get("SUMMIT_JOBS_REQUIRE_SLURM") == "1"
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster(tmp_path_factory) -> LocalSlurmCluster:
+    """The session's cluster; its start failing is an error of every test that uses it (with the daemon's
+    log in the message), never a skip."""
+    reason = unavailable_reason()
+    if reason:
+        if required():
+            pytest.fail(f"SUMMIT_JOBS_REQUIRE_SLURM=1 but {reason}")
+        pytest.skip(reason)
+    cluster = LocalSlurmCluster(tmp_path_factory.mktemp("slurm"), accounting=True)
+    cluster.start(timeout=60)
+    yield cluster
+    cluster.stop()
+    # The database is the one large thing (about 80 MB); the logs stay for a failure's post-mortem.
+    shutil.rmtree(cluster.root / "db", ignore_errors=True)
+
+
+def squeue_job(cluster: LocalSlurmCluster, job_id: str) -> Optional[Dict]:
+    """The job's record in ``squeue --json`` (None when the controller no longer knows it)."""
+    out = cluster.run(["squeue", "--json", "--states=all"], timeout=30)
+    assert out.returncode == 0, out.stderr
+    return next((j for j in json.loads(out.stdout)["jobs"] if str(j["job_id"]) == str(job_id)), None)
+
+
+def wait_job(cluster: LocalSlurmCluster, job_id: str, states: Iterable[str] = ENDED, timeout: float = 60) -> Dict:
+    """Poll squeue until the job is in one of ``states``; its record. Fails with the last state seen."""
+    states = tuple(states)
+    deadline = time.monotonic() + timeout
+    job = None
+    while time.monotonic() < deadline:
+        job = squeue_job(cluster, job_id)
+        if job and job["job_state"] in states:
+            return job
+        time.sleep(0.2)
+    raise AssertionError(f"job {job_id} not in {states} after {timeout} s: "
+                         f"{job and (job['job_state'], job['state_reason'])}")
+
+
+def sacct_job(cluster: LocalSlurmCluster, job_id: str, timeout: float = 30) -> Dict:
+    """The job's record in ``sacct --json`` once slurmdbd has its final one: the ended state, name and nodes
+    that squeue shows. Until then sacct may show nothing, or a placeholder that slurmdbd made from a step's
+    record that came first (seen on 22.05: name "allocation", the batch host only, PENDING, then COMPLETED)."""
+    final = wait_job(cluster, job_id, timeout=timeout)
+    want = (final["job_state"], final["name"], final["nodes"])
+    deadline = time.monotonic() + timeout
+    seen = None
+    while time.monotonic() < deadline:
+        out = cluster.run(["sacct", "--json", "-j", str(job_id)], timeout=30)
+        assert out.returncode == 0, out.stderr
+        jobs = [j for j in json.loads(out.stdout)["jobs"] if str(j["job_id"]) == str(job_id)]
+        seen = jobs and (jobs[0]["state"]["current"], jobs[0]["name"], jobs[0]["nodes"])
+        if seen == want:
+            return jobs[0]
+        time.sleep(0.2)
+    raise AssertionError(f"sacct's record of job {job_id} is {seen}, not {want}, after {timeout} s")
+
+
+def sbatch(cluster: LocalSlurmCluster, *args: str, cwd=None) -> str:
+    """Submit with ``sbatch --parsable``; the job id."""
+    out = cluster.run(["sbatch", "--parsable", *args], cwd=cwd, timeout=30)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip().split(";")[0]
