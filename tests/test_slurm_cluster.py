@@ -175,7 +175,7 @@ def test_a_dependent_job_starts_after_the_first_ends_whatever_its_exit(slurm_clu
     # 22.05's squeue --json gives the raw wait status (exit 3 is 3 << 8); sacct --json splits it.
     assert (ended["job_state"], ended["exit_code"]) == ("FAILED", 3 << 8)
     # sacct --json of 22.05 writes any exit as {"status": "SUCCESS", "return_code": 0} (its dbv0.0.38
-    # parser reads WIFEXITED only); the state and sacct -P's ExitCode are right.
+    # parser looks at WIFEXITED, not at the status); the state and sacct -P's ExitCode are right.
     assert sacct_job(slurm_cluster, first)["state"]["current"] == "FAILED"
     exit_code = slurm_cluster.run(["sacct", "-P", "-n", "-X", "-j", first, "--format=State,ExitCode"]).stdout
     assert exit_code.split() == ["FAILED|3:0"]
@@ -235,3 +235,10 @@ def test_a_caller_that_is_not_root_is_told_so(tmp_path, monkeypatch):
     with pytest.raises(ClusterError, match="needs root"):
         LocalSlurmCluster(tmp_path / "c").start()
     assert not (tmp_path / "c").exists()
+
+
+def test_stop_never_takes_the_machines_namespace_for_a_nodes():
+    """An init that has not yet entered its namespaces shares the machine's: stop() killing "its" namespace
+    would then kill every process of the machine."""
+    assert localcluster.own_namespace(os.getpid()) == ""
+    assert localcluster.own_namespace(1) == ""

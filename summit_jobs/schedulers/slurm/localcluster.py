@@ -19,15 +19,16 @@ is disabled", and ``squeue --json`` and ``scontrol show job`` know a job until M
 With ``accounting=True`` the cluster also runs a private MariaDB server (an empty data folder, no grant
 tables, reachable only through its Unix socket in the folder) and slurmdbd, so that ``sacct`` and
 ``sacct --json`` answer as on a production cluster; that needs Debian's ``mariadb-server-core`` and ``slurmdbd``
-and adds about 6 s to the start (slurmdbd creates its tables).
+and adds about 5 s to the start (slurmdbd creates its tables).
 
 Needs root (namespaces, mounts, and slurmd runs jobs as their owner) and Debian's ``slurm-wlm`` and ``munge``.
-Standard library only: the test fixtures import it. Run ``python -m summit_jobs.schedulers.slurm.localcluster
-start|stop|env DIR`` by hand.
+Standard library and summit_jobs.errors only: the test fixtures import it. By hand:
+``python -m summit_jobs.schedulers.slurm.localcluster start|stop|env DIR``.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
 import json
 import os
@@ -41,7 +42,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from summit_jobs.errors import UserError
+from summit_jobs.errors import UserError, describe_os_error
 
 #: The daemons and client commands a cluster needs, and where Debian puts them.
 PROGRAMS = ("munged", "slurmctld", "slurmd", "sinfo", "srun", "sbatch", "squeue", "scancel", "scontrol",
@@ -136,6 +137,13 @@ def namespace_of(pid: int) -> str:
         return ""
 
 
+def own_namespace(pid: int) -> str:
+    """The UTS namespace of a daemon's init if it has one of its own; "" while it still shares the machine's
+    (an init that has not yet entered its own): stop() must never take the machine's for a node's."""
+    namespace = namespace_of(pid)
+    return "" if namespace in ("", namespace_of(os.getpid()), namespace_of(1)) else namespace
+
+
 def members(namespace: str, but: Sequence[int] = ()) -> List[int]:
     """Every live process in a UTS namespace, except those in ``but``."""
     found = []
@@ -223,6 +231,9 @@ class LocalSlurmCluster:
         self.jobcomp = self.root / "jobcomp.log"
         self.ports: Dict[str, int] = {}
         self._children: Dict[int, subprocess.Popen] = {}
+        #: Every daemon this start spawned, saved to cluster.json as soon as it is known, so that a start that
+        #: fails half-way stops what it began.
+        self._spawned: List[Daemon] = []
 
     # -- what users and tests call ------------------------------------------------------------------------
 
@@ -265,18 +276,19 @@ class LocalSlurmCluster:
         self._refuse_if_running()
         deadline = time.monotonic() + timeout
         self._prepare()
-        started: List[Daemon] = []
+        self._spawned = []
         try:
-            started.append(self._start_munged(deadline))
+            self._start_munged(deadline)
             if self.accounting:
-                started += self._start_accounting(deadline)
-            started += self._start_slurm(deadline)
-            self._save(started)
-            self._wait_idle(started, deadline)
-            self._save([self._with_namespace(d) for d in started])
+                self._start_accounting(deadline)
+            self._start_slurm(deadline)
+            self._save(self._spawned)
+            self._wait_idle(self._spawned, deadline)
+            self._save([self._with_namespace(d) for d in self._spawned])
         except BaseException:
-            self._save(started)
-            self.stop()
+            self._save(self._spawned)
+            with contextlib.suppress(ClusterError):   # the start's own error says more
+                self.stop()
             raise
         return self
 
@@ -348,17 +360,18 @@ class LocalSlurmCluster:
             proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=fh, stderr=subprocess.STDOUT,
                                     env=env, cwd=str(self.root), start_new_session=True)
         self._children[proc.pid] = proc
-        return Daemon(name, proc.pid, start_time(proc.pid) or 0, str(log), str(out))
+        daemon = Daemon(name, proc.pid, start_time(proc.pid) or 0, str(log), str(out))
+        self._spawned.append(daemon)
+        return daemon
 
-    def _await(self, daemon: Daemon, ready: Callable[[], bool], what: str, deadline: float) -> Daemon:
+    def _await(self, daemon: Daemon, ready: Callable[[], bool], what: str, deadline: float) -> None:
         """Wait until the daemon is ready; fail with its log if it exits or the time is up."""
         if not wait_until(lambda: not is_alive(daemon) or ready(), max(0.0, deadline - time.monotonic())):
             self._fail(f"{daemon.name} did not {what} in time", daemon)
         if not is_alive(daemon):
             self._fail(f"{daemon.name} exited", daemon)
-        return daemon
 
-    def _start_munged(self, deadline: float) -> Daemon:
+    def _start_munged(self, deadline: float) -> None:
         """munged with its own key, socket, log and seed; --force because the folder's parents may be
         private (pytest's are), which munged otherwise refuses."""
         m = self.root / "munge"
@@ -367,9 +380,9 @@ class LocalSlurmCluster:
                                         f"--log-file={m / 'munged.log'}", f"--pid-file={m / 'munged.pid'}",
                                         f"--seed-file={m / 'munged.seed'}"],
                              m / "munged.log", m / "munged.out")
-        return self._await(daemon, self.munge_socket.exists, "create its socket", deadline)
+        self._await(daemon, self.munge_socket.exists, "create its socket", deadline)
 
-    def _start_accounting(self, deadline: float) -> List[Daemon]:
+    def _start_accounting(self, deadline: float) -> None:
         """A MariaDB server of our own on an empty data folder (no grant tables: only its Unix socket, in a
         folder only root may enter, reaches it), then slurmdbd, which creates its tables on first contact
         and finds the socket through MYSQL_UNIX_PORT."""
@@ -382,7 +395,6 @@ class LocalSlurmCluster:
                           self.root / "dbd" / "slurmdbd.out", env=env)
         port = self.ports["slurmdbd"]
         self._await(dbd, lambda: listening(port), f"listen on port {port}", deadline)
-        return [mariadb, dbd]
 
     def _enter_argv(self, hostname: str, binds: Sequence[Tuple[Path, Path]], program: List[str]) -> List[str]:
         """The command line that runs ``program`` under this module's namespace init (``_enter``)."""
@@ -391,21 +403,20 @@ class LocalSlurmCluster:
             argv += ["--bind", str(src), str(dst)]
         return argv + ["--", *program]
 
-    def _start_slurm(self, deadline: float) -> List[Daemon]:
+    def _start_slurm(self, deadline: float) -> None:
         """slurmctld (cleared state, -c), then one slurmd per node once it listens, each under its own
         namespace init; the nodes see their own spool and log folders at the paths slurm.conf names."""
         ctld = self.root / "ctld"
-        started = [self._spawn("slurmctld", self._enter_argv(CTLD_HOST, (), [
+        ctl = self._spawn("slurmctld", self._enter_argv(CTLD_HOST, (), [
             find_program("slurmctld"), "-D", "-c", "-f", str(self.conf)]),
-            ctld / "slurmctld.log", ctld / "slurmctld.out")]
+            ctld / "slurmctld.log", ctld / "slurmctld.out")
         port = self.ports["slurmctld"]
-        self._await(started[0], lambda: listening(port), f"listen on port {port}", deadline)
+        self._await(ctl, lambda: listening(port), f"listen on port {port}", deadline)
         for node in self.nodes:
             own = self.root / "nodes" / node
             binds = [(own / "spool", self.root / "node" / "spool"), (own / "log", self.root / "node" / "log")]
             argv = self._enter_argv(node, binds, [find_program("slurmd"), "-D", "-f", str(self.conf)])
-            started.append(self._spawn(node, argv, own / "log" / "slurmd.log", own / "slurmd.out"))
-        return started
+            self._spawn(node, argv, own / "log" / "slurmd.log", own / "slurmd.out")
 
     def _wait_idle(self, started: List[Daemon], deadline: float) -> None:
         """Until sinfo shows every node idle; a daemon that exits meanwhile fails the start at once."""
@@ -428,7 +439,7 @@ class LocalSlurmCluster:
         """The daemon's record with its namespace, read once its init has surely entered it."""
         if not daemon.name.startswith(NAMESPACED):
             return daemon
-        return Daemon(**{**asdict(daemon), "namespace": namespace_of(daemon.pid)})
+        return Daemon(**{**asdict(daemon), "namespace": own_namespace(daemon.pid)})
 
     def _fail(self, what: str, daemon: Daemon) -> None:
         """Raise the one start error: what failed and the daemon's last log lines (its output if no log)."""
@@ -447,7 +458,7 @@ class LocalSlurmCluster:
         everything, exit."""
         live = [d for d in daemons if is_alive(d)]
         inits = [d.pid for d in live]
-        namespaces = [ns for ns in (d.namespace or namespace_of(d.pid) for d in live) if ns]
+        namespaces = [ns for ns in (d.namespace or own_namespace(d.pid) for d in live) if ns]
         signal_pids(inits, signal.SIGTERM)
         grace_ends = time.monotonic() + min(2.0, timeout)
 
@@ -620,6 +631,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except UserError as exc:
         print(f"Error: {exc}", file=sys.stderr)
         return exc.exit_code
+    except OSError as exc:      # the folder cannot be written: one line, not a traceback
+        print(f"Error: {describe_os_error(exc)}", file=sys.stderr)
+        return UserError.exit_code
 
 
 def command(args: argparse.Namespace) -> int:
