@@ -44,6 +44,7 @@ import time
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from summit_jobs.schedulers.lsf.minute import chain_setup
 from trainer import rundir
 
 
@@ -157,8 +158,8 @@ def next_minute(run_dir: Path, job: str, elapsed: float, floor: float, current: 
 
 
 def next_minute_main(argv: Sequence[str]) -> int:
-    """``--next-minute RUN_DIR ELAPSED FLOOR``, called by a link's ``bsub`` (see chain_setup): prints the
-    minute for the next link. In the job: LSB_JOBID, and SUMMIT_JOBS_LSF_MINUTE, the link's own minute."""
+    """``--next-minute RUN_DIR ELAPSED FLOOR``, called by a link as it queues the next (see chain_setup):
+    prints the minute for the next link. In the job: LSB_JOBID, and SUMMIT_JOBS_LSF_MINUTE, the link's own minute."""
     run_dir, elapsed, floor = argv
     try:
         current = float(os.environ.get("SUMMIT_JOBS_LSF_MINUTE") or 60.0)
@@ -169,20 +170,6 @@ def next_minute_main(argv: Sequence[str]) -> int:
         return 1
     print(f"{minute:g}")
     return 0
-
-
-def chain_setup(python: str, floor: float) -> List[str]:
-    """The profile's ``environment.setup`` lines of the demo's jobs: a shell function ``bsub`` in front of
-    the embedded LSF's, which the chain calls to queue the next link. It runs ``--next-minute`` first and
-    hands its answer to the real bsub as SUMMIT_JOBS_LSF_MINUTE, which sets the next link's limits and is
-    that link's environment in turn; should the measurement fail, the link's own minute is passed on."""
-    measure = (f"{shlex.quote(python)} -m summit_jobs.demo --next-minute \"${{RUN_DIR:-$PWD}}\" \"$SECONDS\" "
-               f"{floor:g}")
-    return [
-        "# summit-jobs demo: the next link's LSF minute comes from this link's start-up (python -m summit_jobs.demo)",
-        f"bsub() {{ local m; m=$({measure}) && [ -n \"$m\" ] || m=${{SUMMIT_JOBS_LSF_MINUTE:-60}}; "
-        "SUMMIT_JOBS_LSF_MINUTE=$m command bsub \"$@\"; }",
-    ]
 
 
 def active(row: Dict) -> bool:

@@ -332,7 +332,9 @@ def _hop1_paths(manifest_path, transport: str, source: Optional[str], htar: Opti
 
 def _print_stage_plan(profile, plan, hop1, data, src, pfs, hop1_needed: bool, transport: str,
                       htar: Optional[str], nodes: int, policy: str, as_json: bool) -> None:
-    """--dry-run: per node shares, hop 1's commands and hop 2's jsrun line; nothing copied."""
+    """--dry-run: per node shares, hop 1's commands and hop 2's line (one process per node, as the profile's
+    scheduler starts it); nothing copied."""
+    from summit_jobs import schedulers
     from summit_jobs.data import staging
     names = [str(s["name"]) for s in data["shards"]]
     if hop1_needed:
@@ -340,10 +342,9 @@ def _print_stage_plan(profile, plan, hop1, data, src, pfs, hop1_needed: bool, tr
                       f"{htar or src} -> {pfs}"] + [f"  {c}" for c in hop1.commands(names)]
     else:
         hop1_lines = [f"hop 1: none, the shards are already in {src}"]
-    hop2_cmd = (f"jsrun -n {nodes} -r 1 -a 1 -c {profile.node.cores} {profile.environment.python} "
-                f"-m trainer.stage --manifest "
-                f"{pfs / _manifest_name()} --dest {staging.nvme_data_dir(profile.node.nvme_path or '<no nvme>')} "
-                f"--policy {policy} --nodes {nodes}")
+    program = (f"{profile.environment.python} -m trainer.stage --manifest {pfs / _manifest_name()} --dest "
+               f"{staging.nvme_data_dir(profile.node.nvme_path or '<no nvme>')} --policy {policy} --nodes {nodes}")
+    hop2_cmd = schedulers.for_profile(profile).stage_launch_line(profile, nodes, program)
     if as_json:
         click.echo(json.dumps({"plan": plan.to_dict(), "hop1": hop1_lines, "hop2": hop2_cmd}, indent=2))
     else:

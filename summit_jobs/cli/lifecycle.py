@@ -4,10 +4,11 @@ A job is named by its run (directory path or name, as printed by submit) or by
 its job id. Runs remember their host, so these commands reach the same login
 node (one SSH connection per invocation) without repeating options.
 
-Status asks bjobs for all jobs of a host in one batched ``-json`` call, then
-reads each job's ``exitcode.<id>`` file in the run directory: that file, not
-bjobs, says how a job ended. A job that has dropped out of bjobs without such a
-file is shown as UNKNOWN, never as done. A job killed by its owner (cancel, or
+Status asks the run's scheduler for all jobs of a host at once (LSF: one
+batched ``-json`` call), then reads each job's ``exitcode.<id>`` file in the
+run directory: that file, not the scheduler's job list, says how a job ended. A
+job that has dropped out of that list without such a file is shown as UNKNOWN,
+never as done. A job killed by its owner (cancel, or
 bkill: LSF's EXIT with TERM_OWNER) is EXIT and marked CANCELLED even when the
 trainer checkpointed and exited 0 on the kill's TERM.
 
@@ -27,6 +28,7 @@ from typing import Dict, List, Optional, Tuple
 
 import click
 
+from summit_jobs import schedulers
 from summit_jobs.runs import lifecycle
 from summit_jobs.cli.submit import State, cli  # noqa: F401
 from summit_jobs.cli.types import complete_runs, refuse_empty_argument
@@ -95,7 +97,7 @@ def _watch(state: State, pairs, hosts_: lifecycle.Hosts, view: "_StatusView", wa
         rows = reconnect.run(lambda: _rows(state, pairs, hosts_, reader))
         if watch and all(_ended(r) for r in rows):
             # A link queues the next one (chain.jobs) before it ends, so a look that read chain.jobs before
-            # that line and bjobs after the end knows too few jobs: look once more, links read after the end.
+            # that line and the scheduler after the end knows too few jobs: look once more, links read after the end.
             again = reconnect.run(lambda: _rows(state, pairs, hosts_, reader))
             if [r["job_id"] for r in again] != [r["job_id"] for r in rows]:
                 rows = again
@@ -218,29 +220,32 @@ def cancel_cmd(state: State, target: str) -> None:
     pairs = lifecycle.targets(state, target)
     hosts_ = lifecycle.Hosts(state)
     refused: List[str] = []
+    refused_in: Optional[Dict] = None       # the run record of a refused job: its scheduler names the way out
     try:
         for record, ids in lifecycle.with_links(pairs, hosts_):
             host = hosts_.get(record)
             mine, skipped = (ids, []) if record is None else _owned(host, record, ids)
             refused += skipped
+            refused_in = record if skipped else refused_in
             if mine:
                 _kill(host, record, mine)
     finally:
         hosts_.close()
     if refused:
-        raise UserError(f"job(s) {', '.join(refused)} were not killed: LSF now gives those ids to other jobs, "
-                        "or could not say whose they are (see above). Nothing of another run is touched; kill a "
-                        "job by its id with bkill if you are sure.")
+        scheduler = schedulers.for_record(refused_in)
+        raise UserError(f"job(s) {', '.join(refused)} were not killed: {scheduler.label} now gives those ids to "
+                        "other jobs, or could not say whose they are (see above). Nothing of another run is "
+                        f"touched; kill a job by its id with {scheduler.cancel_command} if you are sure.")
 
 
 def _kill(host, record: Optional[Dict], ids: List[str]) -> None:
-    """bkill the jobs, last link first (so a killed link does not release the next), and note it in run.json."""
-    from summit_jobs import schedulers
+    """Cancel the jobs, last link first (so a killed link does not release the next), and note it in run.json."""
     from summit_jobs.runs import records as runs
-    outcome = schedulers.for_record(record).cancel(host, list(reversed(ids)))
+    scheduler = schedulers.for_record(record)
+    outcome = scheduler.cancel(host, list(reversed(ids)))
     for jid in ids:
         word = {"terminating": "being killed", "finished": "had already finished",
-                "not found": "is not known to LSF any more"}[outcome[jid]]
+                "not found": f"is not known to {scheduler.label} any more"}[outcome[jid]]
         click.echo(f"job {jid}: {word}")
     killed = [j for j in ids if outcome[j] == "terminating"]
     if record is not None and killed:
@@ -252,16 +257,16 @@ def _kill(host, record: Optional[Dict], ids: List[str]) -> None:
 
 
 def _owned(host, record: Dict, ids: List[str]) -> Tuple[List[str], List[str]]:
-    """(ids that still belong to the run, ids LSF has given to other jobs), after asking bjobs.
+    """(ids that still belong to the run, ids the scheduler has given to other jobs), after asking it.
 
-    Ids bjobs no longer knows are left out of both: there is nothing to kill.
+    Ids the scheduler no longer knows are left out of both: there is nothing to kill.
     """
-    from summit_jobs import schedulers
-    found = schedulers.for_record(record).owners(host, ids)
+    scheduler = schedulers.for_record(record)
+    found = scheduler.owners(host, ids)
     mine, others = [], []
     for jid in ids:
         if jid not in found:
-            click.echo(f"job {jid}: is not known to LSF any more")
+            click.echo(f"job {jid}: is not known to {scheduler.label} any more")
             continue
         why = found[jid].get("ERROR") or _foreign(host, record, found[jid])
         if why:

@@ -11,10 +11,12 @@ against the command itself.
 To add a command: define it in its own module with ``@cli.command("NAME")``
 (``from summit_jobs.cli.submit import cli``) and add one line here:
 ``register("NAME", "summit_jobs.MODULE:FUNCTION", "The first sentence of its docstring.")``.
-``submit`` and ``machines`` live in summit_jobs/cli/submit.py itself.
+``submit`` and ``machines`` live in summit_jobs/cli/submit.py itself. A scheduler's own command group
+(``summit-jobs lsf``) is registered from the scheduler's ``command_group`` line, below the others.
 """
 from __future__ import annotations
 
+from summit_jobs import schedulers
 from summit_jobs.cli import submit as cli
 
 register = cli.cli.register_lazy
@@ -28,8 +30,6 @@ register("fuse", "summit_jobs.cli.fuse:fuse_cmd",
          "Late fusion of two or more streams: e.g. an RGB run and an optical-flow run.")
 register("logs", "summit_jobs.cli.lifecycle:logs_cmd",
          "Print a run's job output (the -o and -e files), locally or over SSH.")
-register("lsf", "summit_jobs.schedulers.lsf.cli:lsf_group",
-         "Put the embedded LSF's bsub, bjobs and bkill on PATH in one shell, to test your own LSF code.")
 register("pack", "summit_jobs.cli.data:pack_cmd", "Pack a video dataset into tar shards + manifest.json in OUT.")
 register("report", "summit_jobs.cli.report:report_cmd",
          "Plots and a summary table of a run: accuracy, loss, LR, throughput, chain.")
@@ -41,6 +41,8 @@ register("stage-data", "summit_jobs.cli.data:stage_data_cmd",
          "Stage a packed dataset: archive -> parallel file system -> node-local NVMe.")
 register("status", "summit_jobs.cli.lifecycle:status_cmd", "Show the state of a run's jobs (or of the recent runs).")
 register("synth", "summit_jobs.cli.data:synth_cmd", "Write a small synthetic Kinetics-format dataset into OUT.")
+for group in schedulers.command_groups():
+    register(*group)
 
 
 def main() -> None:

@@ -13,7 +13,8 @@ from summit_jobs import version
 from summit_jobs.cli.types import FiniteFloat, complete_machines, refuse_empty_values, whole
 from summit_jobs.errors import UserError, describe_os_error
 from summit_jobs.cli.lazygroup import LazyGroup
-from summit_jobs.profiles.choices import LAUNCHERS, LAYOUTS, REQUESTS, STAGE_POLICIES
+from summit_jobs import schedulers
+from summit_jobs.profiles.choices import LAYOUTS, REQUESTS, STAGE_POLICIES
 from trainer import config as trainer_config
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
@@ -98,7 +99,7 @@ def cli(ctx: click.Context, machine: Optional[str], config_path: Optional[str], 
       summit-jobs submit --nodes 2                 run for real on the embedded LSF (this machine)
 
     The 'local' machine is an embedded LSF on this computer: virtual nodes, CPU
-    ranks, the same bsub/jsrun path a real cluster takes.
+    ranks, the same LSF commands and launchers a real cluster takes.
     """
     ctx.obj = State(machine, config_path)
     ctx.obj.ssh_options = {"host": host, "port": port, "user": user, "key_file": key_file,
@@ -115,9 +116,10 @@ refuse_empty_values(cli)
 def machines_cmd(state: State, as_json: bool) -> None:
     """List machine profiles and their scheduling limits."""
     from summit_jobs.profiles import config, machines
-    rows = []
+    rows, submit_words = [], {}
     for name in machines.available():
         p = config.profile(state.config, name)
+        submit_words[name] = schedulers.for_profile(p).submit_words(p.scheduler.submit_mode)
         rows.append({
             "name": name, "description": p.description, "gpus_per_node": p.node.gpus,
             "ranks_per_node": p.node.slots, "cores_per_node": p.node.cores, "max_nodes": p.max_nodes,
@@ -140,8 +142,7 @@ def machines_cmd(state: State, as_json: bool) -> None:
         click.echo(f"{r['name']}{mark}: {r['description']}")
         click.echo(f"  nodes: up to {r['max_nodes']:,}; {r['gpus_per_node']} GPUs, {r['cores_per_node']} cores, "
                    f"{r['ranks_per_node']} ranks per node; NVMe {r['nvme_path'] or 'none'}")
-        click.echo(f"  submit: bsub {'script' if r['submit_mode'] == 'file' else '< script'}; "
-                   f"account flag {r['account_flag']}")
+        click.echo(f"  submit: {submit_words[r['name']]}; account flag {r['account_flag']}")
         bins = ", ".join(f"{b['bin']}: {b['nodes'][0]}-{b['nodes'][1]} nodes <= {b['max_walltime']}"
                          for b in r["walltime_bins"])
         click.echo(f"  walltime bins: {bins}")
@@ -175,25 +176,7 @@ def _allocation_options() -> list:
                      help="Dataset manifest on the parallel file system: adds the NVMe staging step."),
         click.option("--stage-policy", type=click.Choice(STAGE_POLICIES), default=STAGE_POLICIES[0],
                      show_default=True, help="With --data: how shards are placed on the nodes' NVMe."),
-        click.option("--layout", type=click.Choice(LAYOUTS),
-                     help="jsrun's resource sets: one per GPU (gpu) or one per node with all GPUs (node). "
-                          "Default: the profile's."),
-        click.option("--request", type=click.Choice(REQUESTS),
-                     help="How nodes are asked for: nnodes (CSM: Summit, Lassen) or slots (-n with "
-                          "span[ptile], every other LSF cluster). Default: the profile's."),
-        click.option("--launcher", type=click.Choice(LAUNCHERS),
-                     help="What starts the ranks: jsrun (CSM), blaunch (one rank per slot), mpirun (Open MPI "
-                          "through blaunch) or torchrun (one per node through blaunch -z). Default: the "
-                          "profile's."),
-        click.option("--mem", metavar="SIZE",
-                     help="Memory per node, e.g. 64GB: written as -M and/or rusage[mem=] in the site's unit "
-                          "and counting (per slot, host or job: the profile's scheduler.memory)."),
-        click.option("--app", metavar="NAME", help="LSF application profile (-app). Default: the profile's."),
-        click.option("--container", metavar="IMAGE",
-                     help="Run the job in this container (-a \"docker(IMAGE)\"). Default: the profile's."),
-        click.option("--bsub-option", "bsub_options", multiple=True, metavar="'-OPT VALUE'",
-                     help="A further #BSUB line, e.g. '-B', '-N', '-U resv', '-R select[mem>64000]', "
-                          "'-sla class' (repeatable; options summit-jobs writes itself are refused)."),
+        *_scheduler_options(),
         click.option("--command", "user_command", metavar="'PROGRAM ARGS'",
                      help="Run this training command on every rank instead of python -m trainer (split like a "
                           "shell would, never run by one). Chains, staging, status and logs apply; see "
@@ -202,6 +185,22 @@ def _allocation_options() -> list:
         click.option("--total-steps", type=whole(1), metavar="N",
                      help="With --command: the steps your program trains in all, for status to show step/N "
                           "and an ETA from the metrics.jsonl records it writes."),
+    ]
+
+
+def _scheduler_options() -> list:
+    """Options only a scheduler gives a meaning to: their help (and --launcher's choices, the directive option's
+    flags) are the schedulers' own (summit_jobs.schedulers), so that each says what the option does there."""
+    text = schedulers.option_help
+    return [
+        click.option("--layout", type=click.Choice(LAYOUTS), help=text("layout")),
+        click.option("--request", type=click.Choice(REQUESTS), help=text("request")),
+        click.option("--launcher", type=click.Choice(schedulers.launcher_names()), help=text("launcher")),
+        click.option("--mem", metavar="SIZE", help=text("mem")),
+        click.option("--app", metavar="NAME", help=text("app")),
+        click.option("--container", metavar="IMAGE", help=text("container")),
+        click.option(*schedulers.directive_flags(), "bsub_options", multiple=True, metavar="'-OPT VALUE'",
+                     help=text("directive")),
     ]
 
 

@@ -470,7 +470,8 @@ class Hop1:
 
 def run_local_hop2(profile, manifest_path: Path, nodes: int, policy: str, timeout: float = 3600,
                    quiet: bool = False) -> List[Dict[str, object]]:
-    """Run trainer.stage as one process per virtual node, with the variables the embedded jsrun sets."""
+    """Run trainer.stage as one process per virtual node, with the rank variables the embedded LSF's launcher
+    sets for a job's staging step."""
     from summit_jobs.schedulers.lsf.embedded import state
     if not profile.scheduler.embedded:
         raise UserError(f"--to-nvme runs hop 2 here, which only the embedded machine can do; on {profile.name} "

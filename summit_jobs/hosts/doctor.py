@@ -1,7 +1,7 @@
 """``summit-jobs doctor``: what a site must offer before a job is worth submitting, as pure checks.
 
 Why: a first submission to a new site used to fail one missing piece at a
-time (no ``bsub`` on the SSH session's PATH, a queue the profile invented, a
+time (no submit command on the SSH session's PATH, a queue the profile invented, a
 run folder the compute nodes cannot write, a module without PyTorch, an
 unknown host key), each found only after a wait in the queue. Each check here
 turns what a probe found into one line, ``ok``, ``warn`` or ``FAIL``, with the

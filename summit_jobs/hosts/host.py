@@ -33,7 +33,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Dict, Iterator, List, Optional, Sequence
 
-from summit_jobs import resources
+from summit_jobs import resources, schedulers
 from summit_jobs.errors import UserError
 from trainer import files
 
@@ -663,7 +663,7 @@ def ssh_target_for(profile, options: Optional[Dict[str, object]] = None) -> Opti
     if not host:
         if not ssh.host:
             return None
-        if not profile.scheduler.embedded and shutil.which("bsub"):
+        if not profile.scheduler.embedded and shutil.which(schedulers.for_profile(profile).submit_command):
             return None          # we are on the login node already
         host = ssh.host
     user, name, port = sshlogin.split_spec(str(host), "SSH host")

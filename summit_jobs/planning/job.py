@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import NamedTuple, Optional, Tuple
 
+from summit_jobs import schedulers
 from summit_jobs.errors import UserError
 from summit_jobs.profiles import settings
 
@@ -83,7 +84,8 @@ def job_options(state, kw: dict, profile, *, accum_steps: int = 1, virtual_nodes
         data=os.path.abspath(kw["data"]) if kw.get("data") else None, accum_steps=accum_steps,
         quota_nodes=state.quota(kw.get("quota_nodes")).nodes, virtual_nodes=virtual_nodes,
         python=sys.executable if profile.environment.python == "auto" else None,
-        trainer_args=tuple(kw.get("trainer_args") or ()), check_trainer_args=not _replaces_launch(template_dir),
+        trainer_args=tuple(kw.get("trainer_args") or ()),
+        check_trainer_args=not _replaces_launch(template_dir, schedulers.for_profile(profile).name),
         until_complete=bool(kw.get("until_complete")), bsub_options=tuple(kw.get("bsub_options") or ()),
         command=command, explicit=explicit,
     )
@@ -124,12 +126,12 @@ def build_job(state, kw: dict, *, accum_steps: int = 1, virtual_nodes: Optional[
     return Job(profile, plan, render.render(plan, template_dir))
 
 
-def _replaces_launch(template_dir: Optional[str]) -> bool:
-    """A user template that replaces the launch line decides what runs: its arguments are its own business."""
+def _replaces_launch(template_dir: Optional[str], scheduler: str) -> bool:
+    """A user template that replaces the launch line (one of the scheduler's ``launch_templates``) decides what
+    runs: its arguments are its own business."""
     if not template_dir:
         return False
-    from summit_jobs.planning import render
-    return any((Path(template_dir) / name).is_file() for name in render.LAUNCH_TEMPLATES)
+    return any((Path(template_dir) / name).is_file() for name in schedulers.by_name(scheduler).launch_templates)
 
 
 def expected_links(profile, plan, data: Optional[str]) -> str:
@@ -163,7 +165,8 @@ def expected_links(profile, plan, data: Optional[str]) -> str:
 def require_data(state, plan, kw: dict) -> None:
     """A real job needs data: without --data (or --data after `--`) every rank would stop at once."""
     from summit_jobs.planning import trainer_args
-    if plan.user_command or _replaces_launch(settings.template_dir(kw.get("template_dir"), state.config)):
+    if plan.user_command or _replaces_launch(settings.template_dir(kw.get("template_dir"), state.config),
+                                             plan.scheduler):
         return                  # the user's own program decides where its data is
     if trainer_args.parse(plan.trainer_argv[3:]).data:
         return

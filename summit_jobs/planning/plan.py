@@ -2,7 +2,12 @@
 
 Every policy rule of the machine is checked here, before anything is written
 or submitted, and each failure names the limit and the way out. The renderer
-only formats a Plan; the simulate planner builds on the same function.
+only formats a Plan; the simulate planner builds on the same function. What
+only the machine's scheduler knows (how nodes are asked for, which launchers
+start ranks and how they place them, the variables its scripts need) the
+planner asks the profile's scheduler (summit_jobs.schedulers.Scheduler) and
+carries as data: ``launch_layout`` is the scheduler's own object, read by its
+templates.
 """
 from __future__ import annotations
 
@@ -13,7 +18,7 @@ import shlex
 from dataclasses import asdict, dataclass, replace
 from typing import Dict, List, Optional, Tuple
 
-from summit_jobs.schedulers.lsf import request as request_mod
+from summit_jobs import schedulers
 from summit_jobs.profiles import settings
 from summit_jobs.planning import trainer_args
 from summit_jobs.profiles.choices import LAYOUTS, STAGE_POLICIES  # noqa: F401 - part of this module's interface
@@ -114,22 +119,6 @@ class JobOptions:
 
 
 @dataclass(frozen=True)
-class Jsrun:
-    n: int
-    r: int
-    a: int
-    g: int
-    c: int
-    b: str
-
-    def flags(self) -> List[str]:
-        out = ["-n", str(self.n), "-r", str(self.r), "-a", str(self.a)]
-        if self.g:
-            out += ["-g", str(self.g)]
-        return out + ["-c", str(self.c), "-b", self.b]
-
-
-@dataclass(frozen=True)
 class Staging:
     manifest: str
     policy: str
@@ -143,8 +132,8 @@ class Plan:
     ranks_per_node: int
     ranks: int
     layout: str
-    jsrun: Jsrun
-    stage_jsrun: Jsrun
+    #: How the scheduler places the ranks and the one-per-node steps (its LaunchLayout; templates read it).
+    launch_layout: schedulers.LaunchLayout
     walltime_minutes: int
     walltime: str
     bin: int
@@ -191,9 +180,10 @@ class Plan:
     script_name: str = SCRIPT_NAME
     #: Job ids of links submitted by the chain itself, one per line, in the run directory.
     chain_file: str = CHAIN_FILE
-    #: ``nnodes`` or ``slots`` (summit_jobs.schedulers.lsf.request) and what starts the ranks.
+    #: How the nodes are asked for (LSF: ``nnodes`` or ``slots``) and what starts the ranks, in the scheduler's
+    #: words (summit_jobs.schedulers.Request).
     request_kind: str = "nnodes"
-    launcher: str = "jsrun"
+    launcher: str = ""
     slots: int = 0
     slots_per_host: int = 0
     #: ``(flag, value)`` #BSUB directives: the allocation's shape (where -nnodes stands), then the rest.
@@ -208,10 +198,21 @@ class Plan:
     total_steps: Optional[int] = None
     #: What the plan accepted but the user should know before spending node-hours (printed on stderr).
     warnings: Tuple[str, ...] = ()
+    #: The scheduler whose templates render the plan (summit_jobs.schedulers.IMPLEMENTATIONS).
+    scheduler: str = "lsf"
+
+    def __getattr__(self, name: str):
+        """A field of the launch layout reads as the plan's own: templates written when the plan held the
+        scheduler's fields itself (a user's --template-dir) keep working."""
+        layout = self.__dict__.get("launch_layout")
+        fields = getattr(layout, "__dataclass_fields__", {})
+        if name.startswith("_") or name == "name" or name not in fields:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        return getattr(layout, name)
 
     @property
     def rank_argv(self) -> Tuple[str, ...]:
-        """What jsrun, blaunch and mpirun start on every rank: the trainer, or the user's command behind
+        """What a launcher that starts every rank itself runs on each: the trainer, or the user's command behind
         ``python -m trainer.rankenv``, which gives it torchrun's env:// variables (RANK, WORLD_SIZE, ...)."""
         if self.user_command:
             return (self.python, "-m", "trainer.rankenv") + tuple(self.trainer_argv)
@@ -240,7 +241,7 @@ class Plan:
         if self.staging:
             out["data"] = self.staging.manifest
             out["stage_policy"] = self.staging.policy
-        if self.request_kind != "nnodes" or self.launcher != "jsrun":
+        if self.request_kind != "nnodes":      # a CSM request (-nnodes) is always started by its one launcher
             out.update(request=self.request_kind, launcher=self.launcher, slots=self.slots,
                        slots_per_host=self.slots_per_host)
         if self.memory:
@@ -506,32 +507,12 @@ def allocation(profile: Profile, opts: JobOptions) -> Allocation:
 
 @dataclass(frozen=True)
 class Launch:
-    """How the ranks are placed and what they find in their environment."""
-    layout: str
-    jsrun: Jsrun
-    stage_jsrun: Jsrun
+    """How many ranks, and what they find in their environment (where they run is the scheduler's launch layout)."""
     ranks: int
     alloc_flags: Tuple[str, ...]
     staging: Optional[Staging]
     variables: Dict[str, str]
     python: str
-
-
-def _resource_sets(profile: Profile, opts: JobOptions, nodes: int) -> Tuple[str, Jsrun, Jsrun]:
-    """jsrun resource sets of the training and staging steps."""
-    layout = opts.layout or profile.launcher.layout
-    if layout not in LAYOUTS:
-        raise UserError(f"layout {layout!r} is not known: use 'gpu' (one resource set per GPU) or 'node' "
-                        "(one resource set per node with all its GPUs).")
-    node = profile.node
-    cores = max(1, node.cores // node.slots)
-    if layout == "gpu":
-        jsrun = Jsrun(n=node.slots * nodes, r=node.slots, a=1, g=1 if node.gpus else 0, c=cores,
-                      b=f"packed:{cores}")
-    else:
-        jsrun = Jsrun(n=nodes, r=1, a=node.slots, g=node.gpus, c=node.cores, b=f"packed:{cores}")
-    stage_jsrun = Jsrun(n=nodes, r=1, a=1, g=0, c=node.cores, b=f"packed:{node.cores}")
-    return layout, jsrun, stage_jsrun
 
 
 def _staging(profile: Profile, opts: JobOptions) -> Optional[Staging]:
@@ -547,12 +528,10 @@ def _staging(profile: Profile, opts: JobOptions) -> Optional[Staging]:
 
 
 def _variables(profile: Profile, opts: JobOptions) -> Dict[str, str]:
-    """The job's environment variables: the profile's, the host rules of trainer/lsf_hosts.py, the fusion buffer."""
+    """The job's environment variables: the profile's, the scheduler's (the trainer's host rules read them), the
+    fusion buffer."""
     variables = dict(profile.environment.variables)
-    # A CSM machine lists its launch node first only in a CSM (-nnodes) allocation.
-    csm = profile.scheduler.csm and (opts.request or profile.scheduler.request) == "nnodes"
-    variables["SUMMIT_JOBS_LSF_CSM"] = "1" if csm else "0"
-    variables["SUMMIT_JOBS_LAUNCH_NODE_PREFIXES"] = ",".join(profile.scheduler.launch_node_prefixes)
+    variables.update(schedulers.for_profile(profile).job_variables(profile, opts))
     if opts.fusion_threshold is not None:
         if opts.fusion_threshold < 0:
             raise UserError(f"--fusion-threshold {opts.fusion_threshold} must be a byte count >= 0 (0 disables "
@@ -562,13 +541,12 @@ def _variables(profile: Profile, opts: JobOptions) -> Dict[str, str]:
 
 
 def launch(profile: Profile, opts: JobOptions, nodes: int) -> Launch:
-    """Step 2: resource sets, NVMe staging and the environment of the ranks."""
-    layout, jsrun, stage_jsrun = _resource_sets(profile, opts, nodes)
+    """Step 2: NVMe staging and the environment of the ranks."""
     staging = _staging(profile, opts)
     alloc = list(profile.alloc_flags)
     if staging and "nvme" not in alloc:
         alloc.append("nvme")
-    return Launch(layout=layout, jsrun=jsrun, stage_jsrun=stage_jsrun, ranks=profile.node.slots * nodes,
+    return Launch(ranks=profile.node.slots * nodes,
                   alloc_flags=tuple(alloc), staging=staging, variables=_variables(profile, opts),
                   python=opts.python or profile.environment.python)
 
@@ -676,8 +654,9 @@ def _given(opts: JobOptions, name: str) -> bool:
     return name in opts.explicit or getattr(opts, name) != default
 
 
-def _check_applies(opts: JobOptions, engine: str, launcher: str) -> None:
-    """Refuse an option that this job would drop without a word: it applies only with another one."""
+def _check_applies(opts: JobOptions, engine: str) -> None:
+    """Refuse an option that this job would drop without a word: it applies only with another one (the
+    scheduler's launch layout refuses a --layout its launcher does not use)."""
     if opts.command:
         given = [n for n in TRAINER_FIELDS if _given(opts, n)]
         if given:
@@ -697,8 +676,6 @@ def _check_applies(opts: JobOptions, engine: str, launcher: str) -> None:
         (opts.fusion_threshold is not None and engine != "horovod", f"--fusion-threshold {opts.fusion_threshold}",
          f"sets Horovod's tensor-fusion buffer, which --engine {engine} does not use: drop it, or use "
          "--engine horovod."),
-        (opts.layout is not None and launcher != "jsrun", f"--layout {opts.layout}",
-         f"arranges jsrun's resource sets, and this job's ranks are started by {launcher}: drop --layout."),
     ]
     for broken, flag, why in rules:
         if broken:
@@ -841,11 +818,9 @@ def _checked_argv(profile: Profile, opts: JobOptions, run: Launch, opt: Optimisa
     return argv + list(opts.trainer_args), opt
 
 
-def request_step(profile: Profile, opts: JobOptions, nodes: int) -> request_mod.Request:
-    """How the job asks for its nodes and what starts its ranks (summit_jobs.schedulers.lsf.request)."""
-    kind, starter = request_mod.request_and_launcher(profile, opts.request, opts.launcher)
-    return request_mod.build(profile, kind, starter, nodes, profile.node.slots, opts.mem, opts.app,
-                             opts.container, opts.bsub_options)
+def request_step(profile: Profile, opts: JobOptions, nodes: int) -> schedulers.Request:
+    """How the job asks for its nodes and what starts its ranks: the profile's scheduler decides."""
+    return schedulers.for_profile(profile).request(profile, opts, nodes)
 
 
 def make_plan(profile: Profile, opts: JobOptions) -> Plan:
@@ -856,14 +831,17 @@ def make_plan(profile: Profile, opts: JobOptions) -> Plan:
     opt = optimisation(profile, opts, alloc.nodes)
     argv, opt = _checked_argv(profile, opts, run, opt)
     req = request_step(profile, opts, alloc.nodes)
-    _check_applies(opts, opt.engine, req.launcher)
+    _check_applies(opts, opt.engine)
+    scheduler = schedulers.for_profile(profile)
+    placed = scheduler.launch_layout(profile, opts, alloc.nodes, req.launcher)
     nbin, minutes = alloc.bin, alloc.minutes
     return Plan(
+        scheduler=scheduler.name, launch_layout=placed,
         request_kind=req.kind, launcher=req.launcher, slots=req.slots, slots_per_host=req.slots_per_host,
         shape_directives=req.shape, extra_directives=req.extra, memory=req.memory,
         user_command=bool(opts.command),
         machine=profile.name, nodes=alloc.nodes, ranks_per_node=profile.node.slots, ranks=run.ranks,
-        layout=run.layout, jsrun=run.jsrun, stage_jsrun=run.stage_jsrun, walltime_minutes=minutes,
+        layout=placed.name, walltime_minutes=minutes,
         walltime=format_hhmm(minutes), bin=nbin.bin, bin_max_walltime=nbin.max_walltime, queue=alloc.queue_name,
         alloc_flags=run.alloc_flags if req.kind == "nnodes" else (), node_hours=alloc.nodes * minutes / 60.0 * opts.chain,
         account_flag=profile.scheduler.account_flag, account=alloc.account, job_name=opts.job_name,
@@ -947,7 +925,8 @@ _VALUE_OPTIONS = ("-X", "-W", "-c")
 def default_job_name(command: Tuple[str, ...]) -> str:
     """The job name when --job-name is not given: ``tsm`` for the built-in trainer; for a user's command, its
     program's name (``train`` for ``python3 train.py``, ``mypkg.train`` for ``python -m mypkg.train``), in the
-    characters LSF job names and file names take, so that bjobs and the output files say what runs."""
+    characters job names and file names take, so that the scheduler's job list and the output files say what
+    runs."""
     if not command:
         return JobOptions.job_name
     name = re.sub(r"[^A-Za-z0-9._-]+", "_", _program_word(list(command)))

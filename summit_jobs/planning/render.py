@@ -1,4 +1,4 @@
-"""Render a Plan into an LSF batch script. Pure: plan (and templates) in, text out.
+"""Render a Plan into its scheduler's batch script. Pure: plan (and templates) in, text out.
 
 Why every ``{{ value }}`` is quoted by one function (the environment's
 ``finalize``): a template writer cannot forget a filter. Text becomes one
@@ -24,13 +24,9 @@ from typing import Any, Iterable, Optional, Tuple
 
 import jinja2
 
-from summit_jobs import resources
+from summit_jobs import resources, schedulers
 from summit_jobs.errors import UserError
 from summit_jobs.planning.plan import Plan
-
-MAIN_TEMPLATE = "lsf/job.sh.j2"
-#: Templates that hold the trainer's launch line: a user folder overriding one of them runs its own command.
-LAUNCH_TEMPLATES = (MAIN_TEMPLATE, "lsf/partials/launch.j2")
 
 
 @functools.lru_cache(maxsize=8)
@@ -139,10 +135,12 @@ def _bytecode_cache() -> Optional[jinja2.BytecodeCache]:
 
 
 def render(plan: Plan, template_dir: Optional[str] = None) -> str:
-    """The batch script for ``plan``; user templates in ``template_dir`` override shipped ones."""
+    """The batch script for ``plan`` from its scheduler's templates; user templates in ``template_dir`` override
+    shipped ones."""
     env = _environment(template_dir)
+    main = schedulers.by_name(plan.scheduler).job_template
     try:
-        text = env.get_template(MAIN_TEMPLATE).render(plan=plan)
+        text = env.get_template(main).render(plan=plan)
     except jinja2.TemplateError as exc:
         where = getattr(exc, "filename", None) or template_dir or "shipped templates"
         raise UserError(f"template error in {where}: {exc}") from None

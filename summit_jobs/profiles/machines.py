@@ -17,7 +17,7 @@ from typing import Dict, List, Literal, Optional, Tuple
 
 from summit_jobs import resources
 from summit_jobs.profiles import usercache
-from summit_jobs.profiles.choices import LAUNCHERS, REQUESTS  # noqa: F401 - part of this module's interface
+from summit_jobs.profiles.choices import REQUESTS  # noqa: F401 - part of this module's interface
 from summit_jobs.errors import UserError
 from summit_jobs.profiles.schema import build, deep_merge, number
 
@@ -128,6 +128,20 @@ def _check_limits(profile: "Profile") -> None:
                          "(a whole number >= 0)")
 
 
+def _launcher_of_scheduler(profile: "Profile") -> "Launcher":
+    """The profile's launcher with its kind checked against its scheduler's launchers, or that scheduler's
+    default where the file names none: which launchers exist is the scheduler's to say."""
+    from summit_jobs import schedulers    # here: the schedulers build on the profiles, not the other way round
+    scheduler = schedulers.for_profile(profile)
+    kind = profile.launcher.kind
+    if kind is None:
+        return dataclasses.replace(profile.launcher, kind=scheduler.default_launcher)
+    if kind not in scheduler.launchers:
+        raise ValueError(f"'launcher.kind' must be one of {' | '.join(repr(k) for k in scheduler.launchers)}, "
+                         f"got {kind!r}.")
+    return profile.launcher
+
+
 def _shape(pattern: "re.Pattern[str]") -> str:
     return {SHELL_NAME_RE: "a shell variable name (letters, digits, '_'; not starting with a digit)",
             TOKEN_RE: "one word of letters, digits and . , : = + / @ % _ - (no spaces, quotes, $ or ;)",
@@ -219,7 +233,8 @@ class Memory:
 
 @dataclass(frozen=True)
 class Scheduler:
-    #: ``file``: ``bsub script`` (Summit); ``stdin``: ``bsub < script`` (most LSF sites).
+    #: ``file``: the submit command is given the script's path (Summit); ``stdin``: the script on its standard
+    #: input (most LSF sites). The scheduler's ``submit_words`` says it in its own command.
     submit_mode: Literal["file", "stdin"]
     #: ``-P project`` on OLCF, ``-G bank`` at LLNL.
     account_flag: Literal["-P", "-G"]
@@ -274,8 +289,9 @@ class Node:
 
 @dataclass(frozen=True)
 class Launcher:
-    #: What starts the ranks (LAUNCHERS); --launcher overrides.
-    kind: Literal["jsrun", "blaunch", "mpirun", "torchrun"] = "jsrun"
+    #: What starts the ranks: one of the profile's scheduler's launchers (None in the file: the scheduler's
+    #: default, filled in when the profile is loaded); --launcher overrides.
+    kind: Optional[str] = None
     #: ``gpu``: one resource set per GPU (-n 6N -r 6 -a 1 -g 1 -c 7);
     #: ``node``: one resource set per node holding all GPUs (-n N -r 1 -a 6 -g 6 -c 42).
     layout: Literal["gpu", "node"] = "gpu"
@@ -384,6 +400,7 @@ class Profile:
             raise ValueError("scheduler.slots_per_host must be at least 1")
         if self.quota_nodes is not None and self.quota_nodes < 1:
             raise ValueError(f"quota_nodes = {self.quota_nodes} must be at least 1 (or left out: no quota)")
+        object.__setattr__(self, "launcher", _launcher_of_scheduler(self))
         _check_limits(self)
         check_script_values(self)
 

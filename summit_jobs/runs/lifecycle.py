@@ -2,13 +2,15 @@
 
 Why apart from the CLI: ``status``, ``cancel``, ``logs`` and ``report`` all
 need the same answers (the jobs of a run, each one's state reconciled from
-bjobs and the run directory), and a command module importing another's
-private helpers tied them into a cycle.
+the scheduler's job list and the run directory), and a command module importing
+another's private helpers tied them into a cycle.
 
-Status asks bjobs for all jobs of a host in one batched ``-json`` call, then
-reads each job's ``exitcode.<id>`` file in the run directory: that file, not
-bjobs, says how a job ended. A job that has dropped out of bjobs without such a
-file is UNKNOWN, never done. A job killed by its owner (cancel, or bkill: LSF's
+Status asks the run's scheduler for all jobs of a host at once (LSF: one
+batched ``-json`` call), then reads each job's ``exitcode.<id>`` file in the
+run directory: that file, not the scheduler, says how a job ended. A job that
+has dropped out of the scheduler's list without such a file is UNKNOWN, never
+done; a row says where its state came from in the scheduler's own word (its
+``status_command``). A job killed by its owner (cancel, or bkill: LSF's
 EXIT with TERM_OWNER) is EXIT and marked CANCELLED even when the trainer
 checkpointed and exited 0 on the kill's TERM.
 
@@ -191,7 +193,8 @@ def exit_code_file(host, record: Optional[Dict], jid: str) -> Tuple[Optional[int
 
 
 def collect(state, pairs, hosts_: Hosts) -> List[Dict[str, object]]:
-    """One row per job: bjobs' view corrected by the exit-code files."""
+    """One row per job: the scheduler's view corrected by the exit-code files."""
+    from summit_jobs import schedulers
     groups: Dict[str, List[Tuple[Optional[Dict], str]]] = {}
     for record, ids in with_links(pairs, hosts_):
         for jid in ids:
@@ -200,38 +203,40 @@ def collect(state, pairs, hosts_: Hosts) -> List[Dict[str, object]]:
     for key, items in groups.items():
         host = hosts_.get(items[0][0])
         found, _missing = query(host, [jid for _, jid in items], items[0][0])
+        listed_by = schedulers.for_record(items[0][0]).status_command
         for record, jid in items:
-            st = found.get(jid)
             code, problem = exit_code_file(host, record, jid)
-            row = {"run": (record or {}).get("name", "-"), "job_id": jid, "host": host.label,
-                   "run_dir": (record or {}).get("run_dir"), "exit_code": code, "source": "exit-code file",
-                   "cancelled": False, "lsf_state": None, "finish_time": None}
-            if st is not None:
-                row["state"] = st.state
-                row["lsf_state"] = st.lsf_state or None
-                row["reason"] = st.reason
-                row["finish_time"] = st.finish_time or None
-                if st.finished:
-                    if code is None:
-                        row["exit_code"] = st.exit_code
-                        row["source"] = "bjobs"
-                        row["reason"] = "; ".join(r for r in (st.reason, problem) if r)
-                    else:
-                        row["state"] = "DONE" if code == 0 else "EXIT"
-                elif code is None:
-                    row["source"] = "bjobs"
-            elif code is not None:
-                row["state"] = "DONE" if code == 0 else "EXIT"
-                row["reason"] = f"gone from bjobs; exit-code file says {code}"
-            else:
-                row["state"] = "UNKNOWN"
-                row["reason"] = (f"gone from bjobs, and {problem}: how the job ended is unknown" if problem else
-                                 "gone from bjobs and no exit-code file: the job did not finish normally (killed, "
-                                 "or never started)") + "; check its output with `summit-jobs logs`"
-                row["source"] = "none"
-            mark_cancelled(row, st, record)
+            row = job_row(record, jid, host.label, found.get(jid), code, problem, listed_by)
+            mark_cancelled(row, found.get(jid), record)
             rows.append(row)
     return rows
+
+
+def job_row(record: Optional[Dict], jid: str, where: str, st, code: Optional[int], problem: Optional[str],
+            listed_by: str) -> Dict[str, object]:
+    """A job's row from the scheduler's status ``st`` (None: no longer listed) and its exit-code file's ``code``
+    (and ``problem``); ``listed_by`` is the scheduler's status command, which rows and reasons name."""
+    row: Dict[str, object] = {"run": (record or {}).get("name", "-"), "job_id": jid, "host": where,
+                              "run_dir": (record or {}).get("run_dir"), "exit_code": code,
+                              "source": "exit-code file", "cancelled": False, "lsf_state": None, "finish_time": None}
+    if st is not None:
+        row.update(state=st.state, lsf_state=st.lsf_state or None, reason=st.reason, finish_time=st.finish_time or None)
+        if st.finished and code is None:
+            row.update(exit_code=st.exit_code, source=listed_by,
+                       reason="; ".join(r for r in (st.reason, problem) if r))
+        elif st.finished:
+            row["state"] = "DONE" if code == 0 else "EXIT"
+        elif code is None:
+            row["source"] = listed_by
+    elif code is not None:
+        row.update(state="DONE" if code == 0 else "EXIT", reason=f"gone from {listed_by}; exit-code file says {code}")
+    else:
+        row["state"] = "UNKNOWN"
+        row["reason"] = (f"gone from {listed_by}, and {problem}: how the job ended is unknown" if problem else
+                         f"gone from {listed_by} and no exit-code file: the job did not finish normally (killed, "
+                         "or never started)") + "; check its output with `summit-jobs logs`"
+        row["source"] = "none"
+    return row
 
 
 def with_links(pairs, hosts_: Hosts):

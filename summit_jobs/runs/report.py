@@ -252,15 +252,15 @@ class RunData:
     device: Optional[str] = None   # "gpu" or "cpu" where the run's records say what its ranks ran on
 
 
-def run_device(plan: Optional[Dict], launches: List[Dict]) -> Optional[str]:
+def run_device(plan: Optional[Dict], launches: List[Dict], record: Optional[Dict] = None) -> Optional[str]:
     """"gpu" or "cpu" where the run's records say what its ranks ran on, else None: the newest launch's
-    ``device`` where it has one, else the GPUs plan.json gave each resource set (none: a CPU run, whose
-    throughput per GPU would be a wrong label)."""
+    ``device`` where it has one, else the GPUs per rank of plan.json, as the run's scheduler reads its plan
+    (none: a CPU run, whose throughput per GPU would be a wrong label)."""
+    from summit_jobs import schedulers
     device = launches[-1].get("device") if launches else None
     if isinstance(device, str) and device.split(":")[0] in ("cuda", "cpu"):
         return "gpu" if device.startswith("cuda") else "cpu"
-    jsrun = (plan or {}).get("jsrun")
-    gpus = jsrun.get("g") if isinstance(jsrun, dict) else None
+    gpus = schedulers.for_record(record).gpus_per_rank(plan) if isinstance(plan, dict) else None
     return None if not is_count(gpus) else "gpu" if gpus > 0 else "cpu"
 
 
@@ -437,7 +437,7 @@ def load(host, run_dir: str, record: Optional[Dict] = None) -> RunData:
     return RunData(name=name, location=where, metrics=metrics, plan=plan,
                    record=record, complete=host.exists(host.join(run_dir, rundir.COMPLETE)),
                    jobs=_jobs(host, run_dir, record, events), scaling=scaling, launches=launches,
-                   dataset=dataset_facts(host, launches), device=run_device(plan, launches))
+                   dataset=dataset_facts(host, launches), device=run_device(plan, launches, record))
 
 
 # ---- figures -------------------------------------------------------------------------------

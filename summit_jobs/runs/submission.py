@@ -1,4 +1,4 @@
-"""What ``summit-jobs submit`` does for real: record the run, then bsub the job (or a chain).
+"""What ``summit-jobs submit`` does for real: record the run, then hand the job (or a chain) to the scheduler.
 
 A chain of K jobs is K submissions of the same script into the same run
 directory, each with ``-w "ended(<previous id>)"``: a link starts when the one

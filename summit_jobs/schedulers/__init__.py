@@ -8,7 +8,15 @@ back is scheduler-neutral: job ids as strings, :class:`JobStatus` records whose 
 implementation (``lsf/``); its state words are the interface's, so another scheduler maps its own onto them.
 Errors a user can act on are ``UserError`` with the scheduler's own output in the message.
 
-May import errors, the profiles and the trainer's torch-free contract; never planning, runs or cli.
+The planner asks the scheduler too: which launchers start ranks (the profile's ``launcher.kind`` is one of
+them), how a job asks for its nodes (a :class:`Request`), how its ranks are placed (a :class:`LaunchLayout`,
+which the plan carries and the scheduler's templates read) and what its job scripts export. The command line
+asks it for the words it prints: the help of the options only a scheduler gives meaning to, its commands'
+names, and the line a dry run of staging shows. A new scheduler is a package here that implements
+:class:`Scheduler`, one line in ``IMPLEMENTATIONS``, and its templates under ``templates/<name>/``.
+
+May import errors, the profiles and the trainer's torch-free contract; never planning, runs or cli. Importing
+this module and an implementation's class must stay cheap: ``summit-jobs --help`` reads the option help here.
 """
 from __future__ import annotations
 
@@ -61,12 +69,88 @@ class SubmitRefused(UserError):
     An answer it cannot read is another UserError, passed on as it is."""
 
 
+@dataclass(frozen=True)
+class Request:
+    """The allocation part of a job script, as the scheduler writes it: the request kind, the launcher that
+    starts the ranks, the slots, and the directives of the script's header."""
+    #: How the nodes are asked for, in the scheduler's words (LSF: ``nnodes`` or ``slots``).
+    kind: str
+    #: What starts the ranks: one of the scheduler's ``launchers``.
+    launcher: str
+    slots_per_host: int
+    slots: int
+    #: ``(flag, value)`` directives of the allocation's shape (LSF: printed as ``#BSUB flag value``).
+    shape: Tuple[Tuple[str, str], ...]
+    #: Memory, application profile, container and the site's or user's own directives.
+    extra: Tuple[Tuple[str, str], ...]
+    #: What --mem became, for the summary ("" when not asked).
+    memory: str = ""
+
+
+class LaunchLayout(Protocol):
+    """How a scheduler places a job's ranks and its one-process-per-node steps (staging, collecting results):
+    the scheduler's own frozen dataclass. The plan carries it as ``launch_layout`` (plan.json as a mapping), the
+    scheduler's templates read its fields, and the planner reads nothing of it but ``name``."""
+
+    #: The layout's name in the plan's summary (LSF: ``gpu``, one rank per GPU, or ``node``).
+    name: str
+
+
 class Scheduler(Protocol):
     """What the login side needs of a batch scheduler. ``host`` is a summit_jobs.hosts host: ``run(argv, cwd=,
     stdin=)`` returning an object with ``rc``, ``stdout`` and ``text``, on this machine or over SSH."""
 
-    #: The scheduler's name in profiles, run records and messages.
+    #: The scheduler's name in profiles, run records and IMPLEMENTATIONS.
     name: str
+    #: Its name in sentences (``LSF``): "is not known to LSF any more".
+    label: str
+    #: The command that queues a job script (LSF: ``bsub``): on PATH, this machine is a login node.
+    submit_command: str
+    #: The command that lists jobs (LSF: ``bjobs``): what status rows and messages say a job's state came from.
+    status_command: str
+    #: The command that kills a job (LSF: ``bkill``): named where a user is told to kill one by hand.
+    cancel_command: str
+    #: What may start a job's ranks: the profile's ``launcher.kind`` and ``--launcher`` are one of these.
+    launchers: Tuple[str, ...]
+    #: The launcher of a profile that names none.
+    default_launcher: str
+    #: The help of the submit options that only a scheduler gives a meaning to, by the option's name without
+    #: dashes: ``layout``, ``request``, ``launcher``, ``mem``, ``app``, ``container`` and ``directive`` (the
+    #: option whose values are further lines of the script's header).
+    option_help: Mapping[str, str]
+    #: The flag of the ``directive`` option (LSF: ``--bsub-option``); its values reach ``request`` as
+    #: ``opts.bsub_options``.
+    directive_flag: str
+    #: The main template of its job scripts, relative to templates/ (LSF: ``lsf/job.sh.j2``), and the templates
+    #: that hold the launch line (a user folder overriding one of them runs its own command).
+    job_template: str
+    launch_templates: Tuple[str, ...]
+    #: ``(name, "module:attribute", one-line help)`` of a ``summit-jobs`` command group of its own, or None.
+    command_group: Optional[Tuple[str, str, str]]
+
+    def submit_words(self, submit_mode: str) -> str:
+        """How a script of a profile with ``scheduler.submit_mode`` is handed over, as a user would type it."""
+
+    def request(self, profile, opts, nodes: int) -> Request:
+        """How a job of ``nodes`` nodes asks for them and which launcher starts its ranks, from the profile and
+        the planner's JobOptions (``request``, ``launcher``, ``mem``, ``app``, ``container``,
+        ``bsub_options``), every value checked: a UserError names the option and the way out."""
+
+    def launch_layout(self, profile, opts, nodes: int, launcher: str) -> LaunchLayout:
+        """How the ranks of a job of ``nodes`` nodes started by ``launcher`` are placed (``opts.layout`` over
+        the profile's ``launcher.layout``); a UserError for a layout this launcher cannot honour."""
+
+    def job_variables(self, profile, opts) -> Dict[str, str]:
+        """Variables the job script exports for the scheduler's own sake (the trainer's host rules read them),
+        after the profile's ``environment.variables``."""
+
+    def gpus_per_rank(self, plan: Mapping) -> Optional[int]:
+        """The GPUs each rank had, read from a recorded plan (plan.json, of any version this tool wrote); None
+        when it does not say."""
+
+    def stage_launch_line(self, profile, nodes: int, program: str) -> str:
+        """The line that runs ``program`` once on each of ``nodes`` nodes (staging's second hop), as a dry run
+        shows it."""
 
     def submit(self, host, script_name: str, *, cwd: str, script: str, submit_mode: str,
                depends_on: Optional[str] = None) -> Submitted:
@@ -88,7 +172,9 @@ class Scheduler(Protocol):
         """The output files (relative to the job's folder) that a job of ``script`` with id ``job_id`` writes."""
 
 
-#: Scheduler name -> "module:class" of its implementation (imported when first used: the CLI starts fast).
+#: Scheduler name -> "module:class" of its implementation, imported when first used. ``summit-jobs --help``
+#: imports every class for its option help: a class's module imports its command lines and parsers where they
+#: are used, not at its top (tests/test_cli_startup_imports.py).
 IMPLEMENTATIONS = {"lsf": "summit_jobs.schedulers.lsf.scheduler:LsfScheduler"}
 
 
@@ -104,10 +190,47 @@ def by_name(name: str) -> Scheduler:
 
 
 def for_profile(profile) -> Scheduler:
-    """The scheduler of a machine profile (every profile today is an LSF machine)."""
+    """The scheduler of a machine profile (``scheduler.kind`` where a profile has one; every profile today is an
+    LSF machine)."""
     return by_name(getattr(profile.scheduler, "kind", "lsf"))
 
 
 def for_record(record: Optional[Mapping]) -> Scheduler:
     """The scheduler that ran a run (its run record says; records written before it did are LSF runs)."""
     return by_name(str((record or {}).get("scheduler") or "lsf"))
+
+
+def known() -> List[Scheduler]:
+    """Every implementation, in IMPLEMENTATIONS' order: the command line's words are theirs together."""
+    return [by_name(name) for name in IMPLEMENTATIONS]
+
+
+def launcher_names() -> Tuple[str, ...]:
+    """Every scheduler's launchers, each once (``--launcher``'s choices; the profile's scheduler then holds the
+    job to its own)."""
+    names: List[str] = []
+    for scheduler in known():
+        names += [n for n in scheduler.launchers if n not in names]
+    return tuple(names)
+
+
+def option_help(option: str) -> str:
+    """The help of a submit option that schedulers give their meaning to: the one scheduler's text, or with
+    several, each one's after its label."""
+    texts = [(s.label, s.option_help[option]) for s in known() if option in s.option_help]
+    if len(texts) == 1:
+        return texts[0][1]
+    return " ".join(f"{label}: {text}" for label, text in texts)
+
+
+def directive_flags() -> Tuple[str, ...]:
+    """The flags of the option that adds lines to a script's header, one per scheduler (aliases of one option)."""
+    flags: List[str] = []
+    for scheduler in known():
+        flags += [scheduler.directive_flag] if scheduler.directive_flag not in flags else []
+    return tuple(flags)
+
+
+def command_groups() -> List[Tuple[str, str, str]]:
+    """``(name, "module:attribute", one-line help)`` of the command groups the schedulers add to summit-jobs."""
+    return [s.command_group for s in known() if s.command_group is not None]

@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
 from typing import List, Optional, Sequence, Tuple
 
 from summit_jobs.errors import UserError
-from summit_jobs.profiles.machines import DIRECTIVE_RE, LAUNCHERS, REQUESTS, Profile
+from summit_jobs.profiles.machines import DIRECTIVE_RE, REQUESTS, Profile
+from summit_jobs.schedulers import Request
+from summit_jobs.schedulers.lsf.launch import LAUNCHERS
 
 #: A memory size as users write it: 64GB, 64000MB, 64G, 500M, 1.5T (powers of 1,024, as LSF counts).
 MEM_RE = re.compile(r"(?i)([0-9]+(?:\.[0-9]+)?)\s*([KMGT])B?")
@@ -33,21 +34,6 @@ OWNED = {"-J": "--job-name", "-o": "(the run directory's output file)", "-oo": "
          "-w": "--chain", "-wa": "(the warning before the run limit)", "-wt": "--warning-minutes",
          "-gpu": "the profile's scheduler.gpu", "-M": "--mem", "-app": "--app", "-a": "--container",
          "-alloc_flags": "the profile's alloc_flags"}
-
-
-@dataclass(frozen=True)
-class Request:
-    """The allocation part of the job script: the request kind, slots and every directive it adds."""
-    kind: str
-    launcher: str
-    slots_per_host: int
-    slots: int
-    #: ``(flag, value)`` pairs printed as ``#BSUB flag value`` where ``-nnodes`` stood.
-    shape: Tuple[Tuple[str, str], ...]
-    #: Memory, application profile, container and the site's or user's own directives.
-    extra: Tuple[Tuple[str, str], ...]
-    #: What --mem became, for the summary ("" when not asked).
-    memory: str = ""
 
 
 def _kind(profile: Profile, asked: Optional[str], choices: Sequence[str], what: str, default: str) -> str:
