@@ -89,7 +89,8 @@ class Scheduler(Protocol):
 
 
 #: Scheduler name -> "module:class" of its implementation (imported when first used: the CLI starts fast).
-IMPLEMENTATIONS = {"lsf": "summit_jobs.schedulers.lsf.scheduler:LsfScheduler"}
+IMPLEMENTATIONS = {"lsf": "summit_jobs.schedulers.lsf.scheduler:LsfScheduler",
+                   "slurm": "summit_jobs.schedulers.slurm.scheduler:SlurmScheduler"}
 
 
 def by_name(name: str) -> Scheduler:
