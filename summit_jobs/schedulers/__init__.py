@@ -175,6 +175,7 @@ class Scheduler(Protocol):
 #: Scheduler name -> "module:class" of its implementation, imported when first used. ``summit-jobs --help``
 #: imports every class for its option help: a class's module imports its command lines and parsers where they
 #: are used, not at its top (tests/test_cli_startup_imports.py).
+#: Slurm (slurm/) joins once it implements the planning half as well as job control.
 IMPLEMENTATIONS = {"lsf": "summit_jobs.schedulers.lsf.scheduler:LsfScheduler"}
 
 

@@ -1,4 +1,5 @@
-"""Slurm: the second implementation of the scheduler interface (summit_jobs.schedulers), and a real Slurm
+"""Slurm: the second implementation of the scheduler interface (summit_jobs.schedulers): ``scheduler``'s
+SlurmScheduler over ``client``'s command lines and parsers (sbatch, squeue, sacct, scancel), and a real Slurm
 test cluster on one machine (``localcluster``: MUNGE, slurmctld and several slurmd nodes, each node in its
 own UTS and mount namespaces) that its tests and users start and stop.
 

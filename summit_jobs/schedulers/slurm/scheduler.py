@@ -1,0 +1,144 @@
+"""Slurm behind the scheduler interface (summit_jobs.schedulers.Scheduler): sbatch, squeue, sacct and scancel
+through a host, their command lines and parsers from client.py. Refusals and unreadable answers end in one
+UserError that names the command, the host and Slurm's own words.
+
+Where a job's state comes from: squeue while the controller keeps the job (until MinJobAge, 300 s by
+default, after its end), then sacct, which reads slurmdbd's records; a job neither knows is gone. A cluster
+without accounting answers sacct with "accounting storage is disabled": its ended jobs are gone once squeue
+forgets them, as LSF's are once bjobs does.
+"""
+from __future__ import annotations
+
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+
+from summit_jobs.errors import UserError
+from summit_jobs.schedulers import FINISHED, JobStatus, Submitted, SubmitRefused
+from summit_jobs.schedulers.slurm import client
+from summit_jobs.schedulers.slurm.client import SlurmJob
+
+
+class SlurmScheduler:
+    """Slurm 22.05 and later (squeue --json; a squeue without it answers through --format)."""
+
+    name = "slurm"
+
+    def submit(self, host, script_name: str, *, cwd: str, script: str, submit_mode: str,
+               depends_on: Optional[str] = None) -> Submitted:
+        """``sbatch --parsable SCRIPT`` in ``cwd``; a chain's next link waits with ``--dependency=afterany:ID``.
+
+        Both submit modes give sbatch the script's file: ``stdin`` is LSF's (``bsub < script``, so that bsub
+        reads the #BSUB lines); sbatch reads #SBATCH lines from a file as well, and a job submitted from its
+        file is named after it (what ``output_files`` expects of %x) and shows it as its command.
+        """
+        if submit_mode not in ("file", "stdin"):
+            raise ValueError(f"submit mode {submit_mode!r}")
+        result = host.run(client.sbatch_argv(script_name, depends_on), cwd=cwd)
+        if result.rc != 0:
+            raise SubmitRefused(f"sbatch on {host.label} refused the job (exit {result.rc}):\n{result.text}")
+        job_id = client.parse_sbatch(result.stdout)
+        return Submitted(job_id, self._partition(host, job_id, script))
+
+    def _partition(self, host, job_id: str, script: str) -> str:
+        """The partition the job went to (squeue knows it just after sbatch); the script's ``--partition``, or
+        "" for the cluster's default, when squeue does not answer."""
+        res = host.run(client.squeue_partition_argv(job_id))
+        words = res.stdout.split() if res.rc == 0 else []
+        return words[0] if words else client.directive_values(script).get("partition", "")
+
+    def query(self, host, job_ids: Sequence[str]) -> Tuple[Dict[str, JobStatus], List[str]]:
+        """squeue for every id, sacct for the ids squeue no longer knows; the ids neither knows are gone."""
+        ids = client.check_ids(job_ids)
+        jobs = self._known(host, ids)
+        return {j: client.status(jobs[j]) for j in ids if j in jobs}, [j for j in ids if j not in jobs]
+
+    def owners(self, host, job_ids: Sequence[str]) -> Dict[str, Mapping[str, str]]:
+        """Each known job's name and working folder, from squeue or else sacct (client.owner)."""
+        ids = client.check_ids(job_ids)
+        jobs = self._known(host, ids)
+        return {j: client.owner(jobs[j]) for j in ids if j in jobs}
+
+    def accounted(self, host, job_ids: Sequence[str]) -> Dict[str, JobStatus]:
+        """What sacct alone says of the jobs it has records of (query asks it for the jobs squeue forgot)."""
+        return {j: client.status(job) for j, job in self._sacct(host, client.check_ids(job_ids)).items()}
+
+    def cancel(self, host, job_ids: Sequence[str]) -> Dict[str, str]:
+        """One ``scancel --verbose ID`` per job, in the order given: scancel cancels the ids of one call from
+        parallel threads, and a chain's link cancelled before the next would release it. A job the controller
+        no longer knows is ``finished`` when sacct has its record, else ``not found``."""
+        outcome: Dict[str, str] = {}
+        unread: List[str] = []
+        for jid in client.check_ids(job_ids):
+            res = host.run(client.scancel_argv(jid))
+            word = client.scancel_outcome(res.text, jid)
+            if word is None:
+                unread.append(f"job {jid} (exit {res.rc}): {res.text or '(nothing)'}")
+            else:
+                outcome[jid] = word
+        for jid in self._ended_in_accounting(host, [j for j, w in outcome.items() if w == "not found"]):
+            outcome[jid] = "finished"
+        if unread:
+            raise UserError(f"scancel on {host.label} gave an answer this tool cannot read for "
+                            + "; ".join(unread))
+        return outcome
+
+    def output_files(self, script: str, job_id: str) -> List[str]:
+        """The ``--output``/``--error`` files of the script's #SBATCH lines (default ``slurm-%j.out``), patterns
+        expanded (client.output_files). %u and %N (the user and the batch host) are not known from the script
+        and stay as written."""
+        return client.output_files(script, job_id)
+
+    # -- the commands -----------------------------------------------------------------------------------------
+
+    def _known(self, host, ids: List[str]) -> Dict[str, SlurmJob]:
+        """The jobs squeue knows, and those only sacct knows; sacct also gives the exit code of an ended job
+        that squeue showed without one (squeue --format has none)."""
+        jobs: Dict[str, SlurmJob] = {}
+        for batch in client.batches(ids):
+            jobs.update(self._squeue(host, batch))
+        ask = [j for j in ids if j not in jobs or (jobs[j].exit_code is None and _ended(jobs[j]))]
+        if ask:
+            jobs.update(self._sacct(host, ask))
+        return jobs
+
+    def _squeue(self, host, ids: List[str]) -> Dict[str, SlurmJob]:
+        """``squeue --json``; if it fails for another reason than an unknown id (no --json before 21.08, or no
+        openapi plugin), ``squeue --format``. An unknown id alone is an answer: the controller forgot it."""
+        res = host.run(client.squeue_json_argv(ids))
+        if res.rc == 0 and res.stdout.strip():
+            return client.parse_squeue_json(res.stdout, ids)
+        if client.says_invalid_job_id(res.text):
+            return {}
+        plain = host.run(client.squeue_plain_argv(ids))
+        if plain.rc == 0:
+            return client.parse_squeue_plain(plain.stdout, ids)
+        if client.says_invalid_job_id(plain.text):
+            return {}
+        raise UserError(f"squeue on {host.label} failed (exit {plain.rc}):\n{plain.text}\n"
+                        f"(squeue --json: exit {res.rc}: {res.text or 'no output'})")
+
+    def _sacct(self, host, ids: List[str]) -> Dict[str, SlurmJob]:
+        """``sacct -P -n -X``; nothing when the cluster keeps no accounting."""
+        jobs: Dict[str, SlurmJob] = {}
+        for batch in client.batches(ids):
+            res = host.run(client.sacct_argv(batch))
+            if res.rc != 0:
+                if client.ACCOUNTING_DISABLED in res.text.lower():
+                    return {}
+                raise UserError(f"sacct on {host.label} failed (exit {res.rc}):\n{res.text}")
+            jobs.update(client.parse_sacct(res.stdout, batch))
+        return jobs
+
+    def _ended_in_accounting(self, host, ids: List[str]) -> List[str]:
+        """The ids sacct shows as ended. Cancel has done its work by then: when sacct fails, the jobs stay
+        "not found", which is still true of the controller."""
+        if not ids:
+            return []
+        try:
+            jobs = self._sacct(host, ids)
+        except UserError:
+            return []
+        return [j for j, job in jobs.items() if _ended(job)]
+
+
+def _ended(job: SlurmJob) -> bool:
+    return client.interface_state(job.state, job.reason) in FINISHED
