@@ -1,11 +1,11 @@
 """Every launcher survives the warning signal: {torchrun, blaunch, mpirun, jsrun} x {the built-in trainer,
 a plain DDP script that knows only env://}, each as a chain until complete on 2 virtual nodes x 2 ranks.
 
-Each cell submits with `summit-jobs submit --until-complete` as a user would. Every link is warned once it
-has trained a step past where it started: the test sends the warning as ``bkill -s USR2`` and LSF's -wa
-action deliver it (to every process of the job, ``state.signal_job``, called here), so the number
-of links does not depend on this machine's speed (the -wa timing itself is tested in
-test_warning_paths.py). Then, for every link:
+Each cell submits with `summit-jobs submit --until-complete` as a user would. Every link but the last is
+warned once it has trained a step past where it started (WARNED_LINKS: two under jsrun, one under the others):
+the test sends the warning as ``bkill -s USR2`` and LSF's -wa action deliver it (to every process of the job,
+``state.signal_job``, called here), so the number of links does not depend on this machine's speed (the -wa
+timing itself is tested in test_embedded_lsf.py and test_lsf_semantics.py). Then, for every link:
 - the ranks agree on a step, checkpoint, and exit 0; the link queues the next one; the last writes COMPLETE;
 - once the job's record says it ended (and bjobs that it is DONE), no process of it is alive: every process
   carrying the job's LSB_JOBID, or naming the cell's own folder without another job's (launchers,
@@ -61,9 +61,12 @@ MPI_ROOT = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"
 #: pass before the ranks agree to stop: 12 steps keep its chains at 3 links or more even at 5 steps a link.
 TOTAL_STEPS = {"trainer": 12, "ddp": 8}
 STEPS_BEFORE_WARNING = 1
-#: Links warned before one is left to finish: warned, resumed and warned again, then complete (3 links). Every
-#: link costs a job start and 4 ranks' start-up: warning each one made the DDP chains 8 links of 1 step.
-WARNED_LINKS = 2
+#: Links warned before one is left to finish. Every link costs a job start and 4 ranks' start-up (warning each
+#: one made the DDP chains 8 links of 1 step). Under jsrun, the default launcher: warned, resumed and warned
+#: again, then complete (3 links), so a resumed link's warning and checkpoint are seen under each program.
+#: Under the other launchers: warned, then resumed to complete (2 links), which is every step a launcher
+#: takes part in (the warning reaching its ranks, their exit, the next link starting them from a checkpoint).
+WARNED_LINKS = {"jsrun": 2, "torchrun": 1, "blaunch": 1, "mpirun": 1}
 DDP_SCRIPT = REPO / "tests" / "ddp_env_train.py"
 #: Seconds between two looks for the job's processes while a link runs (a look reads every process's
 #: environment): every 0.1 s until a few have been seen (a link that is not warned may end within a second),
@@ -178,14 +181,14 @@ def _cmdline(pid: int) -> str:
         return "(gone)"
 
 
-def _chain(env: Dict[str, str], first: str, cell: Path) -> List[str]:
-    """Drive every link of the chain to its end; the job ids in order. The first WARNED_LINKS links are warned;
-    the next one trains to the end, so the chain is WARNED_LINKS + 1 links long (each warned link trains at most
+def _chain(env: Dict[str, str], first: str, cell: Path, warned: int) -> List[str]:
+    """Drive every link of the chain to its end; the job ids in order. The first ``warned`` links are warned;
+    the next one trains to the end, so the chain is ``warned`` + 1 links long (each warned link trains at most
     3 steps, fewer than the run's)."""
     run_dir = cell / "run"
     jobs = [first]
     while True:
-        _drive_link(env, jobs[-1], cell, run_dir, warn=len(jobs) <= WARNED_LINKS)
+        _drive_link(env, jobs[-1], cell, run_dir, warn=len(jobs) <= warned)
         rec = bjobs_state(jobs[-1], env)
         out = "".join(p.read_text(errors="replace") for p in run_dir.glob(f"*.{jobs[-1]}.*"))
         assert rec["STAT"] == "DONE", f"link {len(jobs)} (job {jobs[-1]}) ended {rec}:\n{out[-3000:]}"
@@ -209,7 +212,8 @@ def _run_cell(base: Path, data: Path, launcher: str, program: str,
     folder.mkdir()
     if together is not None:
         together.wait(timeout=60)
-    return Cell(launcher, program, folder, _chain(env, _submit(env, folder, launcher, program, data), folder))
+    first = _submit(env, folder, launcher, program, data)
+    return Cell(launcher, program, folder, _chain(env, first, folder, WARNED_LINKS[launcher]))
 
 
 #: Launchers whose cells (both programs) run side by side, each in a home of its own (see the docstring).
@@ -296,7 +300,7 @@ def _check_ddp(cell: Cell, logs: str) -> None:
 @pytest.mark.parametrize("launcher", LAUNCHERS)
 def test_a_chain_of_warned_links_completes_under_every_launcher(chains, launcher, program):
     cell = chains(launcher, program)
-    assert len(cell.jobs) == WARNED_LINKS + 1, f"{len(cell.jobs)} links"
+    assert len(cell.jobs) == WARNED_LINKS[launcher] + 1, f"{len(cell.jobs)} links"
     logs = "".join(p.read_text(errors="replace") for p in sorted(cell.run_dir.glob("*.out")))
     assert logs.count("summit-jobs: chain: queued link") == len(cell.jobs) - 1, logs[-3000:]
     if program == "trainer":
