@@ -224,6 +224,43 @@ def run_recorded_ended(run_dir: Path, env: Dict[str, str]) -> Optional[bool]:
     return recorded_ended(ids, env) if ids else None
 
 
+def newest_step(run_dir: Path) -> int:
+    """The newest step among the train records of the run's metrics.jsonl, 0 before any (a line being
+    written is skipped)."""
+    best = 0
+    try:
+        text = (run_dir / "metrics.jsonl").read_text()
+    except OSError:
+        return 0
+    for line in text.splitlines():
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(rec, dict) and rec.get("kind") == "train" and isinstance(rec.get("step"), int):
+            best = max(best, rec["step"])
+    return best
+
+
+def warn_job(job_id: str, env: Dict[str, str]) -> bool:
+    """The warning as LSF's -wa action and ``bkill -s USR2`` deliver it: SIGUSR2 to every process of the job
+    (state.signal_job), sent from this process; False when the job no longer runs.
+
+    Why not a bkill process: on a loaded machine its start takes seconds, in which a tiny trainer trains
+    through a whole link. Why not the -wa timing: a link's start-up on a loaded machine can take most of
+    a scaled walltime, so the number of links would depend on the machine's speed (the -wa timing itself
+    is tested in test_embedded_lsf.py and test_lsf_semantics.py)."""
+    import signal
+    from summit_jobs.schedulers.lsf.embedded import state
+    home = Path(env["SUMMIT_JOBS_LSF_HOME"])
+    job = state.load_job(home, int(job_id))
+    assert job is not None, f"job {job_id} has no record in {home}"
+    if job.get("state") != "RUN":
+        return False
+    state.signal_job(job, signal.SIGUSR2, home)
+    return True
+
+
 def submitted_id(stdout: str) -> str:
     import re
     m = re.search(r"Job <(\d+)> is submitted", stdout)

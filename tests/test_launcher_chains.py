@@ -4,8 +4,9 @@ a plain DDP script that knows only env://}, each as a chain until complete on 2 
 Each cell submits with `summit-jobs submit --until-complete` as a user would. Every link but the last is
 warned once it has trained a step past where it started (WARNED_LINKS: two under jsrun, one under the others):
 the test sends the warning as ``bkill -s USR2`` and LSF's -wa action deliver it (to every process of the job,
-``state.signal_job``, called here), so the number of links does not depend on this machine's speed (the -wa
-timing itself is tested in test_embedded_lsf.py and test_lsf_semantics.py). Then, for every link:
+``state.signal_job``, through conftest_lsf.warn_job), so the number of links does not depend on this
+machine's speed (the -wa timing itself is tested in test_embedded_lsf.py and test_lsf_semantics.py). Then,
+for every link:
 - the ranks agree on a step, checkpoint, and exit 0; the link queues the next one; the last writes COMPLETE;
 - once the job's record says it ended (and bjobs that it is DONE), no process of it is alive: every process
   carrying the job's LSB_JOBID, or naming the cell's own folder without another job's (launchers,
@@ -28,7 +29,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import sys
 import threading
 import time
@@ -40,7 +40,8 @@ from typing import Callable, Dict, List, Optional, Set, Tuple
 import pytest
 import torch
 
-from conftest_lsf import bjobs_state, cli, job_processes, lsf_environment, recorded_state, wait_for
+from conftest_lsf import (bjobs_state, cli, job_processes, lsf_environment, newest_step, recorded_state, wait_for,
+                          warn_job)
 from summit_jobs.schedulers.lsf.embedded import state as lsf_state
 from summit_jobs.schedulers.lsf.embedded.state import node_names
 from test_launchers import _trainer_args
@@ -113,48 +114,20 @@ def _submit(env: Dict[str, str], cell: Path, launcher: str, program: str, data: 
     return str(json.loads(res.stdout)["job_ids"][0])
 
 
-def _steps(run_dir: Path) -> int:
-    """The newest step in metrics.jsonl (train records), 0 before any."""
-    best = 0
-    try:
-        text = (run_dir / "metrics.jsonl").read_text()
-    except OSError:
-        return 0
-    for line in text.splitlines():
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(rec, dict) and rec.get("kind") == "train" and isinstance(rec.get("step"), int):
-            best = max(best, rec["step"])
-    return best
-
-
-def _warn(env: Dict[str, str], jid: str) -> None:
-    """The warning, as ``bkill -s USR2`` and the -wa action deliver it: to every process of the job
-    (state.signal_job), sent from this process. Not through a bkill process: on a loaded machine its start
-    takes seconds, in which the tiny trainer trains through its whole link."""
-    home = Path(env["SUMMIT_JOBS_LSF_HOME"])
-    job = lsf_state.load_job(home, int(jid))
-    assert job is not None, f"job {jid} has no record in {home}"
-    if job.get("state") == "RUN":           # the last link may have finished before its warning
-        lsf_state.signal_job(job, signal.SIGUSR2, home)
-
-
 def _drive_link(env: Dict[str, str], jid: str, cell: Path, run_dir: Path, warn: bool = True) -> Set[int]:
     """Watch one link: warn it a step past its start (unless not ``warn``), wait for its end; the pids it ran.
 
     The job's state is read from its record in this process (recorded_state): a bjobs process ten times a
     second took CPU from the ranks; bjobs is asked once the link has ended (_chain)."""
     wait_for(lambda: recorded_state(jid, env) not in (None, "PEND"), timeout=120, what=f"job {jid} to start")
-    start, pids, warned = _steps(run_dir), set(), not warn
+    start, pids, warned = newest_step(run_dir), set(), not warn
     deadline = time.time() + 300
     looked = 0.0
     while time.time() < deadline:
         # the step first, and the warning at once: anything slow in between lets a loaded machine's
         # trainer run several more steps
-        if not warned and _steps(run_dir) >= start + STEPS_BEFORE_WARNING:
-            _warn(env, jid)
+        if not warned and newest_step(run_dir) >= start + STEPS_BEFORE_WARNING:
+            warn_job(jid, env)
             warned = True
         if time.time() - looked >= PROCESS_LOOK[len(pids) > FEW]:
             pids |= job_processes(jid, env["SUMMIT_JOBS_LSF_HOME"], cell)
