@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -250,7 +251,6 @@ def warn_job(job_id: str, env: Dict[str, str]) -> bool:
     through a whole link. Why not the -wa timing: a link's start-up on a loaded machine can take most of
     a scaled walltime, so the number of links would depend on the machine's speed (the -wa timing itself
     is tested in test_embedded_lsf.py and test_lsf_semantics.py)."""
-    import signal
     from summit_jobs.schedulers.lsf.embedded import state
     home = Path(env["SUMMIT_JOBS_LSF_HOME"])
     job = state.load_job(home, int(job_id))
