@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Set
+from typing import Callable, Dict, Iterable, List, Optional, Set
 
 import pytest
 
@@ -124,9 +125,140 @@ def wait_for(predicate: Callable[[], object], timeout: float = 30, what: str = "
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
+def recorded_job(job_id: str, env: Dict[str, str]) -> Optional[Dict]:
+    """The job's record in the embedded LSF's state folder (``env``'s SUMMIT_JOBS_LSF_HOME), read in this
+    process; None when there is none (another home, no home, an id that is not a number). A job array's id
+    names the record of its first element.
+
+    Why: a bjobs or ``summit-jobs status`` call is a Python start-up (0.1 to 0.5 s of CPU); polling one ten
+    times a second takes a good share of a 2-core machine from the very job a test waits for. Reading the
+    record costs a file read. The record only says when asking is worth it (gated): the answer a test
+    checks is still the command's.
+    """
+    home = env.get("SUMMIT_JOBS_LSF_HOME")
+    if not home or not str(job_id).isdecimal():
+        return None
+    try:
+        rec = json.loads((Path(home) / "jobs" / str(job_id) / "job.json").read_bytes())
+    except (OSError, ValueError):
+        return None
+    return rec if isinstance(rec, dict) else None
+
+
+def recorded_state(job_id: str, env: Dict[str, str]) -> Optional[str]:
+    """The state in the job's record (recorded_job); None when there is no record."""
+    rec = recorded_job(job_id, env)
+    return None if rec is None else rec.get("state")
+
+
+def recorded_jobs(env: Dict[str, str]) -> List[Dict]:
+    """Every job record of ``env``'s embedded LSF (each element of a job array has its own), read here."""
+    home = env.get("SUMMIT_JOBS_LSF_HOME")
+    jobs = Path(home) / "jobs" if home else None
+    if jobs is None or not jobs.is_dir():
+        return []
+    found = [recorded_job(p.name, env) for p in jobs.iterdir()]
+    return [r for r in found if r is not None]
+
+
+def recorded_ended(job_ids: Iterable[str], env: Dict[str, str]) -> Optional[bool]:
+    """Whether every record of these jobs (a job array's id: all its elements) says it ended; None when one
+    of them has no record here."""
+    wanted = {str(j) for j in job_ids}
+    records = [r for r in recorded_jobs(env) if str(r.get("array_id") or r.get("id")) in wanted]
+    if {str(r.get("array_id") or r.get("id")) for r in records} != wanted:
+        return None
+    return all(r.get("state") in ("DONE", "EXIT") for r in records)
+
+
+#: Seconds between two calls of a command while the records say it would not answer yet: bjobs and status
+#: also end jobs whose supervisor died (state.reap_lost), which the records alone do not show.
+ASK_EVERY = 1.0
+
+
+def gated(cheap: Callable[[], Optional[bool]], costly: Callable[[], object],
+          every: float = ASK_EVERY) -> Callable[[], object]:
+    """A predicate for wait_for that calls ``costly`` (a command, the truth) only when ``cheap`` (a look at
+    the records) says it may now succeed or cannot tell (None), and at least every ``every`` seconds."""
+    asked = [0.0]
+
+    def predicate():
+        now = time.time()
+        if cheap() is False and now - asked[0] < every:
+            return None
+        asked[0] = now
+        return costly()
+    return predicate
+
+
 def wait_state(job_id: str, env: Dict[str, str], states=("DONE", "EXIT"), timeout: float = 40) -> Dict[str, str]:
-    return wait_for(lambda: (lambda r: r if r.get("STAT") in states else None)(bjobs_state(job_id, env)),
-                    timeout, f"job {job_id} to reach {states}")
+    """bjobs' record of the job once bjobs shows it in one of ``states`` (bjobs asked when the job's own
+    record shows one of them, or at least every ASK_EVERY seconds)."""
+    def cheap() -> Optional[bool]:
+        recorded = recorded_state(job_id, env)
+        return None if recorded is None else recorded in states
+
+    def costly():
+        rec = bjobs_state(job_id, env)
+        return rec if rec.get("STAT") in states else None
+    return wait_for(gated(cheap, costly), timeout, f"job {job_id} to reach {states}")
+
+
+def run_job_ids(run_dir: Path) -> List[str]:
+    """The jobs of a submitted run: those submit recorded in run.json, then the links the chain queued
+    (chain.jobs); [] while run.json cannot be read."""
+    try:
+        ids = [str(j) for j in json.loads((run_dir / "run.json").read_text())["job_ids"]]
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
+    try:
+        ids += (run_dir / "chain.jobs").read_text().split()
+    except OSError:
+        pass
+    return ids
+
+
+def run_recorded_ended(run_dir: Path, env: Dict[str, str]) -> Optional[bool]:
+    """Whether every job of the run has ended by its record (None: some record cannot be read here). A link
+    queues the next one before it ends, so a chain whose records all say ended has queued its last link."""
+    ids = run_job_ids(run_dir)
+    return recorded_ended(ids, env) if ids else None
+
+
+def newest_step(run_dir: Path) -> int:
+    """The newest step among the train records of the run's metrics.jsonl, 0 before any (a line being
+    written is skipped)."""
+    best = 0
+    try:
+        text = (run_dir / "metrics.jsonl").read_text()
+    except OSError:
+        return 0
+    for line in text.splitlines():
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(rec, dict) and rec.get("kind") == "train" and isinstance(rec.get("step"), int):
+            best = max(best, rec["step"])
+    return best
+
+
+def warn_job(job_id: str, env: Dict[str, str]) -> bool:
+    """The warning as LSF's -wa action and ``bkill -s USR2`` deliver it: SIGUSR2 to every process of the job
+    (state.signal_job), sent from this process; False when the job no longer runs.
+
+    Why not a bkill process: on a loaded machine its start takes seconds, in which a tiny trainer trains
+    through a whole link. Why not the -wa timing: a link's start-up on a loaded machine can take most of
+    a scaled walltime, so the number of links would depend on the machine's speed (the -wa timing itself
+    is tested in test_embedded_lsf.py and test_lsf_semantics.py)."""
+    from summit_jobs.schedulers.lsf.embedded import state
+    home = Path(env["SUMMIT_JOBS_LSF_HOME"])
+    job = state.load_job(home, int(job_id))
+    assert job is not None, f"job {job_id} has no record in {home}"
+    if job.get("state") != "RUN":
+        return False
+    state.signal_job(job, signal.SIGUSR2, home)
+    return True
 
 
 def submitted_id(stdout: str) -> str:

@@ -3,13 +3,14 @@ to bsub. Each case must be refused with a non-zero exit, no traceback, the offen
 "Job not submitted." where bsub refuses a job, and no job id used up."""
 from __future__ import annotations
 
+import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Tuple
 
 import pytest
 
 from badinput import assert_refused, run_module
-from conftest import cli_env  # noqa: F401
 from conftest_lsf import lsf_environment
 
 #: (bsub arguments, extra environment, needles in stderr). @ID is replaced by the id of a job that exists.
@@ -107,20 +108,35 @@ CASES: List[Tuple[List[str], Dict[str, str], List[str]]] = [
 ]
 
 
-@pytest.fixture
-def lsf(cli_env, tmp_path) -> Tuple[Dict[str, str], str]:
-    """An isolated embedded LSF holding one finished job (ids from 700), and that job's id."""
-    env = dict(cli_env, **{k: v for k, v in lsf_environment(tmp_path).items()
-                           if k.startswith("SUMMIT_JOBS_") or k in ("PATH", "XDG_DATA_HOME")})
+@dataclass
+class Home:
+    """The embedded LSF every case submits to, and the ids of the jobs it accepted, in order."""
+    env: Dict[str, str]
+    accepted: List[int]
+
+
+@pytest.fixture(scope="module")
+def lsf(tmp_path_factory) -> Home:
+    """One isolated embedded LSF for every case (ids from 700, numbered by this home alone), holding one
+    finished job, 700; no user config leaks in (as conftest's cli_env). One home for all the cases, not one
+    each: every home cost a job of its own, and a refused bsub changes nothing in it (checked per case)."""
+    tmp = tmp_path_factory.mktemp("bad-lsf")
+    env = {k: v for k, v in os.environ.items() if k not in (
+        "SUMMIT_JOBS_MACHINE", "SUMMIT_JOBS_PROJECT", "SUMMIT_JOBS_CONFIG", "SUMMIT_JOBS_MACHINES_PATH")}
+    env["XDG_CONFIG_HOME"] = str(tmp / "xdg")
+    env.update({k: v for k, v in lsf_environment(tmp).items()
+                if k.startswith("SUMMIT_JOBS_") or k in ("PATH", "XDG_DATA_HOME")})
     env["SUMMIT_JOBS_LSF_FIRST_ID"] = "700"
-    res = run_module("summit_jobs.schedulers.lsf.embedded.commands.bsub", ["/bin/true"], env, cwd=tmp_path)
+    res = run_module("summit_jobs.schedulers.lsf.embedded.commands.bsub", ["/bin/true"], env, cwd=tmp)
     assert res.returncode == 0 and "Job <700>" in res.stdout, res.stderr
-    return env, "700"
+    return Home(env, [700])
 
 
 @pytest.mark.parametrize("args,extra,needles", CASES, ids=[" ".join(a) + " " + " ".join(e) for a, e, _ in CASES])
 def test_bsub_refuses(lsf, tmp_path, args, extra, needles):
-    env, job = lsf
+    """The refusal (one clean paragraph naming the value), no job folder left behind, and no id used up:
+    the next accepted job gets the id after the last one accepted."""
+    env, job = lsf.env, "700"
     args = [a.replace("@ID", job) for a in args]
     if args[-1] != "true":
         args.append("/bin/true")
@@ -130,6 +146,8 @@ def test_bsub_refuses(lsf, tmp_path, args, extra, needles):
     if not extra:
         assert "Job not submitted." in res.stderr
     jobs = Path(env["SUMMIT_JOBS_LSF_HOME"]) / "jobs"
-    assert sorted(p.name for p in jobs.iterdir()) == [job]          # no job folder left behind
+    assert sorted(int(p.name) for p in jobs.iterdir()) == lsf.accepted      # no job folder left behind
     ok = run_module("summit_jobs.schedulers.lsf.embedded.commands.bsub", ["/bin/true"], env, cwd=tmp_path)
-    assert "Job <701>" in ok.stdout, ok.stderr                          # no id used up
+    expected = lsf.accepted[-1] + 1
+    assert f"Job <{expected}>" in ok.stdout, ok.stderr                      # no id used up
+    lsf.accepted.append(expected)

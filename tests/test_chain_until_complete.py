@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from conftest_lsf import cli, lsf_env, wait_for, write_template  # noqa: F401
+from conftest_lsf import cli, gated, lsf_env, run_recorded_ended, wait_for, write_template  # noqa: F401
 
 STAND_IN = r'''
 import glob, os, signal, sys, time
@@ -48,7 +48,8 @@ def _run(env, tmp_path: Path, *extra: str, steps: int = 30, step_seconds: float 
 
 
 def _settled(env, run_dir: Path):
-    """status --json once every link (including those the chain queued itself) has ended."""
+    """status --json once every link (including those the chain queued itself) has ended (status is asked
+    when the job records say so, or every second: run_recorded_ended)."""
     def rows():
         res = cli(["status", str(run_dir), "--json"], env, timeout=60)
         assert res.returncode == 0, res.stderr
@@ -56,7 +57,7 @@ def _settled(env, run_dir: Path):
         return data if data and all(r["state"] in ("DONE", "EXIT", "UNKNOWN") for r in data) else None
     last = None
     for _ in range(3):   # a link queues the next one just before it ends: look until nothing new appears
-        last = wait_for(rows, timeout=120, what="the chain to end")
+        last = wait_for(gated(lambda: run_recorded_ended(run_dir, env), rows), timeout=120, what="the chain to end")
         if not (run_dir / "chain.jobs").exists() or len(last) > len((run_dir / "chain.jobs").read_text().split()):
             break
     return last
@@ -168,9 +169,10 @@ def test_signals_that_land_on_bsub_do_not_lose_the_next_link(lsf_env, tmp_path):
 
 def test_a_link_whose_next_bsub_is_refused_ends_non_zero_and_says_why(lsf_env, tmp_path):
     _with_site_bsub(tmp_path, BSUB_REFUSES)
-    # 1 LSF minute = 6 s: the warning 12 s after the start leaves 6 s to the run limit and 6 more of grace,
-    # room for the 7 s of retries
-    env, run_dir, first = _run(dict(lsf_env, SUMMIT_JOBS_LSF_MINUTE="6"), tmp_path, steps=400, step_seconds=0.5)
+    # 1 LSF minute = 2 s and a run-limit grace of 5 LSF minutes: the warning 4 s after the start leaves 2 s
+    # to the run limit (whose USR2 lands on the retries) and 10 more of grace, room for the 7 s of retries
+    env, run_dir, first = _run(dict(lsf_env, SUMMIT_JOBS_LSF_RUNLIMIT_GRACE="5"), tmp_path, steps=400,
+                               step_seconds=0.5)
     rows = _settled(env, run_dir)
     assert len(rows) == 1 and rows[0]["state"] == "EXIT" and not (run_dir / "COMPLETE").exists(), rows
     assert (run_dir / f"exitcode.{first[0]}").read_text() == "1\n"

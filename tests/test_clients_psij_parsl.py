@@ -27,7 +27,7 @@ from typing import Dict, List
 
 import pytest
 
-from conftest_lsf import BIN, job_processes, require_client, run, wait_for
+from conftest_lsf import BIN, gated, job_processes, recorded_ended, require_client, run, wait_for
 
 #: The interpreter's bin folder: parsl starts interchange.py and process_worker_pool.py from PATH.
 VENV_BIN = str(Path(sys.executable).parent)
@@ -99,8 +99,11 @@ def lsf_jobs(env: Dict[str, str]) -> Dict[str, Dict[str, str]]:
 
 
 def ended(jid: str, env: Dict[str, str]) -> Dict[str, str]:
-    """The job's bjobs record once it has ended (DONE or EXIT)."""
-    return wait_for(lambda: (lambda r: r if r and r["STAT"] in ("DONE", "EXIT") else None)(lsf_jobs(env).get(jid)),
+    """The job's bjobs record once it has ended (DONE or EXIT); bjobs is asked when the job's record says
+    so, or every second (gated)."""
+    return wait_for(gated(lambda: recorded_ended([jid], env),
+                          lambda: (lambda r: r if r and r["STAT"] in ("DONE", "EXIT") else None)(
+                              lsf_jobs(env).get(jid))),
                     30, f"job {jid} to end")
 
 

@@ -9,8 +9,8 @@ import sys
 import time
 from pathlib import Path
 
-from conftest_lsf import (bjobs_state, cli, lsf_env, program, run, submitted_id, template_dir,  # noqa: F401
-                          wait_for, wait_state)
+from conftest_lsf import (bjobs_state, cli, lsf_env, program, recorded_state, run, submitted_id,  # noqa: F401
+                          template_dir, wait_for, wait_state)
 from summit_jobs.schedulers.lsf.embedded.state import node_names
 
 #: The virtual nodes' host names on this machine: vnode1... where tasks get host names, else 127.1.0.1...
@@ -42,7 +42,7 @@ def test_end_to_end_pend_run_done_logs_and_exit_code(tmp_path, lsf_env, template
     blocker = tmp_path / "blocker.sh"
     blocker.write_text("#!/bin/bash\nwhile [ ! -e release ]; do sleep 0.1; done\n")
     jb = submitted_id(run(["bsub", "-nnodes", "4", "-W", "10", "-o", "blocker.%J.out", str(blocker)], env, cwd=tmp_path).stdout)
-    wait_for(lambda: bjobs_state(jb, env)["STAT"] == "RUN", 20, "the blocker to run")
+    wait_state(jb, env, ("RUN",), timeout=20)
 
     ids, run_dir = submit(env, template_dir, tmp_path / "runs", trainer_args=["--extra", "two words"])
     assert len(ids) == 1
@@ -56,8 +56,13 @@ def test_end_to_end_pend_run_done_logs_and_exit_code(tmp_path, lsf_env, template
         assert "virtual nodes" in rows[0]["reason"]
         seen.append("PEND")
         (tmp_path / "release").write_text("")
-        deadline = time.time() + 40
+        deadline, asked = time.time() + 40, 0.0
         while time.time() < deadline:
+            # status is asked when the job's record has moved on from the state last seen (or every second)
+            if recorded_state(jid, env) == seen[-1] and time.time() - asked < 1.0:
+                time.sleep(0.05)
+                continue
+            asked = time.time()
             state = status_rows(env, str(run_dir))[0]["state"]
             if state != seen[-1]:
                 seen.append(state)
@@ -154,7 +159,7 @@ def test_cancel_kills_a_chain_without_starting_later_links(tmp_path, lsf_env, te
     env = dict(lsf_env, PROG_SLEEP="60", SUMMIT_JOBS_LSF_KILL_GRACE="10")
     ids, run_dir = submit(env, template_dir, tmp_path / "runs", "--walltime", "10", "--chain", "2", nodes="1",
                           name="cx")
-    wait_for(lambda: bjobs_state(ids[0], env)["STAT"] == "RUN", 20, "link 1 to run")
+    wait_state(ids[0], env, ("RUN",), timeout=20)
     wait_for(lambda: "RANK " in (run_dir / f"cx.{ids[0]}.out").read_text()
              if (run_dir / f"cx.{ids[0]}.out").exists() else False, 20, "the ranks to start")
     res = cli(["cancel", run_dir.name], env)

@@ -207,11 +207,11 @@ def data(tmp_path_factory):
     return make_dataset(tmp_path_factory.mktemp("genjob") / "data", train=8, val=0, frames=4, size=32)
 
 
-def trainer_job(tmp_path: Path, data: Path, before: str = "") -> str:
+def trainer_job(tmp_path: Path, data: Path, before: str = "", slots: int = 4, ptile: int = 2) -> str:
     args = " ".join(tiny_args(tmp_path / "run", data, max_steps=2, eval_every=0) + ["--no-test"])
     return script(tmp_path, f"""
-        #BSUB -n 4
-        #BSUB -R "span[ptile=2]"
+        #BSUB -n {slots}
+        #BSUB -R "span[ptile={ptile}]"
         #BSUB -o train.%J.out
         export OMP_NUM_THREADS=1 SUMMIT_JOBS_RENDEZVOUS_TIMEOUT=600
         {before}
@@ -230,10 +230,11 @@ def test_a_two_host_generic_job_trains_with_rank_0_and_the_rendezvous_on_the_fir
 
 def test_a_rendezvous_on_the_wrong_host_fails_fast_with_both_hosts_named(tmp_path, lsf_env, data):
     """A MASTER_ADDR naming the second host: rank 0 (on the first) stops at once; nothing waits for the
-    600 s rendezvous timeout."""
+    600 s rendezvous timeout. One rank per host is enough to put rank 0 and the named host apart (every
+    rank is a trainer start-up)."""
     started = time.time()
-    jid = submitted_id(run(["bsub", trainer_job(tmp_path, data, f"export MASTER_ADDR={NODE2}")], lsf_env,
-                           cwd=tmp_path).stdout)
+    job = trainer_job(tmp_path, data, f"export MASTER_ADDR={NODE2}", slots=2, ptile=1)
+    jid = submitted_id(run(["bsub", job], lsf_env, cwd=tmp_path).stdout)
     rec = wait_state(jid, lsf_env, timeout=120)
     out = (tmp_path / f"train.{jid}.out").read_text()
     assert rec["STAT"] == "EXIT", out

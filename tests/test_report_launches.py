@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Dict, Tuple
 
 import pytest
 from PIL import Image
@@ -64,12 +65,22 @@ def runs(tmp_path_factory):
     return {"chain": chain, "noshift": noshift, "data": data, "tmp": tmp}
 
 
+@pytest.fixture(scope="module")
+def chain_report(runs, tmp_path_factory) -> Tuple[subprocess.CompletedProcess, Dict]:
+    """`summit-jobs report CHAIN --out DIR` (the text table, default options) and the report.json it wrote:
+    run once for the tests that read that same report (a report is a Python start-up and four plots)."""
+    folder = tmp_path_factory.mktemp("chain-report") / "rep"
+    out = run_report([runs["chain"], "--out", folder])
+    assert out.returncode == 0, out.stderr
+    return out, json.loads((folder / "report.json").read_text())
+
+
 def copy_run(src: Path, dst: Path) -> Path:
     shutil.copytree(src, dst, ignore=shutil.ignore_patterns("report", "checkpoints"))
     return dst
 
 
-def test_launches_are_counted_from_launch_records(runs, tmp_path):
+def test_launches_are_counted_from_launch_records(runs, chain_report, tmp_path):
     chain = runs["chain"]
     steps = [json.loads(line)["step"] for line in (chain / rundir.METRICS).read_text().splitlines()
              if json.loads(line)["kind"] == "train"]
@@ -80,7 +91,7 @@ def test_launches_are_counted_from_launch_records(runs, tmp_path):
     assert out.returncode == 0, out.stderr
     s = json.loads(out.stdout)["summary"]
     assert (s["launches"], s["launches_estimated"], s["resume_steps"], s["replayed_steps"]) == (3, False, [3, 7], 0)
-    text = run_report([chain, "--out", tmp_path / "rep"])
+    text, _ = chain_report
     assert "trainer launches                    3 (0 steps replayed after resumes)" in text.stdout
     assert "resumed at steps                    3, 7" in text.stdout
 
@@ -96,10 +107,8 @@ def test_a_run_without_launch_records_says_its_count_is_estimated(runs, tmp_path
     assert "estimated from pauses in the metrics (no launch records)" in " ".join(text.split())
 
 
-def test_chain_boundaries_are_marked_in_every_panel(runs, tmp_path):
-    out = run_report([runs["chain"], "--out", tmp_path / "rep"])
-    assert out.returncode == 0, out.stderr
-    doc = json.loads((tmp_path / "rep" / "report.json").read_text())
+def test_chain_boundaries_are_marked_in_every_panel(runs, chain_report):
+    _, doc = chain_report
     train = records(runs["chain"], "train")
     labels = ["launch 2 from step 3", "launch 3 from step 7"]
     for fig in report.PLOTS:
@@ -148,7 +157,7 @@ def moving_mean(steps, ys, window):
             sum(1 for t in steps if s - window < t <= s) for s in steps]
 
 
-def test_train_curves_are_smoothed_on_request(runs, tmp_path):
+def test_train_curves_are_smoothed_on_request(runs, chain_report, tmp_path):
     train = records(runs["chain"], "train")
     steps, loss = [r["step"] for r in train], [r["loss"] for r in train]
     assert run_report([runs["chain"], "--smooth", "4", "--out", tmp_path / "a"]).returncode == 0
@@ -160,9 +169,8 @@ def test_train_curves_are_smoothed_on_request(runs, tmp_path):
     top1 = series(doc, "accuracy.png", 0, "train top-1 (4-step mean)")["y"]
     assert top1 == pytest.approx(moving_mean(steps, [100 * r["top1"] for r in train], 4), rel=1e-12)
     assert run_report([runs["chain"], "--smooth", "0", "--out", tmp_path / "b"]).returncode == 0
-    assert run_report([runs["chain"], "--out", tmp_path / "c"]).returncode == 0   # default: 12 steps / 50 = 0
-    for folder in ("b", "c"):
-        doc = json.loads((tmp_path / folder / "report.json").read_text())
+    default = chain_report[1]                                   # default: 12 steps / 50 = 0
+    for doc in (json.loads((tmp_path / "b" / "report.json").read_text()), default):
         assert [s["label"] for s in panel(doc, "loss.png", 0)["series"]] == ["train", "eval"]
 
 

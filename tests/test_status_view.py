@@ -29,7 +29,7 @@ from typing import Dict, List, Optional
 
 import pytest
 
-from conftest_lsf import cli, lsf_environment, run, submitted_id, wait_for
+from conftest_lsf import cli, gated, lsf_environment, run, run_recorded_ended, submitted_id, wait_for
 from trainer_utils import REPO, make_dataset
 
 sys.path.insert(0, str(REPO))
@@ -108,7 +108,8 @@ def chain(tmp_path_factory, data):
 
 @pytest.fixture(scope="module")
 def finished(chain) -> Chain:
-    wait_for(lambda: ended(chain), timeout=240, what="the chain to end")
+    wait_for(gated(lambda: run_recorded_ended(chain.run_dir, chain.env), lambda: ended(chain)), timeout=240,
+             what="the chain to end")
     chain.plain_watch.wait(timeout=60)
     return chain
 

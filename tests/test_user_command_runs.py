@@ -16,7 +16,7 @@ from typing import Dict, List
 
 import pytest
 
-from conftest_lsf import cli, lsf_environment, wait_for
+from conftest_lsf import cli, gated, lsf_environment, recorded_state, wait_for
 
 #: The user's program: the first rank to start writes ``--steps`` train records (with times unless
 #: --no-time) as the docs prescribe, then every rank waits for a ``stop`` file in the run directory.
@@ -119,17 +119,33 @@ def status_rows(job: Dict) -> List[Dict]:
     return json.loads(res.stdout)
 
 
+def recorded_in(job: Dict, *states: str) -> bool:
+    """Whether the job's record says one of ``states`` (status is asked only then, or every second)."""
+    return recorded_state(job["id"], job["env"]) in states
+
+
+def wrote_step(job: Dict, step: int) -> bool:
+    """Whether the program's newest metrics record is at ``step`` (read here, before status is asked)."""
+    try:
+        lines = (job["run_dir"] / "metrics.jsonl").read_text().splitlines()
+    except OSError:
+        return False
+    return bool(lines) and f'"step": {step},' in lines[-1]
+
+
 def stop(job: Dict) -> List[Dict]:
     (job["run_dir"] / "stop").write_text("")
-    return wait_for(lambda: [r for r in status_rows(job) if r["state"] in ("DONE", "EXIT")], timeout=120,
-                    what="the user's program to end")
+    return wait_for(gated(lambda: recorded_in(job, "DONE", "EXIT"),
+                          lambda: [r for r in status_rows(job) if r["state"] in ("DONE", "EXIT")]),
+                    timeout=120, what="the user's program to end")
 
 
 @pytest.mark.parametrize("timed", [True, False], ids=["with-times", "without-times"])
 def test_status_shows_the_step_of_a_running_user_command(tmp_path, timed):
     job = submit_program(tmp_path, *([] if timed else ["--no-time"]))
     try:
-        rows = wait_for(lambda: [r for r in status_rows(job) if r["state"] == "RUN" and r["step"] == 30],
+        rows = wait_for(gated(lambda: recorded_in(job, "RUN") and wrote_step(job, 30),
+                              lambda: [r for r in status_rows(job) if r["state"] == "RUN" and r["step"] == 30]),
                         timeout=120, what="the program to write its 30 records")
         row = rows[0]
         assert row["total_steps"] == 100 and row["epochs"] is None and row["clips_per_s"] is None

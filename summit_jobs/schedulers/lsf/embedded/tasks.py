@@ -54,12 +54,17 @@ def run(command: List[str], task_envs: List[Dict[str, str]], cwd: str, who: str,
 
 
 def _wait(procs: List[subprocess.Popen], forward, who: str, unit: str) -> int:
-    """Wait for every task; when one fails, TERM the others (KILL after the grace); that task's status."""
+    """Wait for every task; when one fails, TERM the others (KILL after the grace); that task's status.
+    It looks every 0.05 s, and at once when a task ends (state.ExitWaiter)."""
     failed: Optional[int] = None
     term_at: Optional[float] = None
     grace = state.kill_grace()
+    waiter = state.ExitWaiter([p.pid for p in procs])
     while True:
         codes = [p.poll() for p in procs]
+        for proc, code in zip(procs, codes):
+            if code is not None:
+                waiter.forget(proc.pid)
         if failed is None:
             for index, code in enumerate(codes):
                 if code is not None and code != 0:
@@ -73,5 +78,6 @@ def _wait(procs: List[subprocess.Popen], forward, who: str, unit: str) -> int:
             break
         if term_at is not None and time.time() - term_at > grace:
             forward(signal.SIGKILL, None)
-        time.sleep(0.05)
+        waiter.wait(0.05)
+    waiter.close()
     return failed or 0

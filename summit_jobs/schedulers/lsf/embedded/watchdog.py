@@ -1,8 +1,8 @@
 """The watchdog of one running embedded-LSF job: ends the job if its supervisor dies.
 
 The supervisor starts the job's script in a process group of its own and then
-this small process, handing it the read end of a pipe whose write end only the
-supervisor holds. When the supervisor finishes normally it writes one byte and
+this small process (a fork of itself), handing it the read end of a pipe whose
+write end only the supervisor holds. When the supervisor finishes normally it writes one byte and
 the watchdog leaves. When the supervisor dies any other way (kill -9, a crash)
 the pipe closes without that byte: the watchdog then ends every process of
 the job (state.job_processes: TERM, KILL after the kill grace), and only once no process of
@@ -48,11 +48,16 @@ def watch(lsf_home: Path, job_id: int, fd: int, pgid: int, grace: float) -> int:
     return 0 if ended else 1
 
 
-def main() -> int:
+def run(lsf_home: Path, job_id: int, fd: int, pgid: int, grace: float) -> int:
+    """The watchdog's life, as a process of its own (main) or a fork of the supervisor: a hang-up or an
+    interrupt of the terminal the job came from does not end it."""
     for sig in (signal.SIGHUP, signal.SIGINT):
         signal.signal(sig, signal.SIG_IGN)
-    lsf_home, job_id, fd = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
-    return watch(lsf_home, job_id, fd, int(sys.argv[4]), float(sys.argv[5]))
+    return watch(lsf_home, job_id, fd, pgid, grace)
+
+
+def main() -> int:
+    return run(Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5]))
 
 
 if __name__ == "__main__":
