@@ -1,7 +1,11 @@
+import contextlib
+import fcntl
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Callable, Iterator
 
 import pytest
 
@@ -43,6 +47,61 @@ def cli_env(tmp_path, monkeypatch):
     for k in ("SUMMIT_JOBS_MACHINE", "SUMMIT_JOBS_PROJECT", "SUMMIT_JOBS_CONFIG", "SUMMIT_JOBS_MACHINES_PATH"):
         monkeypatch.delenv(k, raising=False)
     return env
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """An exclusive lock on ``path`` (created if missing), held for the block: the processes of one test
+    session take turns."""
+    with open(path, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def shared_folder(tmp_path_factory, name: str, build: Callable[[Path], None]) -> Path:
+    """A folder ``build`` fills once per test session, for every test module and pytest-xdist worker.
+
+    Why: several modules start from the same expensive data (a synthetic set packed by the real CLI); built
+    per module, it was built once for each. The first process to ask builds it under a lock, in the folder
+    all of the session's workers share; the others wait for the lock and find it done (marked by a file
+    written last, so a build that failed is tried again, and fails again, for whoever asks next).
+    """
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent                                # the session's folder, above each worker's own
+    folder, done = root / f"shared-{name}", root / f"shared-{name}.done"
+    with _locked(root / f"shared-{name}.lock"):
+        if not done.exists():
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir()
+            build(folder)
+            done.write_text("")
+    return folder
+
+
+def _pack_two_streams(root: Path) -> None:
+    """``summit-jobs synth`` videos (8 motion classes in forward/backward pairs, 6 per class, 16 frames of
+    64x64) packed by the real CLI as RGB frames (``rgb``) and as Farneback optical flow (``flow``)."""
+    env = dict(os.environ, XDG_CONFIG_HOME=str(root / "xdg"))
+    steps = [["synth", str(root / "d"), "--videos-per-class", "6", "--frames", "16", "--size", "64", "--seed", "1",
+              "--quiet"],
+             ["pack", str(root / "d" / "videos"), str(root / "rgb"), "--short-side", "64", "--quiet"],
+             ["pack", str(root / "d" / "videos"), str(root / "flow"), "--modality", "flow", "--flow-algorithm",
+              "farneback", "--short-side", "64", "--quiet"]]
+    for args in steps:
+        r = run_cli(args, env, timeout=300)
+        assert r.returncode == 0, r.stderr
+
+
+@pytest.fixture(scope="session")
+def two_stream_packs(tmp_path_factory) -> Path:
+    """The same videos packed as RGB (``<folder>/rgb``) and as optical flow (``<folder>/flow``), built once
+    per session (tests/test_flow_stream.py, tests/test_bad_input_flow_stream.py and tests/test_fuse.py
+    train on them)."""
+    return shared_folder(tmp_path_factory, "two-stream-packs", _pack_two_streams)
 
 
 def run_cli(args, env, cwd=None, input=None, timeout=60):
