@@ -104,6 +104,21 @@ def two_stream_packs(tmp_path_factory) -> Path:
     return shared_folder(tmp_path_factory, "two-stream-packs", _pack_two_streams)
 
 
+def _train_tiny_run(root: Path) -> None:
+    """tests/trainer_utils.py's moving squares (8 train, 4 val clips) in ``data`` and one epoch of its tiny
+    recipe on them, tested at the end, in ``run``."""
+    from trainer_utils import make_dataset, run_ranks, tiny_args
+    data = make_dataset(root / "data", train=8, val=4)
+    run_ranks(1, tiny_args(root / "run", data, epochs=1, test_last=1), root / "logs", timeout=180)
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory) -> Path:
+    """A real one-epoch run of the tiny recipe (``<folder>/run``, trained on ``<folder>/data``), built once per
+    session for the tests that only read it (tests/test_bad_input_runs.py, tests/test_tensorboard.py)."""
+    return shared_folder(tmp_path_factory, "tiny-run", _train_tiny_run)
+
+
 def run_cli(args, env, cwd=None, input=None, timeout=60):
     """Run the real console entry point in a subprocess (the path a user takes)."""
     return subprocess.run([sys.executable, "-m", "summit_jobs", *args], env=env, cwd=cwd, input=input,
