@@ -1,11 +1,37 @@
+import contextlib
+import fcntl
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Callable, Iterator
 
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
+
+#: The project's packages: the code the tests' Python subprocesses import.
+PACKAGES = ("summit_jobs", "trainer")
+
+
+def pytest_configure(config):
+    """Compile the project's modules to bytecode once, before any test runs.
+
+    Why: the suite starts hundreds of fresh ``python -m summit_jobs`` and ``python -m trainer`` processes.
+    Where PYTHONDONTWRITEBYTECODE is set, none of them may write the bytecode it compiles, so each compiled
+    every project module from source again: a large share of a short command's start-up. Python still reads
+    bytecode that is there, so writing it once (as pip does for an installed program, into the gitignored
+    __pycache__ folders, or under PYTHONPYCACHEPREFIX when that is set) gives the same processes, in the same
+    environment, without that cost. Bytecode records its source's time and size and Python ignores it once
+    they change, so an edit is never masked. The third-party packages were compiled when they were installed.
+    pytest-xdist's workers find the bytecode their controller wrote.
+    """
+    import compileall
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    for package in PACKAGES:
+        compileall.compile_dir(str(REPO / package), quiet=2, workers=1)
 
 
 @pytest.fixture
@@ -21,6 +47,76 @@ def cli_env(tmp_path, monkeypatch):
     for k in ("SUMMIT_JOBS_MACHINE", "SUMMIT_JOBS_PROJECT", "SUMMIT_JOBS_CONFIG", "SUMMIT_JOBS_MACHINES_PATH"):
         monkeypatch.delenv(k, raising=False)
     return env
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """An exclusive lock on ``path`` (created if missing), held for the block: the processes of one test
+    session take turns."""
+    with open(path, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def shared_folder(tmp_path_factory, name: str, build: Callable[[Path], None]) -> Path:
+    """A folder ``build`` fills once per test session, for every test module and pytest-xdist worker.
+
+    Why: several modules start from the same expensive data (a synthetic set packed by the real CLI); built
+    per module, it was built once for each. The first process to ask builds it under a lock, in the folder
+    all of the session's workers share; the others wait for the lock and find it done (marked by a file
+    written last, so a build that failed is tried again, and fails again, for whoever asks next).
+    """
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent                                # the session's folder, above each worker's own
+    folder, done = root / f"shared-{name}", root / f"shared-{name}.done"
+    with _locked(root / f"shared-{name}.lock"):
+        if not done.exists():
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir()
+            build(folder)
+            done.write_text("")
+    return folder
+
+
+def _pack_two_streams(root: Path) -> None:
+    """``summit-jobs synth`` videos (8 motion classes in forward/backward pairs, 6 per class, 16 frames of
+    64x64) packed by the real CLI as RGB frames (``rgb``) and as Farneback optical flow (``flow``)."""
+    env = dict(os.environ, XDG_CONFIG_HOME=str(root / "xdg"))
+    steps = [["synth", str(root / "d"), "--videos-per-class", "6", "--frames", "16", "--size", "64", "--seed", "1",
+              "--quiet"],
+             ["pack", str(root / "d" / "videos"), str(root / "rgb"), "--short-side", "64", "--quiet"],
+             ["pack", str(root / "d" / "videos"), str(root / "flow"), "--modality", "flow", "--flow-algorithm",
+              "farneback", "--short-side", "64", "--quiet"]]
+    for args in steps:
+        r = run_cli(args, env, timeout=300)
+        assert r.returncode == 0, r.stderr
+
+
+@pytest.fixture(scope="session")
+def two_stream_packs(tmp_path_factory) -> Path:
+    """The same videos packed as RGB (``<folder>/rgb``) and as optical flow (``<folder>/flow``), built once
+    per session (tests/test_flow_stream.py, tests/test_bad_input_flow_stream.py and tests/test_fuse.py
+    train on them)."""
+    return shared_folder(tmp_path_factory, "two-stream-packs", _pack_two_streams)
+
+
+def _train_tiny_run(root: Path) -> None:
+    """tests/trainer_utils.py's moving squares (8 train, 4 val clips) in ``data`` and one epoch of its tiny
+    recipe on them, tested at the end, in ``run``."""
+    from trainer_utils import make_dataset, run_ranks, tiny_args
+    data = make_dataset(root / "data", train=8, val=4)
+    run_ranks(1, tiny_args(root / "run", data, epochs=1, test_last=1), root / "logs", timeout=180)
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory) -> Path:
+    """A real one-epoch run of the tiny recipe (``<folder>/run``, trained on ``<folder>/data``), built once per
+    session for the tests that only read it (tests/test_bad_input_runs.py, tests/test_tensorboard.py)."""
+    return shared_folder(tmp_path_factory, "tiny-run", _train_tiny_run)
 
 
 def run_cli(args, env, cwd=None, input=None, timeout=60):

@@ -13,7 +13,7 @@ import torch
 
 from badinput import assert_refused, run_module
 from conftest import cli_env, run_cli  # noqa: F401
-from trainer_utils import REPO, make_dataset, run_ranks, tiny_args
+from trainer_utils import REPO, make_dataset, tiny_args
 
 from trainer.loop import tboard
 
@@ -25,14 +25,13 @@ def trainer_env(**extra: str) -> Dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-    """A real one-epoch run: its checkpoint is the good file the mismatch cases start from."""
+def trained(tiny_run, tmp_path_factory):
+    """A real one-epoch run (the session's tiny_run, tests/conftest.py): its checkpoint is the good file the
+    mismatch cases start from."""
     tmp = tmp_path_factory.mktemp("bad-runs")
-    data = make_dataset(tmp / "data", train=8, val=4)
-    run = tmp / "run"
-    run_ranks(1, tiny_args(run, data, epochs=1, test_last=1), tmp / "logs", timeout=180)
+    run = tiny_run / "run"
     six = make_dataset(tmp / "data6", train=6, val=6, classes=("right", "left", "down", "up", "forward", "backward"))
-    return {"data": data, "data6": six, "run": run, "ckpt": run / "checkpoints" / "epoch-0000.pt"}
+    return {"data": tiny_run / "data", "data6": six, "run": run, "ckpt": run / "checkpoints" / "epoch-0000.pt"}
 
 
 def _write(path: Path, blob: bytes) -> Path:

@@ -153,8 +153,8 @@ def _torch_without_the_trainer(tmp_path: Path) -> Tuple[str, str]:
     """(python, PYTHONPATH) of an environment with torch and its packages but not the trainer: this venv's
     interpreter without its site hook (-S: no .pth files, so no editable install of summit-jobs), its
     site-packages on PYTHONPATH, as a site's Python with PyTorch where nobody installed the trainer."""
-    where = subprocess.run([sys.executable, "-c", "import os, torch; print(os.path.dirname(os.path.dirname("
-                            "torch.__file__)))"], capture_output=True, text=True, check=True).stdout.strip()
+    import importlib.util
+    where = str(Path(importlib.util.find_spec("torch").origin).parent.parent)     # found, not imported
     if (Path(where) / "trainer" / "config.py").exists():
         pytest.skip("the trainer is installed as a plain package next to torch")
     python = tmp_path / "site-python"

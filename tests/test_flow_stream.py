@@ -16,7 +16,6 @@ import pytest
 import torch
 from PIL import Image
 
-from conftest import run_cli
 from trainer.data import clips, transforms
 from trainer.models import interop, transfer
 from trainer.models.model import build_model
@@ -124,19 +123,10 @@ def test_imagenet_weights_start_a_flow_stream_by_cross_modality(tmp_path):
 # -- end to end: synth -> pack (rgb, flow) -> train ----------------------------------------------
 
 @pytest.fixture(scope="module")
-def packs(tmp_path_factory):
-    """The synthetic videos packed by the real CLI as RGB and as Farneback flow (64-pixel side)."""
-    root = tmp_path_factory.mktemp("twostream")
-    env = dict(os.environ, XDG_CONFIG_HOME=str(root / "xdg"))
-    steps = [["synth", str(root / "d"), "--videos-per-class", "6", "--frames", "16", "--size", "64", "--seed", "1",
-              "--quiet"],
-             ["pack", str(root / "d" / "videos"), str(root / "rgb"), "--short-side", "64", "--quiet"],
-             ["pack", str(root / "d" / "videos"), str(root / "flow"), "--modality", "flow", "--flow-algorithm",
-              "farneback", "--short-side", "64", "--quiet"]]
-    for args in steps:
-        r = run_cli(args, env, timeout=300)
-        assert r.returncode == 0, r.stderr
-    return root
+def packs(two_stream_packs):
+    """The synthetic videos packed by the real CLI as RGB and as Farneback flow (64-pixel side), shared by the
+    session (tests/conftest.py)."""
+    return two_stream_packs
 
 
 def stream_args(run_dir: Path, data: Path, *extra: str) -> list:

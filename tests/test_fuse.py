@@ -196,24 +196,18 @@ def test_weights_and_average_decide_the_fusion(cli_env, tmp_path):
     assert len(seen) >= 4   # the settings really give different fusions: a test that ignored one would fail
 
 
-def test_an_rgb_stream_and_a_flow_stream_fuse(tmp_path, cli_env):
+def test_an_rgb_stream_and_a_flow_stream_fuse(two_stream_packs, tmp_path, cli_env):
     """The two-stream case itself: synthetic videos packed as RGB frames and as optical flow by the real
-    CLI, one run on each (--modality flow), fused; the flow run's scores say it is the flow stream."""
-    steps = [["synth", str(tmp_path / "d"), "--videos-per-class", "3", "--frames", "16", "--size", "64", "--seed",
-              "1", "--quiet"],
-             ["pack", str(tmp_path / "d" / "videos"), str(tmp_path / "rgb"), "--short-side", "64", "--quiet"],
-             ["pack", str(tmp_path / "d" / "videos"), str(tmp_path / "flow"), "--modality", "flow",
-              "--flow-algorithm", "farneback", "--short-side", "64", "--quiet"]]
-    for args in steps:
-        r = run_cli(args, cli_env, timeout=300)
-        assert r.returncode == 0, r.stderr
+    CLI (the session's two_stream_packs, tests/conftest.py), one run on each (--modality flow), fused; the
+    flow run's scores say it is the flow stream."""
+    packs = two_stream_packs
     recipe = ["--engine", "ddp", "--arch", "resnet18", "--width", "0.125", "--num-segments", "3", "--sampling",
               "uniform", "--input-size", "56", "--batch-per-gpu", "4", "--lr", "0.01", "--optimizer", "adam",
               "--warmup-epochs", "0", "--epochs", "1", "--workers", "0", "--test-clips", "1", "--test-crops", "1",
               "--test-last", "1", "--no-flip", "--threads", "1"]
-    run_ranks(1, ["--run-dir", str(tmp_path / "run-rgb"), "--data", str(tmp_path / "rgb"), *recipe],
+    run_ranks(1, ["--run-dir", str(tmp_path / "run-rgb"), "--data", str(packs / "rgb"), *recipe],
               tmp_path / "logs-rgb", timeout=300)
-    run_ranks(1, ["--run-dir", str(tmp_path / "run-flow"), "--data", str(tmp_path / "flow"), "--modality", "flow",
+    run_ranks(1, ["--run-dir", str(tmp_path / "run-flow"), "--data", str(packs / "flow"), "--modality", "flow",
                   "--flow-stack", "5", *recipe], tmp_path / "logs-flow", timeout=300)
     files = [tmp_path / f"run-{m}" / "scores" / "epoch-0000.npz" for m in ("rgb", "flow")]
     assert [load(f)["meta"]["modality"] for f in files] == ["rgb", "flow"]
@@ -224,4 +218,4 @@ def test_an_rgb_stream_and_a_flow_stream_fuse(tmp_path, cli_env):
     assert [s["name"] for s in got["streams"]] == ["run-rgb [rgb]", "run-flow [flow]"]
     top1, top5, _ = fused_by_hand(files, [1, 1.5], "probs")
     assert (got["fused"]["top1"], got["fused"]["top5"], got["fused"]["videos"]) == (
-        pytest.approx(top1, abs=1e-12), pytest.approx(top5, abs=1e-12), 8)
+        pytest.approx(top1, abs=1e-12), pytest.approx(top5, abs=1e-12), 16)     # 6 videos of 8 classes: 16 val

@@ -13,13 +13,14 @@ import json
 import os
 import re
 import sys
+import time
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest_lsf import BIN, PROGRAM, cli, lsf_environment, wait_state, write_template
+from conftest_lsf import BIN, PROGRAM, bjobs_state, cli, lsf_environment, wait_state, write_template
 from summit_jobs.profiles import machines
 from summit_jobs.planning import render
 from summit_jobs.errors import UserError
@@ -82,6 +83,33 @@ def test_render_keeps_line_breaks_in_arguments():
     assert all(shlex.quote(a) in script for a in args)
 
 
+def _wait_finished(jid: str, run_dir: str, env: dict, timeout: float = 60) -> dict:
+    """The job's final bjobs record, waited for on its exit-code file (the job script writes it as it ends).
+
+    Why the file: looking for it costs nothing, where each bjobs poll is a Python process; bjobs is still
+    asked once a second meanwhile, so a job that ends without writing the file is seen as soon.
+    """
+    code = Path(run_dir) / f"exitcode.{jid}"
+    deadline = asked = time.time()
+    deadline += timeout
+    while time.time() < deadline and not code.exists():
+        if time.time() >= asked:
+            if bjobs_state(jid, env).get("STAT") in ("DONE", "EXIT"):
+                break
+            asked = time.time() + 1
+        time.sleep(0.05)
+    return wait_state(jid, env, timeout=max(1.0, deadline - time.time()))
+
+
+def _job_story(jid: str, run_dir: str, env: dict) -> str:
+    """What the job wrote and what the embedded LSF logged about it: the explanation of a job that failed."""
+    parts = [f"{p}:\n{p.read_text(errors='replace')[-2000:]}" for p in sorted(Path(run_dir).glob(f"*.{jid}.*"))]
+    log = Path(env["SUMMIT_JOBS_LSF_HOME"]) / "jobs" / str(jid) / "supervisor.log"
+    if log.is_file():
+        parts.append(f"{log}:\n{log.read_text(errors='replace')[-2000:]}")
+    return "\n".join(parts)
+
+
 def _submit_and_check(world, extra_cli, run_dir: str, args):
     env = world["env"]
     res = cli([*extra_cli, "submit", "--nodes", "1", "--json", "--job-name", "inj", "--template-dir",
@@ -97,7 +125,8 @@ def _submit_and_check(world, extra_cli, run_dir: str, args):
     (jid,) = out["job_ids"]
     real_dir = out["run_dir"]
     assert real_dir == os.path.abspath(run_dir) or extra_cli       # over SSH: the remote path itself
-    assert wait_state(jid, env, timeout=60)["STAT"] == "DONE"
+    state = _wait_finished(jid, real_dir, env)
+    assert state["STAT"] == "DONE", (state, _job_story(jid, real_dir, env))
     for rank in (0, 1):
         argv = json.loads((Path(env["PROG_OUT"]) / f"argv.{jid}.{rank}.json").read_text())
         assert argv[-len(args):] == list(args) if args else True

@@ -184,11 +184,24 @@ def test_tsm_classifier_is_base_model_fc_without_dropout():
 
 # -- round trips -----------------------------------------------------------------------------
 
+@pytest.fixture(scope="module")
+def randomised_resnet50s():
+    """``(width, dropout) -> randomised 400-class resnet50``, each built once for the module: drawing a
+    full-width network's 25M random weights costs more than its three layouts' round trips together."""
+    built = {}
+
+    def get(width: float, dropout: float) -> nn.Module:
+        if (width, dropout) not in built:
+            built[width, dropout] = randomised(build_model("resnet50", 400, width=width, dropout=dropout))
+        return built[width, dropout]
+    return get
+
+
 @pytest.mark.parametrize("width", [1.0, 0.125], ids=["resnet50", "tiny"])
 @pytest.mark.parametrize("layout", interop.LAYOUTS)
 @pytest.mark.parametrize("dropout", [0.0, 0.5])
-def test_round_trip_is_exact(width, layout, dropout):
-    model = randomised(build_model("resnet50", 400, width=width, dropout=dropout))
+def test_round_trip_is_exact(randomised_resnet50s, width, layout, dropout):
+    model = randomised_resnet50s(width, dropout)
     sd = model.state_dict()
     out = interop.to_layout(sd, layout, **interop.layout_info(model), dropout=dropout)
     if layout == "tsm":
@@ -421,18 +434,30 @@ def test_a_run_checkpoint_goes_to_mmaction2_and_back_with_its_shifts(tmp_path):
     assert info["placement"] == "block" and len(info["shifted"]) == 8
 
 
-def test_convert_of_a_bare_state_dict_says_it_assumed_the_default_shifts(tmp_path):
+def convert(capsys, *args: str) -> subprocess.CompletedProcess:
+    """The convert command's own entry (``main``) in this process, its exit code and output as a process's.
+
+    Why not a process: the command's entry point as a process is run by
+    test_a_run_checkpoint_goes_to_mmaction2_and_back_with_its_shifts and by every case of
+    tests/test_bad_input_interop.py; the tests here check what a conversion writes and says, and a process
+    would only add a torch start-up to each.
+    """
+    capsys.readouterr()
+    rc = interop.main(["convert", *args])
+    out = capsys.readouterr()
+    return subprocess.CompletedProcess(["convert", *args], rc, out.out, out.err)
+
+
+def test_convert_of_a_bare_state_dict_says_it_assumed_the_default_shifts(tmp_path, capsys):
     torch.save(build_model("resnet18", 3, width=0.125).state_dict(), tmp_path / "bare.pt")
-    res = run_module("trainer.models.interop", ["convert", str(tmp_path / "bare.pt"), str(tmp_path / "t.pth"),
-                                         "--to", "tsm", "--no-shift"], trainer_env())
+    res = convert(capsys, str(tmp_path / "bare.pt"), str(tmp_path / "t.pth"), "--to", "tsm", "--no-shift")
     assert res.returncode == 0 and "0 shifted blocks" in res.stdout and "assumed" not in res.stdout
-    res = run_module("trainer.models.interop", ["convert", str(tmp_path / "bare.pt"), str(tmp_path / "u.pth"),
-                                         "--to", "tsm"], trainer_env())
+    res = convert(capsys, str(tmp_path / "bare.pt"), str(tmp_path / "u.pth"), "--to", "tsm")
     assert res.returncode == 0 and "8 shifted blocks" in res.stdout and "defaults were assumed" in res.stdout
     assert "module.new_fc.weight" in torch.load(tmp_path / "u.pth", weights_only=True)["state_dict"]
 
 
-def test_convert_keeps_epoch_and_best_top1_in_the_official_units(tmp_path):
+def test_convert_keeps_epoch_and_best_top1_in_the_official_units(tmp_path, capsys):
     """This trainer's best_top1 is a fraction (-1 before any validation); TSM's best_prec1 is percent."""
     from trainer.loop.checkpoint import save
     model = build_model("resnet18", 3, width=0.125)
@@ -441,12 +466,11 @@ def test_convert_keeps_epoch_and_best_top1_in_the_official_units(tmp_path):
         path = save(tmp_path / "run", {"model": model.state_dict(), "best_top1": best, "epoch": 2, "step": 8,
                                        "args": args}, step=8, keep=1)
         out = tmp_path / f"tsm{best}.pth"
-        res = run_module("trainer.models.interop", ["convert", str(path), str(out), "--to", "tsm"], trainer_env())
+        res = convert(capsys, str(path), str(out), "--to", "tsm")
         assert res.returncode == 0, res.stderr
         ckpt = torch.load(out, weights_only=True)
         assert (ckpt["epoch"], ckpt["best_prec1"], ckpt["arch"]) == (2, want, "resnet18")
-    res = run_module("trainer.models.interop", ["convert", str(tmp_path / "tsm0.625.pth"), str(tmp_path / "s.pt"),
-                                         "--to", "summit"], trainer_env())
+    res = convert(capsys, str(tmp_path / "tsm0.625.pth"), str(tmp_path / "s.pt"), "--to", "summit")
     assert res.returncode == 0, res.stderr
     meta = torch.load(tmp_path / "s.pt", weights_only=True)["meta"]
     assert (meta["epoch"], meta["best_prec1"], meta["placement"]) == (2, 62.5, "blockres")

@@ -107,11 +107,12 @@ def test_unknown_host_key_is_refused_by_default(world, tmp_path):
 
 
 def test_trust_new_host_key_accepts_loudly_and_remembers(world, tmp_path):
-    env = dict(world["env"], PROG_SLEEP="0")
+    env = dict(world["env"])
     fresh = tmp_path / "known_hosts"
     remote_runs = tmp_path / "trusted-runs"
+    # The job runs on the far side of SSH, in sshd's environment: --env, not this one, stops its 2 s sleep.
     res = cli(["--machine", "viassh", "--known-hosts", str(fresh), "--trust-new-host-key", "--remote-dir",
-               str(remote_runs), "submit", "--nodes", "1", "--job-name", "trusted",
+               str(remote_runs), "submit", "--nodes", "1", "--job-name", "trusted", "--env", "PROG_SLEEP=0",
                "--template-dir", str(world["templates"])], env)
     assert res.returncode == 0, res.stderr
     assert "WARNING: trusting a NEW host key" in res.stderr and "SHA256:" in res.stderr

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from trainer_utils import make_dataset, run_ranks, tiny_args
+from trainer_utils import run_ranks, tiny_args
 
 from trainer import rundir
 from trainer.loop import tboard
@@ -39,9 +39,9 @@ def expected(records, field):
 
 
 @pytest.fixture(scope="module")
-def chained(tmp_path_factory):
+def chained(tiny_run, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("tboard")
-    data = make_dataset(tmp / "data", train=8, val=4)
+    data = tiny_run / "data"                                     # the session's (tests/conftest.py)
     run = tmp / "run"
     args = tiny_args(run, data, epochs=3, test_last=2) + ["--tensorboard"]
     run_ranks(1, args + ["--max-steps", "6"], tmp / "logs1", timeout=180)
@@ -49,7 +49,7 @@ def chained(tmp_path_factory):
     run_ranks(1, args, tmp / "logs2", timeout=180)
     acc = EventAccumulator(str(run / rundir.TENSORBOARD), size_guidance={"scalars": 0})
     acc.Reload()
-    return {"run": run, "data": data, "acc": acc, "tmp": tmp}
+    return {"run": run, "data": data, "acc": acc, "tmp": tmp, "plain": tiny_run / "run"}
 
 
 def test_train_scalars_match_the_metrics_records(chained):
@@ -89,8 +89,7 @@ def test_options_are_in_the_hyperparameter_view(chained):
 
 
 def test_no_event_files_without_the_option_and_test_only_writes_its_own(chained, tmp_path):
-    plain = tmp_path / "plain"
-    run_ranks(1, tiny_args(plain, chained["data"], epochs=1, test_last=1), tmp_path / "logs1", timeout=180)
+    plain = chained["plain"]                      # one epoch of the same recipe on the same data, no --tensorboard
     assert (plain / "COMPLETE").exists() and not (plain / rundir.TENSORBOARD).exists()
     out = tmp_path / "test-only"
     ckpt = chained["run"] / "checkpoints" / "epoch-0002.pt"

@@ -27,14 +27,15 @@ import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Sequence, Tuple
-
-import numpy as np
-from PIL import Image, ImageDraw
+from typing import TYPE_CHECKING, Dict, List, Sequence, Tuple
 
 from summit_jobs.errors import UserError
 from summit_jobs.progress import Progress
 from trainer import files
+
+# numpy and PIL are imported where frames are drawn: a command line refused before that never pays for them.
+if TYPE_CHECKING:
+    import numpy as np
 
 CLASSES: Tuple[str, ...] = (
     "moving_right", "moving_left", "moving_down", "moving_up",
@@ -97,6 +98,9 @@ def _render_clip(label: int, frames: int, size: int, rng: np.random.Generator) -
     a bright shape on a dark background keeps the spatial task easy, so that
     what is left to learn is time.
     """
+    import numpy as np
+    from PIL import Image, ImageDraw
+
     pair, backwards = divmod(label, 2)
     shape = np.array(SHAPES[int(rng.integers(len(SHAPES)))], dtype=np.float64)
     bg = tuple(int(c) for c in rng.integers(0, 70, 3))
@@ -137,6 +141,8 @@ def _render_clip(label: int, frames: int, size: int, rng: np.random.Generator) -
 
 
 def _jpeg(frame: np.ndarray, quality: int) -> bytes:
+    from PIL import Image
+
     buf = io.BytesIO()
     Image.fromarray(frame).save(buf, "JPEG", quality=quality)
     return buf.getvalue()
@@ -210,6 +216,8 @@ def plan_videos(o: SynthOptions) -> List[Tuple[str, int, str]]:
 def _write_video(o: SynthOptions, root: Path, split: str, label: int, vid: str,
                  lists: Dict[str, List[str]]) -> None:
     """One video in every layout asked for; its rawframes list line goes into ``lists``."""
+    import numpy as np
+
     # One generator per video: the same video whatever the other options or the order of work.
     rng = np.random.default_rng([o.seed, label, int(vid.rsplit("_", 1)[1])])
     frames = _render_clip(label, o.frames, o.size, rng)

@@ -113,7 +113,6 @@ def build_job(state, kw: dict, *, accum_steps: int = 1, virtual_nodes: Optional[
     """Options -> Job. The one place a command's inputs meet the pure planner; ``explicit`` names the options
     the command line set (they win over a --preset)."""
     from summit_jobs.planning import plan as plan_mod
-    from summit_jobs.planning import render
 
     profile = _profile_with_env(state.profile, kw.get("env_vars") or ())
     template_dir = settings.template_dir(kw.get("template_dir"), state.config)
@@ -123,6 +122,7 @@ def build_job(state, kw: dict, *, accum_steps: int = 1, virtual_nodes: Optional[
     if plan.staging:                      # a manifest readable here is checked before anything is queued
         from summit_jobs.data import staging
         staging.check_job_manifest(plan.staging.manifest, plan.nodes, plan.staging.policy)
+    from summit_jobs.planning import render  # Jinja2: only once the plan holds (a refused option never pays it)
     return Job(profile, plan, render.render(plan, template_dir))
 
 

@@ -17,13 +17,15 @@ import shlex
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
-
-import numpy as np
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 
 from summit_jobs.errors import UserError
 from trainer.rundir import SCORES
-from trainer.scores import ARRAYS, TEST_ONLY_PREFIX
+
+# numpy, and trainer.scores that imports it, are imported where the tables are read: a command line refused
+# before that never pays for them.
+if TYPE_CHECKING:
+    import numpy as np
 
 AVERAGES = ("probs", "logits")
 NO_SCORES = ("run its final test, or `python -m trainer --test-only CKPT --data DIR --run-dir {run}` "
@@ -49,6 +51,10 @@ def _not_scores(path: Path, why: str) -> UserError:
 
 def _load_arrays(path: Path) -> Dict[str, np.ndarray]:
     """The file's arrays, data only (``allow_pickle=False``); a file that is no such archive is refused."""
+    import numpy as np
+
+    from trainer.scores import ARRAYS
+
     try:
         z = np.load(path, allow_pickle=False)
         if not isinstance(z, np.lib.npyio.NpzFile):
@@ -76,6 +82,8 @@ def _meta(path: Path, raw: np.ndarray) -> Dict[str, object]:
 def read_stream(path: Path, name: str = "", chosen: str = "") -> Stream:
     """A scores file checked for what fusion relies on: one key, one label and one finite row per video,
     keys unique."""
+    import numpy as np
+
     a = _load_arrays(path)
     keys, labels, scores = a["keys"], a["labels"], a["scores"]
     if keys.ndim != 1 or keys.dtype.kind != "U" or labels.ndim != 1 or labels.dtype.kind not in "iu":
@@ -108,6 +116,8 @@ def _step(path: Path) -> int:
 def _named(files: List[Path], checkpoint: str) -> List[Path]:
     """The files of ``checkpoint`` (a checkpoint's name or stem: ``epoch-0003``, ``epoch-0003.pt``, ``best``;
     ``epoch_0003`` reads as ``epoch-0003``), the final test's before ``--test-only``'s."""
+    from trainer.scores import TEST_ONLY_PREFIX
+
     stem = Path(checkpoint).stem if checkpoint.endswith((".pt", ".pth", ".npz")) else checkpoint
     stems = [stem, stem.replace("_", "-")]
     for s in list(stems):
@@ -134,6 +144,7 @@ def scores_file(target: str, checkpoint: Optional[str] = None) -> Tuple[Path, st
             raise UserError(f"--checkpoint {checkpoint}: {target}/{SCORES} has no scores of it; tested there: "
                             f"{', '.join(f.stem for f in files)}")
         return found[0], f"--checkpoint {checkpoint}"
+    from trainer.scores import TEST_ONLY_PREFIX
     best = max(files, key=lambda f: (_step(f), not f.name.startswith(TEST_ONLY_PREFIX), f.name))
     return best, f"newest tested checkpoint, step {_step(best)}"
 
@@ -184,6 +195,8 @@ def _key_sets(streams: Sequence[Stream], common: bool) -> List[str]:
 
 def match(streams: Sequence[Stream], common: bool = False) -> Tuple[List[str], np.ndarray, List[np.ndarray]]:
     """(keys, labels, each stream's score rows) aligned by video key; refuses what cannot be fused."""
+    import numpy as np
+
     _classes_agree(streams)
     keys = _key_sets(streams, common)
     labels = None
@@ -205,6 +218,8 @@ def match(streams: Sequence[Stream], common: bool = False) -> Tuple[List[str], n
 
 def softmax(scores: np.ndarray) -> np.ndarray:
     """Row-wise probabilities (float64, shifted by each row's maximum: no overflow)."""
+    import numpy as np
+
     z = np.exp(scores - scores.max(axis=1, keepdims=True))
     return z / z.sum(axis=1, keepdims=True)
 
@@ -221,6 +236,8 @@ def fuse(tables: Sequence[np.ndarray], weights: Sequence[float], average: str = 
 def accuracy(scores: np.ndarray, labels: np.ndarray, ks: Sequence[int] = (1, 5)) -> List[float]:
     """The fraction of videos whose label is among the top k scores, for each k (k beyond the classes
     counts every video)."""
+    import numpy as np
+
     if len(labels) == 0:
         return [0.0 for _ in ks]
     order = np.argsort(-scores, axis=1, kind="stable")
