@@ -22,6 +22,11 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 from PIL import Image
 
+try:
+    import pytest
+except ImportError:  # the benchmarks import these helpers where pytest may be missing
+    pytest = None
+
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
@@ -166,3 +171,24 @@ def tiny_args(run_dir: Path, data: Path, **over) -> List[str]:
         else:
             out += [k, str(v)]
     return out
+
+
+def _one_torch_thread():
+    """torch computes on one thread in this test process, then goes back to its own count.
+
+    Why: ``make test`` runs two test processes on two cores, and torch starts one intra-op
+    thread per core in each; the four threads then wait on each other at every parallel
+    region, and a gradcheck that takes 4 s alone took minutes. One thread each fits the cores.
+    """
+    import torch
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+#: Module-scoped fixture for test files that compute with torch in the test process itself
+#: (``pytestmark = pytest.mark.usefixtures("one_torch_thread")`` after importing it).
+one_torch_thread = pytest.fixture(scope="module")(_one_torch_thread) if pytest is not None else None
