@@ -192,3 +192,26 @@ def _one_torch_thread():
 #: Module-scoped fixture for test files that compute with torch in the test process itself
 #: (``pytestmark = pytest.mark.usefixtures("one_torch_thread")`` after importing it).
 one_torch_thread = pytest.fixture(scope="module")(_one_torch_thread) if pytest is not None else None
+
+
+def wait_job_ended(job: str, env: Dict[str, str], run_dir: Path, timeout: float = 300,
+                   ask_every: float = 5.0) -> Dict[str, str]:
+    """The final bjobs record (DONE or EXIT) of embedded-LSF job ``job``, whose script runs in ``run_dir``.
+
+    Why not bjobs ten times a second (``conftest_lsf.wait_state``) for a whole training job: each bjobs
+    is a Python process, and a minute of polling cost more CPU than the job's ranks. The job script's
+    last act is writing ``exitcode.<job>`` into the run directory, which costs nothing to look for; bjobs
+    is asked every ``ask_every`` seconds as well, for a job that ends without getting that far.
+    """
+    import time
+    from conftest_lsf import bjobs_state, wait_state
+    done = Path(run_dir) / f"exitcode.{job}"
+    deadline = time.time() + timeout
+    next_ask = time.time() + ask_every
+    while time.time() < deadline and not done.exists():
+        if time.time() >= next_ask:
+            if bjobs_state(job, env).get("STAT") in ("DONE", "EXIT"):
+                break
+            next_ask = time.time() + ask_every
+        time.sleep(0.1)
+    return wait_state(job, env, timeout=max(deadline - time.time(), 30))
