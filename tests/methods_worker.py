@@ -50,10 +50,12 @@ def aavg(engine, out: Path) -> None:
     torch.save({"pre": pre, "post": state_of(model, opt)}, out / f"aavg{r}.pt")
 
 
-def compression(engine, out: Path) -> None:
+def compression(engine, out: Path, compressed: str = "", name: str = "") -> None:
+    """``compressed``: the compression to compare with fp32 (default: the command line's); ``name``: the
+    file (default ``comp<rank>.pt``)."""
     r = engine.rank
     results = {}
-    for comp in ("none", engine_compression(engine)):
+    for comp in ("none", compressed or engine_compression(engine)):
         torch.manual_seed(0)  # no BatchNorm here: it makes the bias before it get ~0 gradients
         model = nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Linear(16, 3))
         opt = torch.optim.SGD(model.parameters(), lr=0.0)
@@ -67,7 +69,14 @@ def compression(engine, out: Path) -> None:
         with engine.step_context(opt):
             opt.step()
         results[comp] = [p.grad.detach().clone() for p in model.parameters()]
-    torch.save(results, out / f"comp{r}.pt")
+    torch.save(results, out / (name or f"comp{r}.pt"))
+
+
+def all_of(engine, out: Path) -> None:
+    """aavg, then each compression of argv[4] (comma-separated) on its own file."""
+    aavg(engine, out)
+    for comp in sys.argv[4].split(","):
+        compression(engine, out, comp, f"comp{engine.rank}-{comp}.pt")
 
 
 def engine_compression(engine) -> str:
@@ -79,7 +88,7 @@ def main() -> None:
     torch.set_num_threads(1)
     engine = make_engine(engine_name)
     try:
-        {"aavg": aavg, "compression": compression}[what](engine, out)
+        {"aavg": aavg, "compression": compression, "all": all_of}[what](engine, out)
     finally:
         engine.shutdown()
     # The results are on disk. End without interpreter teardown: this process exits right after a

@@ -10,8 +10,8 @@ from typing import Dict, List
 import pytest
 
 from conftest import run_cli
-from conftest_lsf import cli, lsf_environment, wait_state
-from trainer_utils import make_dataset, run_ranks, tiny_args
+from conftest_lsf import cli, lsf_environment
+from trainer_utils import make_dataset, run_ranks, tiny_args, wait_job_ended
 
 from trainer.loop import checkpoint as ckpt
 from trainer import config
@@ -87,13 +87,31 @@ def replay_rule(checks: List[Dict], batch: int, top: int, b1: float) -> None:
         assert r["aavg_batch"] == batch, checks
 
 
+def paper_args(run: Path, data: Path, engine: str, **kw) -> List[str]:
+    """b1 1.5: the batch grows at a check that does not beat the best by half (a tiny model at chance grows it)."""
+    return preset_args(run, data, engine=engine, aavg_b1=1.5, **kw)
+
+
+@pytest.fixture(scope="module")
+def paper_run(data, tmp_path_factory):
+    """``paper_run(engine)``: the folder of one complete preset run on that engine (trained once per module:
+    the paper's checks read it, and the stopped run is compared with it)."""
+    done = {}
+
+    def get(engine: str) -> Path:
+        if engine not in done:
+            tmp = tmp_path_factory.mktemp(f"paper-{engine}")
+            run_ranks(2, paper_args(tmp / "run", data, engine), tmp / "logs", timeout=300)
+            done[engine] = tmp / "run"
+        return done[engine]
+    return get
+
+
 @pytest.mark.parametrize("engine", ["ddp", "horovod"])
-def test_a_preset_run_trains_as_the_paper(data, tmp_path, engine):
+def test_a_preset_run_trains_as_the_paper(paper_run, engine):
     if engine == "horovod" and not horovod_available():
         pytest.skip("Horovod is not installed here (make horovod); the ddp case ran")
-    run = tmp_path / "run"
-    # b1 1.5: the batch grows at a check that does not beat the best by half (a tiny model at chance grows it)
-    run_ranks(2, preset_args(run, data, engine=engine, aavg_b1=1.5), tmp_path / "logs", timeout=300)
+    run = paper_run(engine)
     assert (run / COMPLETE).exists()
     cfg = json.loads((run / "run_config.json").read_text())
     assert (cfg["preset"], cfg["engine"], cfg["optimizer"], cfg["optimizer_sync"], cfg["avg_interval"],
@@ -119,26 +137,24 @@ def test_a_preset_run_trains_as_the_paper(data, tmp_path, engine):
         assert {r["batch"] for r in steps} == {batch} and len(steps) == 24 // (2 * batch)
     tests = [r for r in recs if r["kind"] == "test" and not r.get("summary")]
     assert tests and all((r["clips"], r["crops"], r["views"]) == (25, 1, 25) for r in tests)
-    log = (tmp_path / "logs" / "rank0.log").read_text()
+    log = (run.parent / "logs" / "rank0.log").read_text()
     assert "8 videos, 5 clips)" in log and "aavg check at step" in log
 
 
-def test_a_run_stopped_at_an_epoch_end_keeps_that_epochs_check(data, tmp_path):
+def test_a_run_stopped_at_an_epoch_end_keeps_that_epochs_check(data, paper_run, tmp_path):
     """--aavg-eval-every -1: the check at the end of epoch 1 (step 6: 24 clips, 2 learners x 2) happens before
-    the stop's checkpoint; the run goes on from there and has made every check the uninterrupted run made,
-    no check repeated or skipped (the rule's history, batch and best), and the same epochs' evaluations."""
-    quick = dict(test_clips=2, eval_every=0)
-    run_ranks(2, preset_args(tmp_path / "ref", data, **quick) + ["--no-test"], tmp_path / "logs-ref", timeout=120)
+    the stop's checkpoint; the run goes on from there and has made every check the uninterrupted run (the ddp
+    preset run above, same options) made, no check repeated or skipped (the rule's history, batch and best),
+    and the same epochs' evaluations."""
+    ref, cut = paper_run("ddp"), tmp_path / "cut"
     for n, limit in enumerate((6, 0)):
-        run_ranks(2, preset_args(tmp_path / "cut", data, max_steps=limit or None, **quick) + ["--no-test"],
-                  tmp_path / f"logs-cut{n}", timeout=120)
-    a, b = (ckpt.load(ckpt.latest(tmp_path / r)) for r in ("ref", "cut"))
+        run_ranks(2, paper_args(cut, data, "ddp", max_steps=limit or None), tmp_path / f"logs-cut{n}", timeout=300)
+    a, b = (ckpt.load(ckpt.latest(r)) for r in (ref, cut))
     assert a["step"] == b["step"]
     history = b["aavg"]["controller"]["history"]
     assert len(history) == 3 and history[0][0] == 6
     assert a["aavg"] == b["aavg"]
-    checks = [[(r["step"], r["top1"]) for r in read_metrics(tmp_path / r) if r["kind"] == "eval"]
-              for r in ("ref", "cut")]
+    checks = [[(r["step"], r["top1"]) for r in read_metrics(r) if r["kind"] == "eval"] for r in (ref, cut)]
     assert checks[0] == checks[1] and len(checks[0]) == 3
 
 
@@ -191,7 +207,7 @@ def test_a_preset_job_runs_on_the_embedded_lsf(tmp_path, data):
                "--", *tiny], env, timeout=120)
     assert res.returncode == 0, res.stderr
     job = json.loads(res.stdout)["job_ids"][0]
-    state = wait_state(job, env, timeout=400)
+    state = wait_job_ended(job, env, run, timeout=400)
     assert state["STAT"] == "DONE", (state, (run / f"aavg.{job}.err").read_text()[-3000:])
     assert "--preset aavg-paper --optimizer adam --optimizer-sync aavg --avg-interval -1 --aavg-eval-every -1" \
         in (run / "job.lsf").read_text()

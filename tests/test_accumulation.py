@@ -1,10 +1,13 @@
 """Exact gradient accumulation: 4 ranks x 1 step == 2 ranks x 2 accumulation
-steps == 1 rank x 4 accumulation steps, with real rank processes, both engines."""
+steps == 1 rank x 4 accumulation steps, with real rank processes, both engines;
+and `summit-jobs compare` finds the 4-rank run and its 2 x 2 twin equal bit for bit."""
+import json
 import os
 
 import pytest
 import torch
 
+from conftest import run_cli
 from trainer_utils import make_dataset, run_ranks, tiny_args
 
 from trainer.loop import checkpoint as ckpt
@@ -44,6 +47,30 @@ def data(tmp_path_factory):
     return make_dataset(tmp_path_factory.mktemp("acc") / "data", train=32, val=0, frames=8, size=32)
 
 
+SHAPES = ((4, 1), (2, 2), (1, 4))  # (ranks, accumulation steps): 4 virtual ranks each
+
+
+@pytest.fixture(scope="module")
+def trained(data, tmp_path_factory):
+    """``trained(engine, arch)``: {(ranks, accum): run folder} of the three shapes, each trained once per
+    module (the accumulation and the compare tests read the same runs)."""
+    done = {}
+
+    def get(engine: str, arch: str):
+        if (engine, arch) not in done:
+            tmp = tmp_path_factory.mktemp(f"{engine}-{arch}")
+            runs = {}
+            for ranks, accum in SHAPES:
+                run = tmp / f"r{ranks}a{accum}"
+                args = tiny_args(run, data, engine=engine, arch=arch, accum_steps=accum, batch_per_gpu=2, epochs=1,
+                                 eval_every=0, lr=0.02, weight_decay=0.01, clip_grad=1.0) + ["--no-test"]
+                run_ranks(ranks, args, tmp / f"logs-{ranks}-{accum}", timeout=180)
+                runs[(ranks, accum)] = run
+            done[(engine, arch)] = runs
+        return done[(engine, arch)]
+    return get
+
+
 def _final_params(run_dir):
     state = ckpt.load(ckpt.latest(run_dir))
     assert state["step"] == 4
@@ -54,16 +81,10 @@ def _final_params(run_dir):
 @pytest.mark.parametrize("engine,arch", [("ddp", "resnet18"),
                                          pytest.param("horovod", "resnet18", marks=pytest.mark.horovod),
                                          ("ddp", "resnet50")])
-def test_accumulation_matches_distributed(engine, arch, data, tmp_path):
+def test_accumulation_matches_distributed(engine, arch, trained):
     if engine == "horovod":
         _need_horovod()
-    results = {}
-    for ranks, accum in ((4, 1), (2, 2), (1, 4)):
-        run = tmp_path / f"r{ranks}a{accum}"
-        args = tiny_args(run, data, engine=engine, arch=arch, accum_steps=accum, batch_per_gpu=2, epochs=1,
-                         eval_every=0, lr=0.02, weight_decay=0.01, clip_grad=1.0) + ["--no-test"]
-        run_ranks(ranks, args, tmp_path / f"logs-{ranks}-{accum}", timeout=180)
-        results[(ranks, accum)] = _final_params(run)
+    results = {key: _final_params(run) for key, run in trained(engine, arch).items()}
     ref = results[(4, 1)]
     for key, params in results.items():
         worst = max((params[k] - ref[k]).abs().max().item() for k in ref)
@@ -73,3 +94,15 @@ def test_accumulation_matches_distributed(engine, arch, data, tmp_path):
     torch.manual_seed(0)
     init = build_model(arch, 4, 4, width=0.125).state_dict()
     assert (ref["fc.weight"] - init["fc.weight"]).abs().max().item() > 1e-3
+
+
+def test_four_real_ranks_and_two_ranks_with_two_steps_end_bit_for_bit_equal(trained, cli_env):
+    """The demo's shape: 4 real ranks (the rank-order tree of _ordered_mean_hook) against 2 ranks x 2
+    accumulation steps, compared by `summit-jobs compare`. A left-to-right sum over the 4 ranks rounded
+    differently from the twin's (r0+r1)+(r2+r3) and the runs drifted apart; the pairwise tree makes them
+    equal bit for bit, weight decay and gradient clipping included."""
+    runs = trained("ddp", "resnet18")
+    result = json.loads(run_cli(["compare", str(runs[(4, 1)]), str(runs[(2, 2)]), "--json"], cli_env,
+                                timeout=120).stdout)
+    assert result["agree"] and result["step"] == 4, result["reason"]
+    assert result["worst"]["abs"] == 0.0 and result["max_loss_diff"] == 0.0, result["worst"]

@@ -5,7 +5,8 @@ Two tables: options that argparse accepts as numbers but that make no sense
 ``trainer.config.parse`` before anything starts; and data that breaks while
 training (a corrupt JPEG in a shard), refused with the shard file and the
 sample's member name, whether the frame was decoded in a DataLoader worker or
-in the rank itself.
+in the rank itself, and with ``--decode device`` in the very words of the CPU
+path.
 """
 from __future__ import annotations
 
@@ -37,27 +38,52 @@ def corrupt_member(shard, member):
         f.write(b"\x00" * 64)
 
 
+def corrupt_root(base, split, frame):
+    """A data folder whose sample ``<split>00001`` has frame ``frame`` corrupt; (root, shard, key)."""
+    root = make_dataset(base / "data", train=8, val=4, frames=8, size=32, shards=2)
+    shard, key = root / f"{split}-000.tar", f"{split}00001"
+    corrupt_member(shard, f"{key}.{frame:05d}.jpg")  # frames 0 and 2: in every 4-frame stride-2 clip of 8 frames
+    return root, shard, key
+
+
 @pytest.fixture(scope="module")
-def corrupt_data(tmp_path_factory):
-    """Two data folders, each with one corrupt frame: in a training sample and in a validation sample."""
-    out = {}
-    for split in ("train", "val"):
-        root = make_dataset(tmp_path_factory.mktemp(f"corrupt-{split}") / "data", train=8, val=4, frames=8,
-                            size=32, shards=2)
-        shard = root / f"{split}-000.tar"
-        key = f"{split}00001"
-        corrupt_member(shard, f"{key}.00002.jpg")  # frame 2: in every 4-frame stride-2 clip of 8 frames
-        out[split] = (root, shard, key)
-    return out
+def refusal(tmp_path_factory):
+    """``refusal(split, frame, workers, decode)``: (the finished trainer process, shard, key) of one epoch on
+    a data folder with one corrupt frame; each distinct case runs once per module, whichever test asks."""
+    roots, done = {}, {}
+
+    def get(split, frame, workers, decode="cpu"):
+        if (split, frame) not in roots:
+            roots[(split, frame)] = corrupt_root(tmp_path_factory.mktemp(f"corrupt-{split}-{frame}"), split, frame)
+        root, shard, key = roots[(split, frame)]
+        case = (split, frame, workers, decode)
+        if case not in done:
+            run = tmp_path_factory.mktemp("run") / "run"
+            args = tiny_args(run, root, epochs=1, workers=workers, eval_every=1, test_clips=1, decode=decode)
+            done[case] = run_module("trainer", args, trainer_env(), cwd=str(REPO), timeout=180)
+        return done[case], shard, key
+    return get
 
 
 @pytest.mark.parametrize("split", ["train", "val"])
 @pytest.mark.parametrize("workers", [0, 2], ids=["in-rank", "in-worker"])
-def test_a_corrupt_jpeg_names_the_shard_and_the_member(corrupt_data, tmp_path, split, workers):
-    root, shard, key = corrupt_data[split]
-    args = tiny_args(tmp_path / "run", root, epochs=1, workers=workers, eval_every=1, test_clips=1)
-    res = run_module("trainer", args, trainer_env(), cwd=str(REPO), timeout=180)
+def test_a_corrupt_jpeg_names_the_shard_and_the_member(refusal, split, workers):
+    res, shard, key = refusal(split, 2, workers)
     assert_refused(res, [str(shard), f"member {key}.00002.jpg", f"sample {key}"], prefix="trainer: shard ")
+
+
+@pytest.mark.parametrize("frame,workers", [(2, 0), (2, 2), (0, 2)],
+                         ids=["rank-decodes", "rank-decodes-workers", "worker-reads-header"])
+def test_a_corrupt_frame_gives_the_cpu_paths_line(refusal, frame, workers):
+    """--decode device: frame 2 fails in the rank's decode; frame 0, whose header gives the crop box, fails in
+    the worker. Either way the one line is the CPU path's, word for word."""
+    lines = {}
+    for decode in ("cpu", "device"):
+        res, shard, key = refusal("train", frame, workers, decode)
+        assert_refused(res, [str(shard), f"member {key}.{frame:05d}.jpg", f"sample {key}, frame {frame}"],
+                       prefix="trainer: shard ")
+        lines[decode] = res.stderr.strip().splitlines()[-1]
+    assert lines["device"] == lines["cpu"]
 
 
 # -- options argparse accepts but the trainer cannot use --------------------------------------

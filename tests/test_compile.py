@@ -13,6 +13,7 @@ import torch
 from badinput import run_module
 
 from trainer_utils import make_dataset, run_ranks, tiny_args
+from trainer_utils import one_torch_thread  # noqa: F401 (a fixture)
 
 from trainer.loop import checkpoint as ckpt
 from trainer.dist import compat
@@ -20,6 +21,8 @@ from trainer.models import tsm
 from trainer.loop.metrics import read_metrics
 from trainer.models.model import build_model
 from trainer.rundir import COMPLETE
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # torch computes here too
 
 
 def _forward_backward(module: torch.nn.Module, x: torch.Tensor):

@@ -3,9 +3,10 @@
 The checks: the batches equal the CPU path's (same frames, crop and flip; only
 resampling arithmetic apart), through the real Pipeline and its worker
 processes, for the standard and the multigrid shapes; a real two-rank training
-run trains as the CPU path does; a corrupt frame gives the CPU path's line; a
-decoder that rejects a batch falls back to PIL or names the bad frame; a CUDA
-device without a working torchvision is refused before anything starts.
+run trains as the CPU path does; a decoder that rejects a batch falls back to
+PIL or names the bad frame; a CUDA device without a working torchvision is
+refused before anything starts. (A corrupt frame in a shard gives the CPU path's
+line: tests/test_bad_input_trainer.py, which runs the CPU cases anyway.)
 """
 from __future__ import annotations
 
@@ -14,15 +15,16 @@ import math
 import pytest
 import torch
 
-from badinput import assert_refused, run_module
-from test_bad_input_trainer import corrupt_member, trainer_env
-from trainer_utils import REPO, make_dataset, run_ranks, tiny_args
+from trainer_utils import make_dataset, run_ranks, tiny_args
+from trainer_utils import one_torch_thread  # noqa: F401 (a fixture)
 
 from trainer.data import devicedecode
 from trainer.data.clips import ClipSpec
 from trainer.data.datasets import Pipeline, SampleError, TrainClips
 from trainer.loop.metrics import read_metrics
 from trainer.data.sampler import MicroBatchSampler, ShapeBatchSampler
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # torch computes here too
 
 CPU = torch.device("cpu")
 
@@ -128,25 +130,6 @@ def test_a_multigrid_run_trains_on_the_device_path(full_size, tmp_path):
     run_ranks(1, args, tmp_path / "logs", timeout=300)
     train = [r for r in read_metrics(run) if r["kind"] == "train"]
     assert len({(r["frames"], r["size"]) for r in train}) >= 2 and all(math.isfinite(r["loss"]) for r in train)
-
-
-# -- a frame that does not decode --------------------------------------------------------------
-
-@pytest.mark.parametrize("frame,workers", [(2, 0), (2, 2), (0, 2)],
-                         ids=["rank-decodes", "rank-decodes-workers", "worker-reads-header"])
-def test_a_corrupt_frame_gives_the_cpu_paths_line(tmp_path, frame, workers):
-    """Frame 2 fails in the rank's decode; frame 0, whose header gives the crop box, fails in the worker."""
-    root = make_dataset(tmp_path / "data", train=8, val=4, frames=8, size=32, shards=2)
-    shard, key = root / "train-000.tar", "train00001"
-    corrupt_member(shard, f"{key}.{frame:05d}.jpg")  # in every 4-frame stride-2 clip of 8 frames
-    lines = {}
-    for decode in ("cpu", "device"):
-        args = tiny_args(tmp_path / f"run-{decode}", root, workers=workers, decode=decode, eval_every=0)
-        res = run_module("trainer", args, trainer_env(), cwd=str(REPO), timeout=180)
-        assert_refused(res, [str(shard), f"member {key}.{frame:05d}.jpg", f"sample {key}, frame {frame}"],
-                       prefix="trainer: shard ")
-        lines[decode] = res.stderr.strip().splitlines()[-1]
-    assert lines["device"] == lines["cpu"]
 
 
 def _one_batch(data, spec):

@@ -5,8 +5,9 @@ their own, before rank 0's last save had landed. With fewer epochs than
 ``--test-last`` the ranks then ran a different number of evaluations and hung in
 a collective until the run limit; with more, they tested different epochs while
 metrics.jsonl named rank 0's. Real rank processes (DDP on CPU), the default
-``--test-last`` (5), epochs below and above it, and one run through the
-embedded LSF with the job script's default trainer options.
+``--test-last`` (5), epochs below and above it on 2 and 4 ranks; the 4-rank run
+with fewer epochs is the one through the embedded LSF, with the job script's
+default trainer options.
 """
 from __future__ import annotations
 
@@ -17,8 +18,8 @@ import time
 
 import pytest
 
-from conftest_lsf import cli, lsf_environment, wait_state
-from trainer_utils import logs, make_dataset, run_ranks, start_ranks, tiny_args, wait_ranks
+from conftest_lsf import cli, lsf_environment
+from trainer_utils import logs, make_dataset, run_ranks, start_ranks, tiny_args, wait_job_ended, wait_ranks
 
 from trainer.loop.metrics import read_metrics
 
@@ -43,23 +44,33 @@ def names_by_rank(log_dir, size):
     return out
 
 
-@pytest.mark.parametrize("ranks,epochs", [(2, 2), (2, 6), (4, 2), (4, 6)])
+def assert_records_name(run, epochs):
+    """metrics.jsonl's test records name the last 5 epochs' checkpoints, in order, and one summary of them."""
+    expected = [f"epoch-{e:04d}.pt" for e in range(max(0, epochs - 5), epochs)]
+    recs = [r for r in read_metrics(run) if r["kind"] == "test"]
+    assert [r["checkpoint"] for r in recs if not r.get("summary")] == expected
+    assert [r["checkpoints"] for r in recs if r.get("summary")] == [expected]
+    assert [r["epoch"] for r in recs if not r.get("summary")] == list(range(max(0, epochs - 5), epochs))
+    return expected
+
+
+# 4 ranks with fewer epochs than --test-last: test_two_node_job_with_default_trainer_options_finishes
+@pytest.mark.parametrize("ranks,epochs", [(2, 2), (2, 6), (4, 6)])
 def test_every_rank_tests_the_checkpoints_metrics_name(data, tmp_path, ranks, epochs):
     run = tmp_path / "run"
     args = tiny_args(run, data, epochs=epochs, test_last=None, eval_every=0, test_clips=1)
     run_ranks(ranks, args, tmp_path / "logs", timeout=150)  # every rank exits 0, none hangs
     assert (run / "COMPLETE").exists()
-    expected = [f"epoch-{e:04d}.pt" for e in range(max(0, epochs - 5), epochs)]
+    expected = assert_records_name(run, epochs)
     by_rank = names_by_rank(tmp_path / "logs", ranks)
     assert all(names == expected for names in by_rank.values()), by_rank
-    recs = [r for r in read_metrics(run) if r["kind"] == "test"]
-    assert [r["checkpoint"] for r in recs if not r.get("summary")] == expected
-    assert [r["checkpoints"] for r in recs if r.get("summary")] == [expected]
-    assert [r["epoch"] for r in recs if not r.get("summary")] == list(range(max(0, epochs - 5), epochs))
 
 
 def test_two_node_job_with_default_trainer_options_finishes(tmp_path):
-    """summit-jobs submit on the local machine: 2 nodes x 2 ranks, the final test at its defaults."""
+    """summit-jobs submit on the local machine: 2 nodes x 2 ranks, the final test at its defaults (--test-last
+    5 over 2 epochs): the job ends DONE with COMPLETE, each of the 4 ranks logs one final-test line naming
+    both epochs' checkpoints, and metrics.jsonl's test records name the same (the 4-rank case of
+    test_every_rank_tests_the_checkpoints_metrics_name)."""
     env = lsf_environment(tmp_path, minute=60)
     data = make_dataset(tmp_path / "data", train=16, val=4, frames=8, size=32)
     run_dir = tmp_path / "run"
@@ -69,15 +80,14 @@ def test_two_node_job_with_default_trainer_options_finishes(tmp_path):
                "--input-size", "32", "--workers", "0", "--threads", "1"], env, timeout=120)
     assert res.returncode == 0, res.stderr
     job = json.loads(res.stdout)["job_ids"][0]
-    state = wait_state(job, env, timeout=300)
+    state = wait_job_ended(job, env, run_dir, timeout=300)
     err = (run_dir / f"final.{job}.err").read_text() if (run_dir / f"final.{job}.err").exists() else ""
     assert state["STAT"] == "DONE", (state, err[-4000:])
     assert (run_dir / "COMPLETE").exists(), err[-4000:]
-    summary = [r for r in read_metrics(run_dir) if r["kind"] == "test" and r.get("summary")]
-    assert summary and summary[-1]["checkpoints"] == ["epoch-0000.pt", "epoch-0001.pt"]
+    assert assert_records_name(run_dir, 2) == ["epoch-0000.pt", "epoch-0001.pt"]
     lines = TESTED.findall(err)
     assert sorted(int(r) for r, _, _ in lines) == [0, 1, 2, 3], err[-4000:]
-    assert {names for _, _, names in lines} == {"epoch-0000.pt epoch-0001.pt"}
+    assert {(world, names) for _, world, names in lines} == {("4", "epoch-0000.pt epoch-0001.pt")}, lines
 
 
 def test_a_signal_to_one_rank_during_the_final_test_stops_every_rank(tmp_path):

@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from trainer_utils import REPO, make_dataset, run_ranks, tiny_args
+from trainer_utils import one_torch_thread  # noqa: F401 (a fixture)
 
 from trainer.loop import checkpoint as ckpt
 from trainer.methods.aavg import merge_bn_stats
@@ -21,6 +22,8 @@ from trainer.methods.mgsteps import MultigridSteps
 from trainer.methods.optim import build_optimizer
 from trainer.models.subbn import SubBatchNorm2d, convert_to_sub_bn, group_clips
 from trainer.loop.train import lr_at
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # torch computes here too
 
 WORKER = str(REPO / "tests" / "methods_worker.py")
 ENGINES = ["ddp"] + (["horovod"] if horovod_available() else [])
@@ -154,10 +157,30 @@ def test_optimizer_option_trains_a_step(data, tmp_path, name):
 
 
 # -- AAVG over both engines ----------------------------------------------------------------------
+#: The compressions each engine's worker run checks (Horovod's compression is fp16 only).
+COMPRESSIONS = {"ddp": ("fp16", "bf16"), "horovod": ("fp16",)}
+
+
+@pytest.fixture(scope="module")
+def worker_run(tmp_path_factory):
+    """``worker_run(engine)``: the folder of one 2-rank methods_worker run ("all": the AAVG round, then the
+    fp32 and each compressed allreduce), started once per engine for the AAVG and the compression tests."""
+    done = {}
+
+    def get(engine: str) -> Path:
+        if engine not in done:
+            out = tmp_path_factory.mktemp(f"worker-{engine}")
+            run_ranks(2, ["all", engine, str(out), ",".join(COMPRESSIONS[engine])], out / "logs", timeout=120,
+                      module=(WORKER,))
+            done[engine] = out
+        return done[engine]
+    return get
+
+
 @pytest.mark.parametrize("engine", ENGINES)
-def test_aavg_round_leaves_identical_learners_holding_the_averages(engine, tmp_path):
-    run_ranks(2, ["aavg", engine, str(tmp_path)], tmp_path / "logs", timeout=120, module=(WORKER,))
-    a, b = (torch.load(tmp_path / f"aavg{r}.pt") for r in (0, 1))
+def test_aavg_round_leaves_identical_learners_holding_the_averages(engine, worker_run):
+    out = worker_run(engine)
+    a, b = (torch.load(out / f"aavg{r}.pt") for r in (0, 1))
     for key in ("params", "exp_avg", "exp_avg_sq"):
         for x, y, px, py in zip(a["post"][key], b["post"][key], a["pre"][key], b["pre"][key]):
             assert not torch.equal(px, py)  # the learners had diverged
@@ -202,10 +225,10 @@ def test_aavg_run_with_the_batch_rule(data, tmp_path, engine):
 
 
 # -- compressed allreduce ------------------------------------------------------------------------
-@pytest.mark.parametrize("engine,comp", [(e, "fp16") for e in ENGINES] + [("ddp", "bf16")])
-def test_compressed_allreduce_matches_fp32_within_its_precision(engine, comp, tmp_path):
-    run_ranks(2, ["compression", engine, str(tmp_path), comp], tmp_path / "logs", timeout=120, module=(WORKER,))
-    r0, r1 = (torch.load(tmp_path / f"comp{r}.pt") for r in (0, 1))
+@pytest.mark.parametrize("engine,comp", [(e, c) for e in ENGINES for c in COMPRESSIONS[e]])
+def test_compressed_allreduce_matches_fp32_within_its_precision(engine, comp, worker_run):
+    out = worker_run(engine)
+    r0, r1 = (torch.load(out / f"comp{r}-{comp}.pt") for r in (0, 1))
     eps = {"fp16": 2 ** -10, "bf16": 2 ** -7}[comp]
     differs = False
     for full, packed, other in zip(r0["none"], r0[comp], r1[comp]):

@@ -1,6 +1,7 @@
-"""Chain contract under the embedded jsrun with real rank processes: a run
-SIGKILLed at a random step and resumed ends bitwise where an uninterrupted run
-ends; SIGUSR2 (LSF's warning signal, forwarded by jsrun) saves and exits 0."""
+"""Chain contract under the embedded jsrun with real rank processes: SIGUSR2
+(LSF's warning signal, forwarded by jsrun) saves and exits 0; a run SIGKILLed at
+a random step and resumed ends bitwise where an uninterrupted run ends; a link
+after COMPLETE exits at once. One run goes through all of it (four launches)."""
 import json
 import os
 import random
@@ -90,19 +91,42 @@ def reference(data, tmp_path_factory):
     return final_state(run)
 
 
-def test_sigkill_at_random_step_then_resume_is_bitwise_identical(data, reference, tmp_path):
+def test_sigusr2_saves_and_exits_zero_then_sigkill_at_random_step_then_resume_is_bitwise_identical(
+        data, reference, tmp_path):
+    """One run through four launches of the embedded jsrun (2 ranks), against the uninterrupted reference.
+
+    Facts: (1) SIGUSR2 to jsrun, which forwards it to every rank as the job script's trap does, makes the
+    ranks save and exit 0: "signal SIGUSR2 ... checkpoint saved", no COMPLETE, and the checkpoint is the very
+    step the run stopped after; (2) the next launch resumes and is SIGKILLed (jsrun and its ranks, no chance
+    to save) at a random later step: no COMPLETE, and the newest checkpoint is no later than the last step
+    it trained; (3) the next launch resumes, completes with the final test (mean and std reported) and ends
+    bitwise where the uninterrupted run ends, weights and momentum; (4) a later chain link finds COMPLETE and
+    exits at once."""
     run = tmp_path / "run"
-    # From step 5 on a checkpoint is certain: checkpoints (every 2 steps) are written in the background,
-    # and handing over step 4's waits for step 2's to be on disk.
-    target = random.Random().randint(5, 15)
+    p = jsrun(args_for(run, data), tmp_path, "usr2")
+    wait_for_step(run, 3, p)
+    os.kill(p.pid, signal.SIGUSR2)
+    assert finish(p, tmp_path, "usr2") == 0, (tmp_path / "usr2.log").read_text()[-4000:]
+    log = (tmp_path / "usr2.log").read_text()
+    assert "signal SIGUSR2" in log and "checkpoint saved" in log
+    assert not (run / "COMPLETE").exists()
+    stopped = ckpt.load(ckpt.latest(run))["step"]
+    assert 3 <= stopped < 18
+    last_train = [r for r in read_metrics(run) if r["kind"] == "train"][-1]
+    assert last_train["step"] == stopped  # the checkpoint is the very step the run stopped after
+
+    # Checkpoints every 2 steps are written in the background; the resumed launch already has one.
+    target = random.Random().randint(min(stopped + 2, 15), 15)
     p = jsrun(args_for(run, data), tmp_path, "killed")
     wait_for_step(run, target, p)
     os.killpg(p.pid, signal.SIGKILL)  # jsrun and its ranks: no chance to save anything
     p.wait()
+    assert "resumed from" in (tmp_path / "killed.log").read_text()
     assert not (run / "COMPLETE").exists()
     reached = max(r["step"] for r in read_metrics(run) if r["kind"] == "train")   # the ranks ran on until the kill
     saved = ckpt.latest(run)
     assert saved is not None and ckpt.load(saved)["step"] <= reached
+
     p = jsrun(args_for(run, data), tmp_path, "resumed")
     assert finish(p, tmp_path, "resumed") == 0, (tmp_path / "resumed.log").read_text()[-4000:]
     assert "resumed from" in (tmp_path / "resumed.log").read_text()
@@ -112,23 +136,6 @@ def test_sigkill_at_random_step_then_resume_is_bitwise_identical(data, reference
     summary = [r for r in read_metrics(run) if r["kind"] == "test" and r.get("summary")]
     assert summary and 0.0 <= summary[-1]["top1"] <= 1.0 and "top1_std" in summary[-1]
 
-
-def test_sigusr2_saves_and_exits_zero_then_resumes(data, reference, tmp_path):
-    run = tmp_path / "run"
-    p = jsrun(args_for(run, data), tmp_path, "usr2")
-    wait_for_step(run, 3, p)
-    os.kill(p.pid, signal.SIGUSR2)  # to jsrun, which forwards it to every rank, as the job script's trap does
-    assert finish(p, tmp_path, "usr2") == 0, (tmp_path / "usr2.log").read_text()[-4000:]
-    log = (tmp_path / "usr2.log").read_text()
-    assert "signal SIGUSR2" in log and "checkpoint saved" in log
-    assert not (run / "COMPLETE").exists()
-    stopped = ckpt.load(ckpt.latest(run))["step"]
-    assert 3 <= stopped < 18
-    last_train = [r for r in read_metrics(run) if r["kind"] == "train"][-1]
-    assert last_train["step"] == stopped  # the checkpoint is the very step the run stopped after
-    p = jsrun(args_for(run, data), tmp_path, "after")
-    assert finish(p, tmp_path, "after") == 0
-    assert_bitwise_equal(final_state(run), reference)
     # a later chain link finds COMPLETE and exits at once
     p = jsrun(args_for(run, data), tmp_path, "again")
     assert finish(p, tmp_path, "again") == 0

@@ -14,6 +14,7 @@ import torch
 from PIL import Image
 
 from trainer_utils import REPO, make_dataset, run_ranks, tiny_args
+from trainer_utils import one_torch_thread  # noqa: F401 (a fixture)
 
 from trainer.loop import checkpoint as ckpt
 from trainer.data import transforms as T
@@ -23,6 +24,8 @@ from trainer.config import parse
 from trainer.data.datasets import EvalClips, Pipeline, TrainClips, eval_batches
 from trainer.loop.metrics import read_metrics
 from trainer.loop.steps import video_scores
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # torch computes here too
 
 WORKER = str(REPO / "tests" / "protocol_worker.py")
 

@@ -1,7 +1,8 @@
 """Faults around the training loop, with real rank processes (2 ranks, ddp, DataLoader workers where the
 fault needs them): stop signals sent to every process of the job (as LSF sends them), DataLoader workers
-killed or orphaned, runs stopped after their last epoch or at --max-steps and run again (bitwise), and AAVG's batch rule
-around stops and on a small data set."""
+killed or orphaned, a multigrid run stopped after its last epoch and run again, each rank's own BatchNorm
+statistics in a checkpoint, and AAVG's batch rule on a small data set. (Runs stopped at --max-steps and run on,
+AAVG's among them: tests/test_trainer_state.py.)"""
 import copy
 import os
 import signal
@@ -86,34 +87,39 @@ def alive(pid: int) -> bool:
         return False
 
 
-def train_steps(run: Path) -> List[int]:
-    return [r["step"] for r in read_metrics(run) if r["kind"] == "train"]
-
-
 def rank_logs(log_dir: Path) -> List[str]:
     return [(log_dir / f"rank{r}.log").read_text() for r in (0, 1)]
 
 
 # -- stop signals sent to every process of the job --------------------------------------------------------
 
-@pytest.mark.parametrize("sig", [signal.SIGUSR2, signal.SIGTERM, signal.SIGINT], ids=lambda s: s.name)
-def test_a_stop_signal_to_every_process_of_the_job_saves_and_a_rerun_completes(data, tmp_path, sig):
+def test_each_stop_signal_to_every_process_of_the_job_saves_and_the_next_run_resumes(data, tmp_path):
     """LSF's warning action, the run limit's USR2 and bkill's INT and TERM go to all of the job's processes,
     the ranks' DataLoader workers and forkserver included. The workers must outlive the request: the
-    ranks still read batches until the next record (here the last epoch's end), save there and exit 0; the
-    next run resumes and finishes with the final test."""
-    run, log_dir = tmp_path / "run", tmp_path / "logs"
-    args = tiny_args(run, data, epochs=2, workers=2, log_every=6, test_clips=1, test_last=1)
-    procs = start_job(args, log_dir)
-    wait_for(run, procs, lambda recs: any(r["kind"] == "train" for r in recs), log_dir)
-    os.killpg(procs[0].pid, sig)  # after the first record: during validation or the next epoch's first batches
-    assert wait_ranks(procs, log_dir, timeout=60) == [0, 0], logs(log_dir)
-    rank0, rank1 = rank_logs(log_dir)
-    assert "Traceback" not in rank0 + rank1, rank0 + rank1
-    assert f"(signal {sig.name}): checkpoint saved" in rank0, rank0
-    assert ckpt.load(ckpt.latest(run))["step"] == 12 and not (run / COMPLETE).exists()  # the next record
-    run_ranks(2, args, tmp_path / "logs2", timeout=60)
-    assert (run / COMPLETE).exists() and "resumed from" in (tmp_path / "logs2" / "rank0.log").read_text()
+    ranks still read batches until the next record (here each second epoch's end), save there and exit 0.
+
+    One run, launched four times: each of the first three launches gets one of the signals (USR2, TERM,
+    INT) after its first record. Facts, for each signal: both ranks exit 0, no traceback, rank 0 says
+    "(signal NAME): checkpoint saved", the checkpoint is the next record's step and no COMPLETE is
+    written; the next launch resumes from it. The fourth launch resumes and finishes with the final test."""
+    run = tmp_path / "run"
+    # 24 clips, 2 ranks x 2: 6 steps an epoch, a record at each epoch's end, 36 steps in all
+    args = tiny_args(run, data, epochs=6, workers=2, log_every=6, test_clips=1, test_last=1)
+    for n, sig in enumerate((signal.SIGUSR2, signal.SIGTERM, signal.SIGINT)):
+        begun, log_dir = 12 * n, tmp_path / f"logs-{sig.name}"
+        procs = start_job(args, log_dir)
+        wait_for(run, procs, lambda recs: any(r["kind"] == "train" and r["step"] > begun for r in recs), log_dir,
+                 timeout=120)
+        os.killpg(procs[0].pid, sig)  # after this launch's first record: during validation or the next epoch
+        assert wait_ranks(procs, log_dir, timeout=120) == [0, 0], logs(log_dir)
+        rank0, rank1 = rank_logs(log_dir)
+        assert "Traceback" not in rank0 + rank1, rank0 + rank1
+        assert f"(signal {sig.name}): checkpoint saved" in rank0, rank0
+        assert ckpt.load(ckpt.latest(run))["step"] == begun + 12, (sig.name, "not the next record's step")
+        assert not (run / COMPLETE).exists(), sig.name
+        assert n == 0 or "resumed from" in rank0, f"the launch stopped by {sig.name} did not resume"
+    run_ranks(2, args, tmp_path / "logs-last", timeout=120)
+    assert (run / COMPLETE).exists() and "resumed from" in (tmp_path / "logs-last" / "rank0.log").read_text()
 
 
 # -- DataLoader workers that die, or outlive their rank ----------------------------------------------------
@@ -208,7 +214,7 @@ def test_the_workers_of_a_rank_killed_outright_end_with_it(data, tmp_path):
                 os.kill(x, signal.SIGKILL)
 
 
-# -- runs stopped at their end or at --max-steps, and run again --------------------------------------------
+# -- a run stopped at its end and run again, and what a stop between records saves --------------------------------------------
 
 def test_a_multigrid_run_stopped_after_its_last_epoch_resumes_and_completes(data, tmp_path):
     """A multigrid run stopped after its last step (here --max-steps at the last step; a signal during the
@@ -222,32 +228,6 @@ def test_a_multigrid_run_stopped_after_its_last_epoch_resumes_and_completes(data
     run_ranks(2, args, tmp_path / "logs2", timeout=60)
     assert (run / COMPLETE).exists()
     assert any(r["kind"] == "test" and r.get("summary") for r in read_metrics(run))
-
-
-def test_a_rerun_with_the_same_max_steps_trains_no_further(data, tmp_path):
-    """--max-steps N: "stop once this many optimiser steps are done in total". A run already at step N
-    stops again at N (the same checkpoint, no new step), however often it is started."""
-    run = tmp_path / "run"
-    args = tiny_args(run, data, epochs=2, eval_every=0, max_steps=3, log_every=2) + ["--no-test"]
-    run_ranks(2, args, tmp_path / "logs1", timeout=60)
-    assert [p.name for p in ckpt.list_checkpoints(run)] == [ckpt.step_path(run, 3).name]
-    run_ranks(2, args, tmp_path / "logs2", timeout=60)
-    assert [p.name for p in ckpt.list_checkpoints(run)] == [ckpt.step_path(run, 3).name]
-    assert max(train_steps(run)) == 3
-    assert "stopping at step 3 (--max-steps)" in (tmp_path / "logs2" / "rank0.log").read_text()
-
-
-def test_max_steps_off_the_log_every_grid_resumes_bitwise(data, tmp_path):
-    """A run stopped by --max-steps at a step that is no metrics record of the uninterrupted run, then run
-    on, ends with the uninterrupted run's model, BatchNorm running statistics included."""
-    def args(run):
-        return tiny_args(run, data, epochs=2, eval_every=0, lr=0.02, log_every=4) + ["--no-test"]
-    run_ranks(2, args(tmp_path / "ref"), tmp_path / "logs-ref", timeout=60)
-    run_ranks(2, args(tmp_path / "cut") + ["--max-steps", "7"], tmp_path / "logs-cut", timeout=60)
-    run_ranks(2, args(tmp_path / "cut"), tmp_path / "logs-cut2", timeout=60)
-    a, b = (ckpt.load(ckpt.latest(tmp_path / r)) for r in ("ref", "cut"))
-    assert a["step"] == b["step"] == 12
-    assert [k for k, v in a["model"].items() if not torch.equal(v, b["model"][k])] == []
 
 
 def test_each_ranks_own_batchnorm_statistics_come_back_exactly_and_pool_as_a_merge_does():
@@ -275,24 +255,6 @@ def test_each_ranks_own_batchnorm_statistics_come_back_exactly_and_pool_as_a_mer
 
 
 # -- AAVG's batch rule ----------------------------------------------------------------------------------------
-
-def aavg_args(run: Path, data: Path, **kw) -> List[str]:
-    """Two learners, Adam, an averaging round every 2 local steps, a batch check every 3 steps."""
-    return tiny_args(run, data, epochs=3, optimizer="adam", optimizer_sync="aavg", avg_interval=2,
-                     aavg_eval_every=3, aavg_b2=2, aavg_max_batch=8, lr=0.01, eval_every=0, **kw) + ["--no-test"]
-
-
-def test_an_aavg_stop_where_a_batch_check_is_due_keeps_the_check(data, tmp_path):
-    """Step 6 ends an epoch, an averaging round and a batch-rule period: a run stopped there and run on
-    has made every check the uninterrupted run made (the rule's history, batch and best)."""
-    run_ranks(2, aavg_args(tmp_path / "ref", data), tmp_path / "logs-ref", timeout=60)
-    run_ranks(2, aavg_args(tmp_path / "cut", data, max_steps=6), tmp_path / "logs-cut", timeout=60)
-    run_ranks(2, aavg_args(tmp_path / "cut", data), tmp_path / "logs-cut2", timeout=60)
-    a, b = (ckpt.load(ckpt.latest(tmp_path / r)) for r in ("ref", "cut"))
-    assert a["step"] == b["step"] == 18
-    assert [h[0] for h in b["aavg"]["controller"]["history"]] == [3, 6, 9, 12, 15, 18]
-    assert a["aavg"] == b["aavg"]
-
 
 def test_the_aavg_batch_rule_never_grows_past_the_training_set(data, tmp_path):
     """A batch rule that grows at every check (b1 huge) on 24 clips and 2 learners: the batch stops at the

@@ -215,13 +215,22 @@ class EvalClips(Dataset):
         return torch.from_numpy(crops), self.shards.label(i)
 
 
+#: What the forkserver imports once, before it forks any worker: the main module (multiprocessing's
+#: default) and this module, with torch. Each worker then starts as a copy of it instead of importing
+#: torch on its own (about 1.5 s of CPU per worker, 4 workers a rank with --workers 2).
+WORKER_PRELOAD = ["__main__", __name__]
+
+
 def _context(workers: int) -> Optional[multiprocessing.context.BaseContext]:
     if workers <= 0:
         return None
     method = os.environ.get("SUMMIT_JOBS_WORKER_START", "forkserver")
     if method not in multiprocessing.get_all_start_methods():
         method = "spawn"
-    return multiprocessing.get_context(method)
+    ctx = multiprocessing.get_context(method)
+    if method == "forkserver":
+        ctx.set_forkserver_preload(WORKER_PRELOAD)
+    return ctx
 
 
 class WorkerLost(SystemExit):
