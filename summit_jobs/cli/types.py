@@ -80,7 +80,7 @@ def empty_refusal(option: str, default: str, required: bool = False) -> str:
 
 def _flag_words(param: click.Parameter) -> str:
     """How a refusal names the option: its first spelling, or its long spellings together when it has several
-    (``--bsub-option/--sbatch-option``: click does not say which one the user typed)."""
+    (``--a-option/--b-option``: click does not say which one the user typed)."""
     longs = [o for o in param.opts if o.startswith("--")]
     return "/".join(longs) if len(longs) > 1 else param.opts[0]
 
