@@ -35,6 +35,8 @@ PROFILE_CASES = [
     ("scheduler.slurm.exclusive", "yes please", ["'scheduler.slurm.exclusive' must be true or false"]),
     ("scheduler.slurm.extra_directives", ["--time=5"],
      ["scheduler.slurm.extra_directives[0] = '--time=5'", "writes --time itself", "--walltime"]),
+    ("scheduler.slurm.step_options", ["--ntasks=3"],
+     ["scheduler.slurm.step_options[0] = '--ntasks=3'", "writes --ntasks itself"]),
     # Values at odds with each other or with the scheduler.
     ("scheduler.slurm.extra_directives", ["-C gpu"], ["scheduler.slurm.extra_directives[0] = '-C gpu'",
                                                      "long options"]),

@@ -309,6 +309,9 @@ class Slurm:
     exclusive: bool = False
     #: Further #SBATCH lines every job needs, each ``--option[=value]`` (validated tokens).
     extra_directives: Tuple[str, ...] = ()
+    #: Further options of the srun line that starts one rank per task (the srun launcher), each
+    #: ``--option[=value]``: how a site binds GPUs to ranks (Frontier: --gpus-per-task=1, --gpu-bind=closest).
+    step_options: Tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ refuse a one-per-node ``--ntasks-per-node=1`` against it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping, Optional
+from typing import Mapping, Optional, Tuple
 
 from summit_jobs.errors import UserError
 
@@ -23,12 +23,14 @@ DEFAULT_LAUNCHER = "srun"
 @dataclass(frozen=True)
 class SlurmLayout:
     """Slurm's launch layout: ranks (tasks) per node, the CPUs of each, the GPUs each rank drives, and the CPUs
-    of a one-per-node step (staging, torchrun's agent): every CPU the job holds on a node."""
+    of a one-per-node step (staging, torchrun's agent): every CPU the job holds on a node; and the site's own
+    options of the srun line that starts the ranks (the profile's scheduler.slurm.step_options)."""
     name: str
     ntasks_per_node: int
     cpus_per_task: int
     gpus_per_task: int
     node_cpus: int
+    step_options: Tuple[Tuple[str, str], ...] = ()
 
 
 def cpus_per_task(profile) -> int:
@@ -42,8 +44,10 @@ def layout(profile, opts, nodes: int, launcher: str) -> SlurmLayout:
         raise UserError(f"--layout {opts.layout} arranges jsrun's resource sets (LSF); on Slurm, srun starts one "
                         "rank per GPU (or CPU slot): drop --layout.")
     slots, cpus = profile.node.slots, cpus_per_task(profile)
+    options = tuple((o.partition("=")[0], o.partition("=")[2]) for o in profile.scheduler.slurm.step_options)
     return SlurmLayout(name="gpu", ntasks_per_node=slots, cpus_per_task=cpus,
-                       gpus_per_task=1 if profile.node.gpus else 0, node_cpus=slots * cpus)
+                       gpus_per_task=1 if profile.node.gpus else 0, node_cpus=slots * cpus,
+                       step_options=options)
 
 
 def gpus_per_rank(plan: Mapping) -> Optional[int]:

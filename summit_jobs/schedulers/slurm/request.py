@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import List, Optional, Sequence, Tuple
+from typing import List, Mapping, Optional, Tuple
 
 from summit_jobs.errors import UserError
 from summit_jobs.profiles.machines import NAME_RE, Profile, parse_hhmm
@@ -45,29 +45,35 @@ OWNED = {"--job-name": "--job-name", "--nodes": "--nodes", "--ntasks": "(one ran
          "--qos": "--qos", "--constraint": "the profile's scheduler.slurm.constraint",
          "--output": "(the run directory's output file)", "--error": "(the run directory's error file)",
          "--signal": "--warning-minutes", "--dependency": "--chain", "--chdir": "(the run directory)"}
+#: Options of the training srun line summit-jobs writes itself (scheduler.slurm.step_options may not repeat them).
+STEP_OWNED = {"--nodes": "--nodes", "--ntasks": "(one rank per GPU or CPU slot)",
+              "--ntasks-per-node": "(one rank per GPU or CPU slot)",
+              "--cpus-per-task": "the profile's scheduler.slurm.cpus_per_task",
+              "--kill-on-bad-exit": "(a failed rank ends the step)"}
 
 
 # ---- the profile ------------------------------------------------------------------------------------------
 
-def _owned(flag: str) -> Optional[str]:
-    """The owned option ``flag`` names, also as an abbreviation (sbatch takes unambiguous prefixes)."""
-    if flag in OWNED:
+def _owned(flag: str, owned: Mapping[str, str]) -> Optional[str]:
+    """The owned option ``flag`` names, also as an abbreviation (sbatch and srun take unambiguous prefixes)."""
+    if flag in owned:
         return flag
-    return next((o for o in OWNED if len(flag) > 3 and o.startswith(flag)), None)
+    return next((o for o in owned if len(flag) > 3 and o.startswith(flag)), None)
 
 
-def check_directive(line: str, where: str) -> Tuple[str, str]:
+def check_directive(line: str, where: str, owned: Mapping[str, str] = OWNED, what: str = "an #SBATCH option"
+                    ) -> Tuple[str, str]:
     """``(option, value)`` of one directive line; a UserError naming ``where`` for any other shape or an owned
     option."""
     text = str(line).strip()
     if not DIRECTIVE_RE.fullmatch(text):
-        raise UserError(f"{where} {line!r} is not an #SBATCH option this tool can write: give '--option' or "
+        raise UserError(f"{where} {line!r} is not {what} this tool can write: give '--option' or "
                         "'--option=value' (long options; the value without spaces, quotes, $ or ;), e.g. "
                         "--exclusive, --reservation=myresv, --gpu-bind=closest.")
     flag, _, value = text.partition("=")
-    owned = _owned(flag)
-    if owned:
-        raise UserError(f"{where} {line!r}: summit-jobs writes {owned} itself; set it with {OWNED[owned]}.")
+    name = _owned(flag, owned)
+    if name:
+        raise UserError(f"{where} {line!r}: summit-jobs writes {name} itself; set it with {owned[name]}.")
     return flag, value
 
 
@@ -85,9 +91,13 @@ def _check_values(profile: Profile) -> None:
                      SLURM_MEM_RE: "Slurm's --mem form: a whole number and K, M, G or T (0: all of it)"}[pattern]
             raise ValueError(f"{key} = {value!r} is not allowed: it is printed into job scripts, so it must be "
                              f"{shape}")
-    for i, line in enumerate(slurm.extra_directives):
+    lines = [(f"scheduler.slurm.extra_directives[{i}] =", line, OWNED, "an #SBATCH option")
+             for i, line in enumerate(slurm.extra_directives)]
+    lines += [(f"scheduler.slurm.step_options[{i}] =", line, STEP_OWNED, "an srun option")
+              for i, line in enumerate(slurm.step_options)]
+    for where, line, owned, what in lines:
         try:
-            check_directive(line, f"scheduler.slurm.extra_directives[{i}] =")
+            check_directive(line, where, owned, what)
         except UserError as exc:
             raise ValueError(str(exc).rstrip(".")) from None
 
@@ -170,11 +180,17 @@ def _refuse_lsf_options(opts) -> None:
 
 
 def launcher_of(profile: Profile, asked: Optional[str]) -> str:
-    """--launcher over the profile's, one of Slurm's."""
+    """--launcher over the profile's, one of Slurm's; not torchrun where the profile binds GPUs per task (its
+    step_options are for one rank per task, and one torchrun per node would get one rank's share)."""
     starter = asked or profile.launcher.kind
     if starter not in LAUNCHERS:
         raise UserError(f"--launcher {starter!r} is not one Slurm starts ranks with: use one of "
                         f"{', '.join(LAUNCHERS)}.")
+    options = profile.scheduler.slurm.step_options
+    if starter == "torchrun" and options:
+        raise UserError(f"--launcher torchrun starts one torchrun per node, and {profile.name}'s srun options "
+                        f"({' '.join(options)}, scheduler.slurm.step_options) bind resources per rank: use "
+                        "--launcher srun (one rank per task).")
     return starter
 
 
