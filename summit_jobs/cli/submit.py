@@ -90,7 +90,7 @@ class State:
 def cli(ctx: click.Context, machine: Optional[str], config_path: Optional[str], host: Optional[str],
         port: Optional[int], user: Optional[str], key_file: Optional[str], known_hosts: Optional[str],
         trust_new_host_key: bool, remote_dir: Optional[str]) -> None:
-    """Train video models (TSM) on IBM LSF GPU clusters, from a laptop to thousands of GPUs.
+    """Train video models (TSM) on IBM LSF and Slurm GPU clusters, from a laptop to thousands of GPUs.
 
     \b
     Typical use:
