@@ -46,6 +46,7 @@ SHARED = [
     ("--mem", ["--mem", "4GB"], ["--mem 4GB", "whole nodes"]),
     ("--app", ["--app", "parallel 96"], ["--app 'parallel 96'"]),
     ("--container", ["--container", "img;touch pwned"], ["'img;touch pwned'"]),
+    ("--qos", ["--qos", "debug"], ["--qos debug", "Slurm quality of service", "LSF machine"]),
     ("--bsub-option", ["--bsub-option", "-J other"], ["'-J other'", "--job-name"]),
     ("--total-steps", ["--total-steps", "10"], ["--total-steps 10"]),
     ("--epochs", ["--epochs", "0"], ["0"]),

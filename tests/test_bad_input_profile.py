@@ -46,6 +46,10 @@ CASES = [
     ("scheduler.app", "", ["'scheduler.app' is empty"]),
     ("scheduler.container", "", ["'scheduler.container' is empty"]),
     ("scheduler.extra_directives", ["-J other"], ["scheduler.extra_directives[0]", "writes -J itself"]),
+    ("scheduler.kind", "pbs", ["'scheduler.kind' must be one of 'lsf' | 'slurm'"]),
+    # A Slurm section on an LSF profile; each key of the section is tried on a Slurm profile in
+    # tests/test_bad_input_slurm.py.
+    ("scheduler.slurm", {"partition": False}, ["scheduler.slurm is read only when scheduler.kind is slurm"]),
     ("node.gpus", -1, ["'node.gpus' = -1 is out of range", ">= 0"]),
     ("node.cores", 0, ["'node.cores' = 0 is out of range", ">= 1"]),
     ("node.sockets", 0, ["'node.sockets' = 0 is out of range", ">= 1"]),
@@ -181,10 +185,12 @@ def _leaves(tp, prefix: str = ""):
 
 
 def test_every_profile_key_has_a_bad_value():
+    """Keys of the Slurm section are tried on a Slurm profile (tests/test_bad_input_slurm.py)."""
     from summit_jobs.profiles.machines import Profile
+    from test_bad_input_slurm import PROFILE_CASES as SLURM_CASES
     keys = set(_leaves(Profile))
     assert len(keys) > 80
-    assert keys - {path for path, _, _ in CASES} == set()
+    assert keys - {path for path, _, _ in CASES + SLURM_CASES} == set()
 
 
 def test_the_schema_states_a_range_for_every_number():

@@ -49,6 +49,19 @@ CASES = {
     # The AAVG paper's recipe as a preset: every value it sets written out as a trainer option.
     "local-2-preset-aavg": ("local", dict(nodes=2, python="/usr/bin/python3", epochs=2, walltime="0:10",
                                           preset="aavg-paper")),
+    # Slurm (templates/slurm): the documented generic GPU cluster (envs/slurm-gpu.yaml) with each launcher, the
+    # two sites, and the local test cluster.
+    "slurm-gpu-4-srun": ("slurm-gpu", dict(nodes=4, walltime="6:00", mem="256GB", project="lab1",
+                                           data="/scratch/proj/k400/manifest.json", until_complete=True)),
+    "slurm-gpu-2-torchrun": ("slurm-gpu", dict(nodes=2, launcher="torchrun", qos="debug", walltime="0:20",
+                                               bsub_options=("--reservation=resv1", "--gpu-bind=closest"))),
+    "slurm-gpu-1-user-command": ("slurm-gpu", dict(nodes=1, walltime="1:00", queue="gpu",
+                                                   command=("python3", "train.py", "--note", "it's $HOME; `x`"))),
+    "perlmutter-8-until-complete": ("perlmutter", dict(nodes=8, walltime="12:00", until_complete=True,
+                                                       max_links=6)),
+    "frontier-8-data": ("frontier", dict(nodes=8, project="abc123",
+                                         data="/lustre/orion/abc123/proj-shared/k400/manifest.json")),
+    "local-slurm-2": ("local-slurm", dict(nodes=2, python="/usr/bin/python3", epochs=2, walltime="0:10")),
 }
 
 
@@ -60,10 +73,16 @@ def _render(name):
     return render.render(plan)
 
 
+def golden_path(name: str) -> Path:
+    """Where a case's script is pinned: ``.lsf`` for an LSF machine's, ``.sbatch`` for a Slurm machine's."""
+    suffix = ".sbatch" if machines.load(CASES[name][0]).scheduler.kind == "slurm" else ".lsf"
+    return GOLDEN / f"{name}{suffix}"
+
+
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_golden(name):
     text = _render(name)
-    path = GOLDEN / f"{name}.lsf"
+    path = golden_path(name)
     if os.environ.get("UPDATE_GOLDEN"):
         path.write_text(text)
     assert path.exists(), f"missing golden file {path}; run with UPDATE_GOLDEN=1"

@@ -21,6 +21,7 @@ from summit_jobs.planning.plan import JobOptions, make_plan
 from summit_jobs.profiles import machines
 from summit_jobs.runs import lifecycle, report
 from summit_jobs.schedulers.lsf.scheduler import LsfScheduler
+from summit_jobs.schedulers.slurm.scheduler import SlurmScheduler
 
 
 def opts(**kw) -> JobOptions:
@@ -118,7 +119,8 @@ def test_submit_help_says_what_each_scheduler_option_does_on_lsf(cli_env):
     text = " ".join(res.stdout.split())
     for option, help_ in LsfScheduler.option_help.items():
         assert " ".join(help_.split()) in text, option
-    assert "--bsub-option '-OPT VALUE'" in text and "--launcher [jsrun|blaunch|mpirun|torchrun]" in text
+    assert "--bsub-option, --sbatch-option '-OPT VALUE'" in text
+    assert "--launcher [jsrun|blaunch|mpirun|torchrun|srun]" in text
 
 
 def test_machines_listing_and_group_help_use_the_schedulers_words(cli_env):
@@ -211,8 +213,10 @@ def test_a_second_scheduler_plans_and_renders_without_a_planner_edit(fake, tmp_p
 
 def test_a_second_schedulers_words_join_the_command_lines(fake):
     assert schedulers.launcher_names() == ("jsrun", "blaunch", "mpirun", "torchrun", "srun")
-    assert schedulers.directive_flags() == ("--bsub-option", "--fake-option")
-    assert schedulers.option_help("launcher") == f"LSF: {LsfScheduler.option_help['launcher']} Fake: srun or torchrun."
+    assert schedulers.directive_flags() == ("--bsub-option", "--sbatch-option", "--fake-option")
+    assert schedulers.option_help("launcher") == (f"LSF: {LsfScheduler.option_help['launcher']} "
+                                                  f"Slurm: {SlurmScheduler.option_help['launcher']} "
+                                                  "Fake: srun or torchrun.")
     assert schedulers.option_help("layout") == LsfScheduler.option_help["layout"]
     assert schedulers.command_groups() == [LsfScheduler.command_group]
     row = lifecycle.job_row(None, "5", "here", None, 1, None, fake.status_command)

@@ -7,17 +7,20 @@ gave the rank, then runs PROGRAM in its place (exec: same pid, same signals).
 
 Why: ``torch.distributed.init_process_group("env://")`` reads torchrun's
 variables and nothing else, but jsrun gives JSM_NAMESPACE_*, Open MPI gives
-OMPI_COMM_WORLD_*, and IBM's blaunch gives only LSF_PM_TASKID (from 1, one
-task per slot, in the allocation's order). The job script puts this module in
-front of a user's own program under every launcher but torchrun, so an
-unmodified DDP script starts the same way everywhere.
+OMPI_COMM_WORLD_*, IBM's blaunch gives only LSF_PM_TASKID (from 1, one task
+per slot, in the allocation's order), and Slurm's srun gives SLURM_PROCID,
+SLURM_LOCALID and SLURM_STEP_NUM_TASKS (trainer.slurm_tasks). The job script
+puts this module in front of a user's own program under every launcher but
+torchrun, so an unmodified DDP script starts the same way everywhere.
 
 Where ranks come from, first match wins (the trainer's engines read them the
 same way, through ``launcher_ranks``): JSM_NAMESPACE_*, OMPI_COMM_WORLD_*,
-torchrun's own RANK/WORLD_SIZE, LSF_PM_TASKID. MASTER_ADDR and MASTER_PORT
-are kept when the job script exported them (it does: the first compute host
-and a free port); else the first compute host and the port derived from
-LSB_JOBID. A group (node) rank is the index of the rank's host among the
+torchrun's own RANK/WORLD_SIZE (torchrun's workers under srun have srun's
+variables too, of the agent's task), srun's, LSF_PM_TASKID. MASTER_ADDR and
+MASTER_PORT are kept when the job script exported them (it does: the first
+compute host and a free port); else the first compute host (of LSF's list, or
+of SLURM_JOB_NODELIST) and the port derived from the job id (LSB_JOBID or
+SLURM_JOB_ID). A group (node) rank is the index of the rank's host among the
 compute hosts: ranks are placed a node's worth at a time by every launch line
 the job scripts use.
 """
@@ -27,7 +30,7 @@ import os
 import sys
 from typing import Dict, List, Mapping, Optional, Tuple
 
-from trainer import lsf_hosts
+from trainer import lsf_hosts, slurm_tasks
 from trainer.rendezvous import PORT_BASE, PORT_SPAN
 
 #: torchrun's own port, when there is neither a job id nor MASTER_PORT.
@@ -80,17 +83,34 @@ def launcher_ranks(env: Mapping[str, str]) -> Tuple[int, int, int, int, str]:
                 ls = s // hosts if s % hosts == 0 else s
             break
     else:
-        r, s, lr, ls, source = _blaunch_task(env) if env.get("LSF_PM_TASKID", "").isdecimal() \
-            else (0, 1, 0, 1, "single")
+        srun = slurm_tasks.step_task(env)
+        if srun is not None:
+            (r, s, lr, ls), source = srun, "srun"
+        else:
+            r, s, lr, ls, source = _blaunch_task(env) if env.get("LSF_PM_TASKID", "").isdecimal() \
+                else (0, 1, 0, 1, "single")
     if not 0 <= r < s:
         raise RankError(f"rank {r} is outside a world of size {s} (from {source} variables)")
     return r, s, lr, max(1, ls), source
 
 
+def job_id(env: Mapping[str, str]) -> str:
+    """The scheduler's id of the job this process runs in: LSB_JOBID (LSF), else SLURM_JOB_ID; "" outside one."""
+    job = str(env.get("LSB_JOBID", "")).strip()
+    return job if job.isdecimal() else slurm_tasks.job_id(env)
+
+
+def first_host(env: Mapping[str, str]) -> Optional[str]:
+    """The first compute host: of LSF's host list, else of Slurm's node list; None outside a job."""
+    hosts = lsf_hosts.compute_hosts(env)
+    return hosts[0][0] if hosts else slurm_tasks.first_host(env.get("SLURM_JOB_NODELIST", ""))
+
+
 def derived_port(env: Mapping[str, str]) -> int:
-    """The job's port: from LSB_JOBID, else SUMMIT_JOBS_RENDEZVOUS_PORT / MASTER_PORT, else 29500."""
-    job = str(env.get("LSB_JOBID", ""))
-    if job.isdigit():
+    """The job's port: from the job id (LSB_JOBID or SLURM_JOB_ID), else SUMMIT_JOBS_RENDEZVOUS_PORT /
+    MASTER_PORT, else 29500."""
+    job = job_id(env)
+    if job:
         return PORT_BASE + (int(job) * 2) % PORT_SPAN
     for var in ("SUMMIT_JOBS_RENDEZVOUS_PORT", "MASTER_PORT"):
         if str(env.get(var, "")).isdigit():
@@ -101,10 +121,9 @@ def derived_port(env: Mapping[str, str]) -> int:
 def torchrun_variables(env: Mapping[str, str]) -> Dict[str, str]:
     """The env:// variables torchrun would give this rank."""
     rank, size, local_rank, local_size, _source = launcher_ranks(env)
-    hosts = [h for h, _ in lsf_hosts.compute_hosts(env)]
     group_size = max(1, -(-size // local_size))
     group = min(rank // local_size, group_size - 1)
-    addr = env.get("MASTER_ADDR") or (hosts[0] if hosts else "127.0.0.1")
+    addr = env.get("MASTER_ADDR") or first_host(env) or "127.0.0.1"
     port = env.get("MASTER_PORT") if str(env.get("MASTER_PORT", "")).isdigit() else str(derived_port(env))
     return {"RANK": str(rank), "WORLD_SIZE": str(size), "LOCAL_RANK": str(local_rank),
             "LOCAL_WORLD_SIZE": str(local_size), "GROUP_RANK": str(group), "GROUP_WORLD_SIZE": str(group_size),
@@ -118,7 +137,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     if not args or args[0] in ("-h", "--help"):
         print("usage: python -m trainer.rankenv PROGRAM [ARGS ...]\n"
               "Sets torchrun's env:// variables (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK, "
-              "MASTER_ADDR, MASTER_PORT) from jsrun's, Open MPI's or blaunch's, then runs PROGRAM.",
+              "MASTER_ADDR, MASTER_PORT) from jsrun's, Open MPI's, blaunch's or srun's, then runs PROGRAM.",
               file=sys.stderr if not args else sys.stdout)
         return 2 if not args else 0
     try:

@@ -298,14 +298,16 @@ def free_port(job: str) -> int:
 
 
 def main(argv: Optional[list] = None) -> int:
-    """``python -m trainer.rendezvous --free-port``: print free_port(LSB_JOBID) for a job script."""
+    """``python -m trainer.rendezvous --free-port``: print free_port of the job's id (LSB_JOBID or SLURM_JOB_ID)
+    for a job script."""
     import sys
     args = sys.argv[1:] if argv is None else argv
     if args != ["--free-port"]:
         print("usage: python -m trainer.rendezvous --free-port", file=sys.stderr)
         return 2
     try:
-        print(free_port(os.environ.get("LSB_JOBID", "")))
+        from trainer import rankenv     # here: rankenv imports this module
+        print(free_port(rankenv.job_id(os.environ)))
     except RendezvousError as exc:
         print(exc, file=sys.stderr)
         return 1

@@ -95,7 +95,7 @@ def warning_name(job: Union[int, str]) -> str:
 
 
 def warned(run_dir: PathLike, job: Optional[str] = None) -> bool:
-    """Whether the job script of this job (LSB_JOBID, or ``job``) wrote its warning file into ``run_dir``.
+    """Whether the job script of this job (``job_id()``, or ``job``) wrote its warning file into ``run_dir``.
 
     One stat of a file that does not exist until the warning: a few microseconds on a
     local disk, one metadata lookup on a parallel file system.
@@ -110,8 +110,12 @@ def warned(run_dir: PathLike, job: Optional[str] = None) -> bool:
 
 
 def job_id() -> str:
-    """This process's LSF job id, or "" outside a job."""
+    """This process's job id (LSF's LSB_JOBID, else Slurm's SLURM_JOB_ID), or "" outside a job: the job script
+    names its warning file and events with the same id."""
     value = os.environ.get("LSB_JOBID", "")
+    if value.isdecimal():
+        return value
+    value = os.environ.get("SLURM_JOB_ID", "")
     return value if value.isdecimal() else ""
 
 

@@ -112,7 +112,8 @@ def placement(manifest: Dict[str, object], nodes: int, policy: str) -> List[List
 
 def node_index(explicit: Optional[int], nodes: int) -> int:
     """This rank's node: jsrun sets JSM_NAMESPACE_RANK (Spectrum MPI also OMPI_COMM_WORLD_RANK);
-    ``blaunch -z "h1 h2 ..."`` sets LSF_PM_TASKID, counted from 1, one task per host named."""
+    ``blaunch -z "h1 h2 ..."`` sets LSF_PM_TASKID, counted from 1, one task per host named; a task of an srun
+    step (SLURM_STEP_ID set) has its node's index in SLURM_NODEID."""
     value: Optional[str] = str(explicit) if explicit is not None else None
     for var in ("JSM_NAMESPACE_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK"):
         if value is None and os.environ.get(var, "").strip():
@@ -120,6 +121,8 @@ def node_index(explicit: Optional[int], nodes: int) -> int:
     task = os.environ.get("LSF_PM_TASKID", "").strip()
     if value is None and task.isdigit() and int(task) >= 1:
         value = str(int(task) - 1)
+    if value is None and os.environ.get("SLURM_STEP_ID", "").strip().isdigit():
+        value = os.environ.get("SLURM_NODEID", "").strip() or None
     if value is None:
         if nodes == 1:
             return 0

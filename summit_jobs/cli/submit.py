@@ -90,7 +90,7 @@ class State:
 def cli(ctx: click.Context, machine: Optional[str], config_path: Optional[str], host: Optional[str],
         port: Optional[int], user: Optional[str], key_file: Optional[str], known_hosts: Optional[str],
         trust_new_host_key: bool, remote_dir: Optional[str]) -> None:
-    """Train video models (TSM) on IBM LSF GPU clusters, from a laptop to thousands of GPUs.
+    """Train video models (TSM) on IBM LSF and Slurm GPU clusters, from a laptop to thousands of GPUs.
 
     \b
     Typical use:
@@ -164,11 +164,12 @@ def _allocation_options() -> list:
     """What the scheduler is asked for: account, run limit, queue, name, data staging and layout."""
     return [
         click.option("--project", "-P", metavar="NAME",
-                     help="Project/bank to charge (-P on Summit, -G on Lassen). Default: $SUMMIT_JOBS_PROJECT "
-                          "or the config file."),
+                     help="Project/bank to charge (-P on Summit, -G on Lassen, --account on Slurm). Default: "
+                          "$SUMMIT_JOBS_PROJECT or the config file."),
         click.option("--walltime", "-W", metavar="H:MM",
                      help="Run limit as [hours:]minutes. Default: the longest the node-count bin and queue allow."),
-        click.option("--queue", "-q", metavar="QUEUE", help="Queue. Default: the profile's default queue."),
+        click.option("--queue", "-q", metavar="QUEUE",
+                     help="Queue (on Slurm: the partition). Default: the profile's default queue."),
         click.option("--job-name", "-J",
                      help="Job name (letters, digits, '.', '_', '-'). Default: tsm; with --command, the "
                           "program's name (train for --command 'python3 train.py')."),
@@ -199,6 +200,7 @@ def _scheduler_options() -> list:
         click.option("--mem", metavar="SIZE", help=text("mem")),
         click.option("--app", metavar="NAME", help=text("app")),
         click.option("--container", metavar="IMAGE", help=text("container")),
+        click.option("--qos", metavar="NAME", help=text("qos")),
         click.option(*schedulers.directive_flags(), "bsub_options", multiple=True, metavar="'-OPT VALUE'",
                      help=text("directive")),
     ]

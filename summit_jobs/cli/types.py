@@ -78,12 +78,19 @@ def empty_refusal(option: str, default: str, required: bool = False) -> str:
     return f"{option} '' is empty; give a value, or leave the option out."
 
 
+def _flag_words(param: click.Parameter) -> str:
+    """How a refusal names the option: its first spelling, or its long spellings together when it has several
+    (``--a-option/--b-option``: click does not say which one the user typed)."""
+    longs = [o for o in param.opts if o.startswith("--")]
+    return "/".join(longs) if len(longs) > 1 else param.opts[0]
+
+
 def _refuse_empty_callback(previous):
     def callback(ctx: click.Context, param: click.Parameter, value):
         given = ctx.get_parameter_source(param.name) == click.core.ParameterSource.COMMANDLINE
         values = value if isinstance(value, (tuple, list)) else (value,)
         if given and any(isinstance(v, str) and v == "" for v in values):
-            raise click.UsageError(empty_refusal(param.opts[0], _default_words(param), param.required), ctx)
+            raise click.UsageError(empty_refusal(_flag_words(param), _default_words(param), param.required), ctx)
         return previous(ctx, param, value) if previous is not None else value
     return callback
 

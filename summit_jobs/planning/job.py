@@ -65,7 +65,7 @@ def _run_dir(state, kw: dict, profile) -> str:
 
 #: Options handed to JobOptions under the same name, as given (None: the profile's or the recipe's).
 _AS_GIVEN = ("walltime", "queue", "job_name", "epochs", "stage_policy", "layout", "request", "launcher", "mem",
-             "app", "container", "clips_per_gpu", "lr",
+             "app", "container", "qos", "clips_per_gpu", "lr",
              "warmup_epochs", "engine", "arch", "num_classes", "chain", "warning_minutes", "short_cycle",
              "fusion_threshold", "train_clips", "schedule", "optimizer", "optimizer_sync", "avg_interval",
              "compression", "max_links", "preset", "total_steps")

@@ -100,12 +100,14 @@ class JobOptions:
     #: next one itself, up to ``max_links`` links in all.
     until_complete: bool = False
     max_links: int = 20
-    #: Request and launcher kinds (None: the profile's), memory per node, -app, container, extra #BSUB lines.
+    #: Request and launcher kinds (None: the profile's), memory per node, -app, container, the Slurm QOS, extra
+    #: lines of the script's header (#BSUB or #SBATCH: the directive option of the profile's scheduler).
     request: Optional[str] = None
     launcher: Optional[str] = None
     mem: Optional[str] = None
     app: Optional[str] = None
     container: Optional[str] = None
+    qos: Optional[str] = None
     bsub_options: Tuple[str, ...] = ()
     #: The user's own training command (words), run on every rank instead of ``python -m trainer``.
     command: Tuple[str, ...] = ()
@@ -451,14 +453,31 @@ def _check_chain(profile: Profile, opts: JobOptions, queue_name: str, queue: Que
                         f"--walltime, and submit the rest of the chain when these have run.")
 
 
+def _check_scheduler_limits(opts: JobOptions, nodes: int, caps: Tuple[schedulers.Limit, ...]) -> None:
+    """The scheduler's own caps beside the queue's (a Slurm QOS): its largest job and its chaining rules."""
+    for cap in caps:
+        other = f" or {cap.other}" if cap.other else ""
+        if cap.max_nodes is not None and nodes > cap.max_nodes:
+            raise UserError(f"{cap.name} allows at most {cap.max_nodes} nodes, and {nodes} were asked for. Use at "
+                            f"most {cap.max_nodes} nodes{other}.")
+        if (opts.chain > 1 or opts.until_complete) and not cap.chaining:
+            raise UserError(f"{cap.name} does not allow chained jobs. Use --chain 1 without --until-complete{other}.")
+        if cap.max_queued_per_user is not None and opts.chain > cap.max_queued_per_user:
+            raise UserError(f"--chain {opts.chain} would queue {opts.chain} jobs, and {cap.name} accepts at most "
+                            f"{cap.max_queued_per_user} queued jobs per user. Use --chain {cap.max_queued_per_user} "
+                            f"or fewer{other}.")
+
+
 def _walltime(profile: Profile, opts: JobOptions, nodes: int, queue_name: str, queue: Queue,
-              nbin: WalltimeBin) -> int:
-    """Minutes of run limit: the user's, within the tightest of the bin's and the queue's limits."""
+              nbin: WalltimeBin, caps: Tuple[schedulers.Limit, ...] = ()) -> int:
+    """Minutes of run limit: the user's, within the tightest of the bin's, the queue's and the scheduler's own
+    limits."""
     limits = []
     if queue.use_bins:
         limits.append((nbin.max_minutes, f"bin {nbin.bin} ({nbin.min_nodes}-{nbin.max_nodes} nodes)"))
     if queue.max_walltime:
         limits.append((parse_hhmm(queue.max_walltime, f"queue {queue_name} max_walltime"), f"queue {queue_name!r}"))
+    limits += [(parse_hhmm(c.max_walltime, f"{c.name} max_walltime"), c.name) for c in caps if c.max_walltime]
     max_minutes, limit_name = min(limits) if limits else (nbin.max_minutes, f"bin {nbin.bin}")
     if opts.walltime is None:
         return max_minutes
@@ -498,7 +517,9 @@ def allocation(profile: Profile, opts: JobOptions) -> Allocation:
     _check_names(profile, opts)
     queue_name, queue, nbin = _queue(profile, opts, nodes)
     _check_chain(profile, opts, queue_name, queue)
-    minutes = _walltime(profile, opts, nodes, queue_name, queue, nbin)
+    caps = tuple(schedulers.for_profile(profile).limits(profile, opts))
+    _check_scheduler_limits(opts, nodes, caps)
+    minutes = _walltime(profile, opts, nodes, queue_name, queue, nbin, caps)
     return Allocation(nodes=nodes, account=account, queue_name=queue_name, bin=nbin, minutes=minutes,
                       warning_minutes=_warning_minutes(profile, opts, minutes))
 

@@ -9,7 +9,8 @@ Numbers pass as they are. The few places that need something else say so:
 ``q`` (one word, the same rule, for use inside other expressions), ``qjoin``
 (a command line of words, which may hold line breaks inside quotes: trainer
 arguments reach the ranks byte for byte), ``bsub_words`` (validated tokens
-inside the double quotes of a ``#BSUB`` value) and ``shell_code`` (a profile's
+inside the double quotes of a ``#BSUB`` value), ``bsub_directive`` and ``sbatch_directive`` (a checked
+``#BSUB`` or ``#SBATCH`` option and value) and ``shell_code`` (a profile's
 ``setup`` lines, which are shell by design). Inside double quotes a quoted
 value is not safe (``"$(...)"`` still runs): shipped templates never put a
 value there, and a test checks it.
@@ -52,6 +53,7 @@ def _environment(template_dir: Optional[str]) -> jinja2.Environment:
     env.filters["qjoin"] = lambda values: Shell(shlex.join(str(v) for v in values))
     env.filters["bsub_words"] = bsub_words
     env.filters["bsub_directive"] = bsub_directive
+    env.filters["sbatch_directive"] = sbatch_directive
     env.filters["shell_code"] = lambda line: Shell(str(line))
     # The run directory's file names, from the one module that owns them (trainer.rundir, torch-free).
     from trainer import rundir
@@ -115,6 +117,26 @@ def bsub_directive(pair: Tuple[str, str]) -> Shell:
     if not value:
         return Shell(flag)
     return Shell(f"{flag} {value}" if _BSUB_BARE.fullmatch(value) else f'{flag} "{value}"')
+
+
+#: An #SBATCH option and its value: a long option, and one word of checked characters (no quotes are needed:
+#: sbatch splits a directive line at white space, which no value holds).
+_SBATCH_FLAG = re.compile(r"--[a-z][a-z0-9-]*")
+_SBATCH_VALUE = re.compile(r"[A-Za-z0-9_.,:=+/@%\[\]&|*()!<>-]+")
+
+
+def sbatch_directive(pair: Tuple[str, str]) -> Shell:
+    """``(flag, value)`` as the rest of an ``#SBATCH`` line: ``--nodes=4``, ``--constraint=gpu&hbm80g``,
+    ``--exclusive``.
+
+    The plan checks every value (summit_jobs.schedulers.slurm.request); this refuses anything that could
+    split the line or start another all the same.
+    """
+    flag, value = str(pair[0]), str(pair[1])
+    if not _SBATCH_FLAG.fullmatch(flag) or (value and not _SBATCH_VALUE.fullmatch(value)):
+        raise UserError(f"#SBATCH {flag}={value!r} cannot be written: a long option and one word of letters, "
+                        "digits and . , : = + / @ % _ - [ ] & | * ( ) ! < > only.")
+    return Shell(f"{flag}={value}" if value else flag)
 
 
 def _bytecode_cache() -> Optional[jinja2.BytecodeCache]:

@@ -1,4 +1,4 @@
-"""Machine profiles: an LSF site described as data (envs/*.yaml).
+"""Machine profiles: an LSF or Slurm site described as data (envs/*.yaml).
 
 Nothing in the code is specific to Summit: every limit the planner checks and
 every line the templates print about a machine comes from a profile. A site is
@@ -116,6 +116,7 @@ def _check_limits(profile: "Profile") -> None:
     if not profile.environment.python.strip():
         raise ValueError("environment.python is empty; give the compute nodes' interpreter (python3, a path, "
                          "or auto)")
+    _check_scheduler_kind(profile)
     from summit_jobs.schedulers.lsf.request import OWNED   # here: summit_jobs.schedulers.lsf.request imports this module
     for i, line in enumerate(profile.scheduler.extra_directives):
         flag = line.split(" ", 1)[0]
@@ -126,6 +127,41 @@ def _check_limits(profile: "Profile") -> None:
     if fusion is not None and not re.fullmatch(r"[0-9]+", fusion):
         raise ValueError(f"environment.variables.HOROVOD_FUSION_THRESHOLD = {fusion!r} must be a byte count "
                          "(a whole number >= 0)")
+
+
+#: Scheduler keys only IBM LSF reads (``-gpu``, ``-M``, ``-app``, CSM's launch node, the embedded LSF): a Slurm
+#: profile leaves them out, and its own keys are under ``scheduler.slurm``.
+LSF_ONLY_KEYS = ("embedded", "csm", "launch_node_prefixes", "virtual_nodes", "request", "slots_per_host", "gpu",
+                 "memory", "app", "container", "extra_directives")
+
+
+def _check_scheduler_kind(profile: "Profile") -> None:
+    """Raise ValueError naming a key that belongs to the other scheduler: a Slurm profile with LSF's
+    ``-gpu`` settings (or an LSF one with a slurm section) would be planned with values nothing reads."""
+    sched = profile.scheduler
+    if sched.kind == "lsf":
+        if sched.account_flag == "--account":
+            raise ValueError("scheduler.account_flag '--account' is Slurm's; an LSF profile charges with -P "
+                             "(project) or -G (group, bank), or set scheduler.kind: slurm")
+        if sched.slurm != Slurm():
+            raise ValueError("scheduler.slurm is read only when scheduler.kind is slurm; set kind: slurm, or "
+                             "remove the slurm section")
+        return
+    unset = Scheduler(submit_mode=sched.submit_mode, account_flag=sched.account_flag)
+    lsf_only = [(f"scheduler.{key}", getattr(unset, key) != getattr(sched, key)) for key in LSF_ONLY_KEYS]
+    lsf_only += [("alloc_flags", bool(profile.alloc_flags)), ("launcher.smpiargs", bool(profile.launcher.smpiargs)),
+                 ("launcher.layout", profile.launcher.layout != Launcher().layout)]
+    for key, is_set in lsf_only:
+        if is_set:
+            raise ValueError(f"{key} is LSF's, and this profile's scheduler.kind is slurm: remove it (a Slurm "
+                             "site's own settings go under scheduler.slurm)")
+    if sched.account_flag != "--account":
+        raise ValueError(f"scheduler.account_flag {sched.account_flag!r} is LSF's; a Slurm profile charges jobs "
+                         "with --account")
+    if sched.submit_mode != "file":
+        raise ValueError("scheduler.submit_mode must be 'file' on Slurm: sbatch is given the script's file")
+    from summit_jobs.schedulers.slurm import request   # here: the schedulers build on the profiles
+    request.check_profile(profile)
 
 
 def _launcher_of_scheduler(profile: "Profile") -> "Launcher":
@@ -231,13 +267,60 @@ class Memory:
     forms: Tuple[str, ...] = ("-M", "rusage")
 
 
+#: How a Slurm job asks for its nodes' GPUs: ``--gpus-per-node=N`` (select/cons_tres, Slurm 19.05 and later),
+#: ``--gres=gpu:N`` (every Slurm), or not at all (a site that gives whole nodes with their GPUs).
+SLURM_GPU_FORMS = ("gpus-per-node", "gres", "none")
+
+
+@dataclass(frozen=True)
+class Qos:
+    """A Slurm quality of service a job may name (``--qos``): caps of its own on top of the partition's."""
+    description: str = ""
+    #: The QOS of a job that names none (at most one); with none marked, no ``--qos`` is written.
+    default: bool = False
+    max_walltime: Optional[str] = None
+    max_nodes: Optional[int] = number(None, low=1)
+    #: Some debug QOS forbid dependent jobs (Frontier's: one job per user in any state, no chaining).
+    chaining: bool = True
+    max_queued_per_user: Optional[int] = number(None, low=1)
+
+
+@dataclass(frozen=True)
+class Slurm:
+    """What a Slurm site asks of a job's ``#SBATCH`` lines (``scheduler.kind: slurm``). The profile's
+    ``queues`` are the partitions."""
+    #: Write ``--partition=QUEUE``; false where the site picks nodes by constraint and QOS alone (Perlmutter).
+    partition: bool = True
+    #: The QOS jobs may name, with their limits (--qos NAME picks one).
+    qos: Dict[str, Qos] = field(default_factory=dict)
+    #: Node features every job asks for (``--constraint``, with Slurm's ``&`` and ``|``), e.g. ``gpu``.
+    constraint: Optional[str] = None
+    #: The feature added to the constraint when ``--data`` stages to node-local NVMe (Frontier: ``nvme``).
+    nvme_constraint: Optional[str] = None
+    gpus: Literal["gpus-per-node", "gres", "none"] = "gpus-per-node"
+    #: A GPU type as the site's gres.conf names it (``--gpus-per-node=a100:4``); none: any.
+    gpu_type: Optional[str] = None
+    #: CPUs per rank (``--cpus-per-task``, repeated on every srun line); default: the node's cores per rank.
+    cpus_per_task: Optional[int] = number(None, low=1)
+    #: Memory per node every job asks for (``--mem``, Slurm's form: 0 for all of it, 500G, 64000M); --mem
+    #: overrides; none: the partition's default.
+    memory: Optional[str] = None
+    #: ``--exclusive``: no other job on the job's nodes.
+    exclusive: bool = False
+    #: Further #SBATCH lines every job needs, each ``--option[=value]`` (validated tokens).
+    extra_directives: Tuple[str, ...] = ()
+    #: Further options of the srun line that starts one rank per task (the srun launcher), each
+    #: ``--option[=value]``: how a site binds GPUs to ranks (Frontier: --gpus-per-task=1, --gpu-bind=closest).
+    step_options: Tuple[str, ...] = ()
+
+
 @dataclass(frozen=True)
 class Scheduler:
-    #: ``file``: the submit command is given the script's path (Summit); ``stdin``: the script on its standard
-    #: input (most LSF sites). The scheduler's ``submit_words`` says it in its own command.
+    #: ``file``: the submit command is given the script's path (Summit, every Slurm site); ``stdin``: the
+    #: script on its standard input (most LSF sites). The scheduler's ``submit_words`` says it in its own command.
     submit_mode: Literal["file", "stdin"]
-    #: ``-P project`` on OLCF, ``-G bank`` at LLNL.
-    account_flag: Literal["-P", "-G"]
+    #: ``-P project`` on OLCF's LSF, ``-G bank`` at LLNL, ``--account`` on Slurm.
+    account_flag: Literal["-P", "-G", "--account"]
     account_name: str = "project"
     account_required: bool = True
     #: The embedded single-machine LSF of this package runs the jobs.
@@ -263,6 +346,9 @@ class Scheduler:
     container: Optional[str] = None
     #: Further #BSUB lines the site requires, each "-FLAG value" (validated tokens).
     extra_directives: Tuple[str, ...] = ()
+    #: The batch scheduler: IBM LSF (the keys above) or Slurm (``slurm`` below; the LSF-only keys stay unset).
+    kind: Literal["lsf", "slurm"] = "lsf"
+    slurm: Slurm = field(default_factory=Slurm)
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,8 @@ a machine profile, ``for_record`` of a run record): it submits the links of a ch
 jobs, asks whom jobs belong to, cancels them, and names the output files a job script writes. What it gives
 back is scheduler-neutral: job ids as strings, :class:`JobStatus` records whose ``state`` is one of
 ``STATES``, and cancel outcomes (``terminating``, ``finished``, ``not found``). IBM LSF is the first
-implementation (``lsf/``); its state words are the interface's, so another scheduler maps its own onto them.
+implementation (``lsf/``); its state words are the interface's, so another scheduler (Slurm, ``slurm/``) maps
+its own onto them.
 Errors a user can act on are ``UserError`` with the scheduler's own output in the message.
 
 The planner asks the scheduler too: which launchers start ranks (the profile's ``launcher.kind`` is one of
@@ -87,6 +88,20 @@ class Request:
     memory: str = ""
 
 
+@dataclass(frozen=True)
+class Limit:
+    """A cap of the scheduler's own beside the queue's (Slurm: the QOS a job names), which the planner applies as
+    it applies a queue's: the run limit, the largest job, whether jobs may be chained."""
+    #: How messages name it: "QOS 'debug'".
+    name: str
+    max_walltime: Optional[str] = None
+    max_nodes: Optional[int] = None
+    chaining: bool = True
+    max_queued_per_user: Optional[int] = None
+    #: The way out a refusal offers besides changing the job ("another QOS (--qos regular)"); "" for none.
+    other: str = ""
+
+
 class LaunchLayout(Protocol):
     """How a scheduler places a job's ranks and its one-process-per-node steps (staging, collecting results):
     the scheduler's own frozen dataclass. The plan carries it as ``launch_layout`` (plan.json as a mapping), the
@@ -115,8 +130,9 @@ class Scheduler(Protocol):
     #: The launcher of a profile that names none.
     default_launcher: str
     #: The help of the submit options that only a scheduler gives a meaning to, by the option's name without
-    #: dashes: ``layout``, ``request``, ``launcher``, ``mem``, ``app``, ``container`` and ``directive`` (the
-    #: option whose values are further lines of the script's header).
+    #: dashes: ``layout``, ``request``, ``launcher``, ``mem``, ``app``, ``container``, ``qos`` and ``directive``
+    #: (the option whose values are further lines of the script's header). A scheduler leaves out the options
+    #: it has no meaning for (and refuses them in ``request`` or ``limits``).
     option_help: Mapping[str, str]
     #: The flag of the ``directive`` option (LSF: ``--bsub-option``); its values reach ``request`` as
     #: ``opts.bsub_options``.
@@ -135,6 +151,11 @@ class Scheduler(Protocol):
         """How a job of ``nodes`` nodes asks for them and which launcher starts its ranks, from the profile and
         the planner's JobOptions (``request``, ``launcher``, ``mem``, ``app``, ``container``,
         ``bsub_options``), every value checked: a UserError names the option and the way out."""
+
+    def limits(self, profile, opts) -> Tuple[Limit, ...]:
+        """Caps of the scheduler's own that the job is held to beside its queue's (Slurm: its QOS, from
+        ``opts.qos`` or the profile's default); a UserError for a name the profile does not list, or for
+        ``opts.qos`` on a scheduler without QOS."""
 
     def launch_layout(self, profile, opts, nodes: int, launcher: str) -> LaunchLayout:
         """How the ranks of a job of ``nodes`` nodes started by ``launcher`` are placed (``opts.layout`` over
@@ -175,8 +196,8 @@ class Scheduler(Protocol):
 #: Scheduler name -> "module:class" of its implementation, imported when first used. ``summit-jobs --help``
 #: imports every class for its option help: a class's module imports its command lines and parsers where they
 #: are used, not at its top (tests/test_cli_startup_imports.py).
-#: Slurm (slurm/) joins once it implements the planning half as well as job control.
-IMPLEMENTATIONS = {"lsf": "summit_jobs.schedulers.lsf.scheduler:LsfScheduler"}
+IMPLEMENTATIONS = {"lsf": "summit_jobs.schedulers.lsf.scheduler:LsfScheduler",
+                   "slurm": "summit_jobs.schedulers.slurm.scheduler:SlurmScheduler"}
 
 
 def by_name(name: str) -> Scheduler:
@@ -191,8 +212,7 @@ def by_name(name: str) -> Scheduler:
 
 
 def for_profile(profile) -> Scheduler:
-    """The scheduler of a machine profile (``scheduler.kind`` where a profile has one; every profile today is an
-    LSF machine)."""
+    """The scheduler of a machine profile (its ``scheduler.kind``: ``lsf`` unless it says ``slurm``)."""
     return by_name(getattr(profile.scheduler, "kind", "lsf"))
 
 

@@ -7,11 +7,13 @@ calls ``micro_context`` / ``finish_grads`` / ``step`` / ``allreduce_sum``.
 
 Where ranks come from (``trainer.rankenv.launcher_ranks``): jsrun sets JSM_NAMESPACE_*,
 Spectrum MPI OMPI_COMM_WORLD_*, torchrun RANK/WORLD_SIZE/LOCAL_RANK, looked up in that
-order, else blaunch's LSF_PM_TASKID (one task per slot). The rendezvous host is
+order, else srun's SLURM_PROCID and its kin (``trainer.slurm_tasks``), else blaunch's
+LSF_PM_TASKID (one task per slot). The rendezvous host is
 SUMMIT_JOBS_RENDEZVOUS_ADDR or MASTER_ADDR if set, else the first compute host
 of LSB_MCPU_HOSTS / LSB_DJOB_HOSTFILE (launch or batch nodes skipped by the
-profile's rule, see ``trainer.lsf_hosts``); rank 0 checks that it runs there.
-The port derives from LSB_JOBID; when the trainer knows its run directory, rank 0 moves to the next free port if that one is
+profile's rule, see ``trainer.lsf_hosts``) or of SLURM_JOB_NODELIST; rank 0 checks that it runs there.
+The port derives from the job id (LSB_JOBID or SLURM_JOB_ID); when the trainer knows its run directory, rank 0
+moves to the next free port if that one is
 taken and tells the other ranks through the run directory (``trainer.rendezvous``
 explains why and how). Without a run directory: DDP uses ``port``, Horovod's
 gloo rendezvous ``port + 1``.
@@ -33,7 +35,7 @@ import torch
 from torch import nn
 
 from trainer.dist import compat
-from trainer import lsf_hosts, rankenv, rendezvous
+from trainer import rankenv, rendezvous
 
 
 @dataclass(frozen=True)
@@ -45,15 +47,10 @@ class Launch:
     addr: str
     port: int
     source: str
-    #: LSB_JOBID when ``port`` was derived from it (a rendezvous may then move to a free port), else "".
+    #: The job id when ``port`` was derived from it (a rendezvous may then move to a free port), else "".
     job: str = ""
     #: torchrun's agent hosts the job's store (MASTER_ADDR:MASTER_PORT): every rank joins it as a client.
     agent_store: bool = False
-
-
-def _compute_hosts(env: Mapping[str, str]) -> List[str]:
-    """Compute hosts in order, launch or batch nodes removed as the profile says (``trainer.lsf_hosts``)."""
-    return [h for h, _ in lsf_hosts.compute_hosts(env)]
 
 
 def rendezvous_addr(env: Mapping[str, str]) -> str:
@@ -61,12 +58,12 @@ def rendezvous_addr(env: Mapping[str, str]) -> str:
         return env["SUMMIT_JOBS_RENDEZVOUS_ADDR"]
     if env.get("MASTER_ADDR"):
         return env["MASTER_ADDR"]
-    hosts = _compute_hosts(env)
-    return hosts[0] if hosts else "127.0.0.1"
+    return rankenv.first_host(env) or "127.0.0.1"
 
 
 def rendezvous_port(env: Mapping[str, str]) -> int:
-    """The job's port: from LSB_JOBID, else SUMMIT_JOBS_RENDEZVOUS_PORT / MASTER_PORT, else 29500."""
+    """The job's port: from the job id (LSB_JOBID or SLURM_JOB_ID), else SUMMIT_JOBS_RENDEZVOUS_PORT /
+    MASTER_PORT, else 29500."""
     return rankenv.derived_port(env)
 
 
@@ -76,7 +73,7 @@ def launch_from_env(env: Optional[Mapping[str, str]] = None) -> Launch:
         r, s, lr, ls, source = rankenv.launcher_ranks(env)
     except rankenv.RankError as exc:
         raise ValueError(str(exc)) from None
-    job = env.get("LSB_JOBID", "")
+    job = rankenv.job_id(env)
     agent = source == "torchrun" and str(env.get("TORCHELASTIC_USE_AGENT_STORE", "")).lower() == "true" \
         and bool(env.get("MASTER_ADDR")) and str(env.get("MASTER_PORT", "")).isdigit()
     if agent:

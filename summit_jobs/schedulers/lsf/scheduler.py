@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from summit_jobs.errors import UserError
-from summit_jobs.schedulers import JobStatus, Request, Submitted, SubmitRefused
+from summit_jobs.schedulers import JobStatus, Limit, Request, Submitted, SubmitRefused
 from summit_jobs.schedulers.lsf import launch
 
 #: The help of the submit options whose meaning is LSF's (summit_jobs.schedulers.Scheduler.option_help).
@@ -59,6 +59,14 @@ class LsfScheduler:
         kind, starter = request.request_and_launcher(profile, opts.request, opts.launcher)
         return request.build(profile, kind, starter, nodes, profile.node.slots, opts.mem, opts.app,
                              opts.container, opts.bsub_options)
+
+    def limits(self, profile, opts) -> Tuple[Limit, ...]:
+        """None beside the queue's: LSF's queues hold every limit; a QOS is Slurm's."""
+        qos = getattr(opts, "qos", None)
+        if qos is not None:
+            raise UserError(f"--qos {qos} names a Slurm quality of service, and {profile.name} is an LSF "
+                            "machine: drop --qos (LSF's queues hold the limits: --queue).")
+        return ()
 
     def launch_layout(self, profile, opts, nodes: int, launcher: str) -> launch.LsfLayout:
         """jsrun's resource sets (launch.py); --layout only where jsrun starts the ranks."""

@@ -8,7 +8,8 @@ Each daemon runs under a small init of its own (``_enter``): it takes a UTS and 
 host name (``slurmctl``, ``node1``, ``node2``, ...), bind-mounts the node's own spool and log folders over
 the paths slurm.conf names, becomes the child subreaper of everything the daemon forks, and reaps it. So each
 slurmd is a node with its own host name (``srun -N2 hostname`` prints two names) and its own spool, while all
-share the machine's network namespace, each at its own loopback address and port. Job processes live in their
+share the machine's network namespace, each at its own loopback address and port; each sees a hosts file of the
+cluster's over /etc/hosts, where every node's name resolves to its address. Job processes live in their
 node's namespaces, which is how ``stop`` finds and ends every one of them. Nothing outside the folder is
 written: the daemons get ``-f slurm.conf``, the clients ``SLURM_CONF``; /etc/slurm and the system's MUNGE are
 not read or touched.
@@ -229,6 +230,8 @@ class LocalSlurmCluster:
         self.munge_socket = self.root / "munge" / "munge.socket"
         self.db_socket = self.root / "db" / "mariadb.sock"
         self.jobcomp = self.root / "jobcomp.log"
+        #: The hosts file the controller and the nodes see as /etc/hosts: the machine's, and the nodes' names.
+        self.hosts = self.root / "hosts"
         self.ports: Dict[str, int] = {}
         self._children: Dict[int, subprocess.Popen] = {}
         #: Every daemon this start spawned, saved to cluster.json as soon as it is known, so that a start that
@@ -340,6 +343,7 @@ class LocalSlurmCluster:
             for sub in ("spool", "log"):
                 (self.root / "nodes" / node / sub).mkdir(parents=True)
         (self.root / "plugstack.conf").write_text("")
+        self.hosts.write_text(hosts_file(self, _read_text("/etc/hosts")))
         names = ["slurmctld", "slurmd", "slurmdbd", *self.nodes]
         self.ports = dict(zip(names, free_ports(len(names))))
         self.conf.write_text(slurm_conf(self))
@@ -407,14 +411,16 @@ class LocalSlurmCluster:
         """slurmctld (cleared state, -c), then one slurmd per node once it listens, each under its own
         namespace init; the nodes see their own spool and log folders at the paths slurm.conf names."""
         ctld = self.root / "ctld"
-        ctl = self._spawn("slurmctld", self._enter_argv(CTLD_HOST, (), [
+        hosts = [(self.hosts, Path("/etc/hosts"))]
+        ctl = self._spawn("slurmctld", self._enter_argv(CTLD_HOST, hosts, [
             find_program("slurmctld"), "-D", "-c", "-f", str(self.conf)]),
             ctld / "slurmctld.log", ctld / "slurmctld.out")
         port = self.ports["slurmctld"]
         self._await(ctl, lambda: listening(port), f"listen on port {port}", deadline)
         for node in self.nodes:
             own = self.root / "nodes" / node
-            binds = [(own / "spool", self.root / "node" / "spool"), (own / "log", self.root / "node" / "log")]
+            binds = [(own / "spool", self.root / "node" / "spool"), (own / "log", self.root / "node" / "log"),
+                     *hosts]
             argv = self._enter_argv(node, binds, [find_program("slurmd"), "-D", "-f", str(self.conf)])
             self._spawn(node, argv, own / "log" / "slurmd.log", own / "slurmd.out")
 
@@ -530,6 +536,22 @@ def slurm_conf(cluster: LocalSlurmCluster) -> str:
     lines.append(f"PartitionName={PARTITION} Nodes={','.join(cluster.nodes)} Default=YES MaxTime=INFINITE "
                  "State=UP")
     return "\n".join(lines) + "\n"
+
+
+def _read_text(path: str) -> str:
+    try:
+        return Path(path).read_text()
+    except OSError:
+        return ""
+
+
+def hosts_file(cluster: LocalSlurmCluster, machine: str) -> str:
+    """/etc/hosts as the controller and the nodes see it: the machine's lines, then each node's name at its
+    loopback address and the controller's, so that a job's ranks reach the first node by its name (MASTER_ADDR,
+    torchrun's rendezvous endpoint) as they do on a real cluster."""
+    lines = [machine.rstrip("\n"), f"# Added by {MODULE}: the test cluster's nodes.", f"127.0.0.1 {CTLD_HOST}"]
+    lines += [f"127.0.1.{i} {node}" for i, node in enumerate(cluster.nodes, start=1)]
+    return "\n".join(line for line in lines if line) + "\n"
 
 
 def slurmdbd_conf(cluster: LocalSlurmCluster) -> str:

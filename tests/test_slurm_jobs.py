@@ -1,0 +1,186 @@
+"""Slurm for real: `summit-jobs submit --machine local-slurm` on the local Slurm cluster (2 nodes x 2 CPU ranks,
+gloo), as a user submits, and status, logs and cancel on its runs.
+
+What each test holds the Slurm path to:
+- the tiny TSM trains under srun and under torchrun to the very weights it reaches on the embedded LSF (the
+  jsrun path), with the same seed;
+- a user's DDP script (tests/ddp_env_train.py), unmodified, gets env:// variables from trainer.rankenv and
+  completes with the same weights on every rank;
+- cancel ends a running job, status says so, and no process of the job is left on either node;
+- a chain until complete runs 3 links, each stopped by --signal (its 1-minute --time with the warning at
+  @60: Slurm 22.05's controller checks every 30 s and sends the warning at the first check at which the job
+  has less than the warning + 30 s left, which for a 1-minute job is its first check, 0 to 30 s after its
+  start), each resuming from the one before.
+
+The cluster is tests/slurm_cluster.py's (session fixture; skipped where Slurm cannot run, required in CI).
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+from typing import Dict, List
+
+import pytest
+import torch
+
+from conftest_lsf import cli, lsf_environment, wait_for, wait_state
+from slurm_cluster import slurm_cluster  # noqa: F401
+from summit_jobs.schedulers.slurm import localcluster
+from test_launchers import _trainer_args, _weights
+from trainer_utils import REPO, make_dataset
+
+#: What every run of the tiny TSM is given (the options test_launchers gives its jobs).
+TRAINER = ["--epochs", "1", "--num-classes", "4", "--clips-per-gpu", "2", "--engine", "ddp", "--arch", "resnet18",
+           "--lr", "0.1", "--warmup-epochs", "0"]
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    return make_dataset(tmp_path_factory.mktemp("slurm-jobs") / "data", train=16, val=0, frames=4, size=32)
+
+
+@pytest.fixture
+def env(slurm_cluster, tmp_path) -> Dict[str, str]:
+    """A user's shell: this test's own config, data and LSF folders, the cluster's SLURM_CONF, one thread a rank."""
+    return slurm_cluster.env(dict(lsf_environment(tmp_path, minute=60), OMP_NUM_THREADS="1"))
+
+
+def submit(env: Dict[str, str], run_dir: Path, *args: str, machine: str = "local-slurm") -> str:
+    res = cli(["--machine", machine, "submit", "--nodes", "2", "--run-dir", str(run_dir), "--json", *args], env,
+              timeout=120)
+    assert res.returncode == 0, res.stderr
+    return str(json.loads(res.stdout)["job_ids"][0])
+
+
+def status(env: Dict[str, str], run_dir: Path) -> List[Dict]:
+    res = cli(["status", str(run_dir), "--json"], env, timeout=60)
+    assert res.returncode == 0, res.stderr
+    return json.loads(res.stdout)
+
+
+def ended(env: Dict[str, str], run_dir: Path, timeout: float = 300) -> Dict:
+    """The run's one job once status shows it ended."""
+    rows = wait_for(lambda: (lambda r: r if r and r[0]["state"] in ("DONE", "EXIT") else None)(status(env, run_dir)),
+                    timeout=timeout, what=f"the job of {run_dir.name} to end")
+    return rows[0]
+
+
+def job_processes(cluster, job_id: str) -> List[str]:
+    """Every process of the job on the cluster's nodes: its batch script and tasks (SLURM_JOB_ID in their
+    environment) and its slurmstepd's, found in the nodes' own namespaces (another cluster on this machine
+    numbers its jobs from 1 too)."""
+    stepd, mark = f"slurmstepd: [{job_id}.".encode(), f"SLURM_JOB_ID={job_id}".encode()
+    found = []
+    for daemon in cluster.daemons():
+        if not (daemon.name.startswith("node") and daemon.namespace):
+            continue
+        for pid in localcluster.members(daemon.namespace, but=[daemon.pid]):
+            try:
+                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+                environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if cmdline.startswith(stepd) or mark in environ:
+                found.append(f"{pid} " + cmdline.replace(b"\0", b" ").decode(errors="replace"))
+    return found
+
+
+def no_process_left(cluster, job_id: str) -> None:
+    wait_for(lambda: not job_processes(cluster, job_id), timeout=30, what=f"every process of job {job_id} to end")
+
+
+def output(run_dir: Path, name: str) -> str:
+    return "".join(p.read_text() for p in sorted(run_dir.glob(f"{name}.*.*")))
+
+
+def test_srun_and_torchrun_train_to_the_weights_of_the_embedded_lsf(slurm_cluster, env, tmp_path, data):
+    lsf_run = tmp_path / "lsf"
+    lsf_job = submit(env, lsf_run, *TRAINER, "--walltime", "30", "--job-name", "jsrun", "--",
+                     *_trainer_args(data), machine="local")
+    runs = {launcher: tmp_path / launcher for launcher in ("srun", "torchrun")}
+    jobs = {launcher: submit(env, run_dir, *TRAINER, "--walltime", "0:30", "--launcher", launcher, "--job-name",
+                             launcher, "--", *_trainer_args(data)) for launcher, run_dir in runs.items()}
+    assert wait_state(lsf_job, env, timeout=300)["STAT"] == "DONE", output(lsf_run, "jsrun")
+    reference = _weights(lsf_run)
+    for launcher, run_dir in runs.items():
+        row = ended(env, run_dir)
+        text = output(run_dir, launcher)
+        assert (row["state"], row["exit_code"], row["lsf_state"]) == ("DONE", 0, "COMPLETED"), text
+        assert f"ranks started by {launcher}; rank 0 on node1, rendezvous host node1" in text, text
+        assert "ddp engine, 4 ranks" in text
+        weights = _weights(run_dir)
+        differ = [k for k in reference if not torch.equal(weights[k], reference[k])]
+        assert weights.keys() == reference.keys() and not differ, f"{launcher}: {differ[:3]} differ from jsrun's"
+        script = (run_dir / "job.lsf").read_text()
+        assert "#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=2\n" in script and "#BSUB" not in script
+        logs = cli(["logs", str(run_dir)], env, timeout=60)
+        assert logs.returncode == 0 and f"ranks started by {launcher}" in logs.stdout, logs.stderr
+        no_process_left(slurm_cluster, jobs[launcher])
+
+
+def test_a_users_ddp_script_runs_unmodified_under_srun(slurm_cluster, env, tmp_path):
+    run_dir = tmp_path / "ddp"
+    script = tmp_path / "ddp_env_train.py"
+    shutil.copy(REPO / "tests" / "ddp_env_train.py", script)
+    job = submit(env, run_dir, "--walltime", "0:30", "--command", f"{sys.executable} {script} --steps 6")
+    row = ended(env, run_dir)
+    assert (row["state"], row["exit_code"]) == ("DONE", 0), output(run_dir, "ddp_env_train")
+    assert (run_dir / "COMPLETE").read_text() == "step 6\n"
+    ranks = [json.loads((run_dir / "ranks" / f"none.{r}.pid").read_text()) for r in range(4)]
+    assert [(r["world"], r["local_rank"], r["group_rank"]) for r in ranks] == [
+        (4, "0", "0"), (4, "1", "0"), (4, "0", "1"), (4, "1", "1")]
+    weights = [torch.load(run_dir / "ranks" / f"none.{r}.pt", weights_only=True) for r in range(4)]
+    assert all(torch.equal(w["weight"], weights[0]["weight"]) for w in weights[1:])
+    no_process_left(slurm_cluster, job)
+
+
+def test_status_and_cancel_of_a_running_slurm_job(slurm_cluster, env, tmp_path):
+    run_dir = tmp_path / "long"
+    script = tmp_path / "ddp_env_train.py"
+    shutil.copy(REPO / "tests" / "ddp_env_train.py", script)
+    job = submit(env, run_dir, "--walltime", "0:30", "--command",
+                 f"{sys.executable} {script} --steps 100000 --step-seconds 0.2")
+    running = wait_for(lambda: (lambda r: r if r[0]["state"] == "RUN" and (r[0]["step"] or 0) >= 1 else None)(
+        status(env, run_dir)), timeout=120, what="the job to run its first step")[0]
+    assert (running["job_id"], running["lsf_state"]) == (job, "RUNNING")
+    assert len(job_processes(slurm_cluster, job)) >= 4
+    res = cli(["cancel", str(run_dir)], env, timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert job in res.stdout + res.stderr
+    row = ended(env, run_dir, timeout=120)
+    assert (row["state"], row["cancelled"], row["lsf_state"]) == ("EXIT", True, "CANCELLED"), row
+    no_process_left(slurm_cluster, job)
+    again = cli(["cancel", str(run_dir)], env, timeout=60)
+    assert again.returncode == 0 and "NOT killed" not in again.stderr, again.stderr
+
+
+def test_a_chain_until_complete_runs_three_links_each_stopped_by_the_signal(slurm_cluster, env, tmp_path):
+    """docs/examples/user_train.py (the chain contract: it polls the warning file too, so a warning that
+    comes before srun has started its ranks still stops them) with more steps than 3 links can train."""
+    run_dir = tmp_path / "chain"
+    program = REPO / "docs" / "examples" / "user_train.py"
+    first = submit(env, run_dir, "--walltime", "1", "--warning-minutes", "1", "--until-complete", "--max-links", "3",
+                   "--command", f"{sys.executable} {program} --steps 100000 --step-seconds 0.1")
+    script = (run_dir / "job.lsf").read_text()
+    assert "#SBATCH --time=0:01:00\n" in script and "#SBATCH --signal=B:USR2@60\n" in script
+
+    def settled():
+        queued = (run_dir / "chain.jobs").read_text().split() if (run_dir / "chain.jobs").exists() else []
+        rows = status(env, run_dir)
+        done = len(rows) == 3 == 1 + len(queued) and all(r["state"] in ("DONE", "EXIT") for r in rows)
+        return rows if done else None
+
+    rows = wait_for(settled, timeout=420, what="three links of the chain to end")
+    assert [r["job_id"] for r in rows] == [first] + (run_dir / "chain.jobs").read_text().split()
+    assert all((r["state"], r["exit_code"]) == ("DONE", 0) for r in rows), rows
+    logs = cli(["logs", str(run_dir)], env, timeout=60).stdout
+    assert logs.count("rank 0: warned at step") == 3 and logs.count("rank 0: resumed at step") == 2, logs
+    assert logs.count("summit-jobs: USR2 (the warning before the time limit)") == 3, logs
+    assert "chain stopped before COMPLETE: 3 links ran, the --max-links cap" in logs
+    assert not (run_dir / "COMPLETE").exists()
+    steps = sorted(int(p.name[5:14]) for p in (run_dir / "checkpoints").glob("ckpt-*.pt"))
+    assert len(steps) >= 1 and steps[-1] > 0
+    for row in rows:
+        no_process_left(slurm_cluster, row["job_id"])
