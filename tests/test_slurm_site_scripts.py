@@ -17,8 +17,10 @@ profiles' ``reference`` (read 2026-11-24):
   -A, -p batch, the batch bin of 1-91 nodes at 2 h, -C nvme, 56 allocatable cores of 8 GCDs, srun
   --gpus-per-task=1 --gpu-bind=closest.
 
-The last test hands every rendered Slurm script to the real sbatch (``--test-only``, on the local test
-cluster): an option name sbatch does not know fails there whatever the cluster lacks.
+One test hands every rendered Slurm script to the real sbatch (``--test-only``, on the local test cluster): an
+option name sbatch does not know fails there whatever the cluster lacks. The last holds the Slurm script's
+run-directory, exit-code file, signal and chain logic to the LSF script's, line for line, less the lines that
+name a scheduler's own commands.
 """
 from __future__ import annotations
 
@@ -116,3 +118,40 @@ def test_the_real_sbatch_knows_every_option_of_every_rendered_script(slurm_clust
             (name, out.stderr)
     local = answers["local-slurm-2"]
     assert "to start at" in local and "error" not in local.lower(), local
+
+
+# ---- the Slurm script keeps the LSF script's logic ----------------------------------------------------------
+
+#: The shell functions both scripts define: the exit-code file, forwarding signals to a step, waiting for it,
+#: the warning, and the chain's decisions. Lines naming a scheduler's own commands or words are left out.
+FUNCTIONS = ("finish", "forward", "on_warning", "run_step", "newest_checkpoint", "chain_stopped", "next_link")
+SCHEDULER_WORDS = re.compile(r"bsub|bkill|sbatch|scancel|LSB_|SLURM_|\bid=|run limit|time limit|afterany|ended\(")
+
+
+def _function(script: str, name: str) -> List[str]:
+    """The body of ``name() { ... }`` (one line or several), its comments and scheduler-worded lines left out."""
+    one_line = re.search(rf"^{name}\(\) \{{(.*)\}}$", script, re.M)
+    body = one_line.group(1) if one_line else re.search(rf"^{name}\(\) \{{\n(.*?)^\}}$", script, re.M | re.S).group(1)
+    return [line for line in body.splitlines()
+            if line.strip() and not line.strip().startswith("#") and not SCHEDULER_WORDS.search(line)]
+
+
+def _block(script: str, first: str) -> str:
+    """The lines from ``first`` up to its ``fi``."""
+    start = script.index(first)
+    return script[start:script.index("\nfi\n", start)]
+
+
+def test_the_slurm_script_keeps_the_lsf_scripts_run_directory_exit_code_and_chain_logic():
+    # Both stage data and chain; their manifests' paths differ.
+    lsf = _render("lsf-gpu-4-torchrun").replace(CASES["lsf-gpu-4-torchrun"][1]["data"], "MANIFEST")
+    slurm = _render("slurm-gpu-4-srun").replace(CASES["slurm-gpu-4-srun"][1]["data"], "MANIFEST")
+    for name in FUNCTIONS:
+        assert _function(slurm, name) == _function(lsf, name), name
+    for first in ('if [ -e "$RUN_DIR"/COMPLETE ]; then', 'if [ "$rc" -ne 0 ]; then'):
+        assert _block(slurm, first) == _block(lsf, first), first
+    for line in ('WARNING_FILE="$RUN_DIR/".warning."$JOB_ID"', "trap on_warning USR2",
+                 "trap 'CANCELLED=1; forward TERM' TERM", 'next_link "$rc" || { [ "$rc" -ne 0 ] || rc=1; }',
+                 'finish "$rc"', 'CHAIN_FILE="$RUN_DIR"/chain.jobs'):
+        assert line in lsf and line in slurm, line
+    assert 'JOB_ID="${SLURM_JOB_ID:-unknown}"' in slurm and 'JOB_ID="${LSB_JOBID:-unknown}"' in lsf
