@@ -199,9 +199,10 @@ def wait_job_ended(job: str, env: Dict[str, str], run_dir: Path, timeout: float 
     """The final bjobs record (DONE or EXIT) of embedded-LSF job ``job``, whose script runs in ``run_dir``.
 
     Why not bjobs ten times a second (``conftest_lsf.wait_state``) for a whole training job: each bjobs
-    is a Python process, and a minute of polling cost more CPU than the job's ranks. The job script's
-    last act is writing ``exitcode.<job>`` into the run directory, which costs nothing to look for; bjobs
-    is asked every ``ask_every`` seconds as well, for a job that ends without getting that far.
+    is a Python process (about 0.2 s of CPU), so a minute of such polling costs about as much CPU as
+    the job's ranks. The job script's last act is writing ``exitcode.<job>`` into the run directory,
+    which costs nothing to look for; bjobs is asked every ``ask_every`` seconds as well, for a job that
+    ends without getting that far.
     """
     import time
     from conftest_lsf import bjobs_state, wait_state
