@@ -83,8 +83,9 @@ def test_missing_project_error(cli_env, tmp_path):
 
 
 def test_unknown_machine(cli_env, tmp_path):
-    proc = run_cli(["--machine", "frontier", "submit", "--nodes", "2", "--dry-run"], cli_env, cwd=tmp_path)
-    assert_clean_error(proc, "unknown machine 'frontier'", "janelia-h100, lassen, local, lsf-gpu, minerva-h100, summit")
+    proc = run_cli(["--machine", "nosuchsite", "submit", "--nodes", "2", "--dry-run"], cli_env, cwd=tmp_path)
+    assert_clean_error(proc, "unknown machine 'nosuchsite'",
+                       "frontier, janelia-h100, lassen, local, local-slurm, lsf-gpu, minerva-h100, perlmutter, slurm-gpu, summit")
 
 
 def test_output_file_never_overwritten_without_force(cli_env, tmp_path):

@@ -28,7 +28,7 @@ import torch
 from conftest_lsf import cli, lsf_environment, wait_for, wait_state
 from slurm_cluster import slurm_cluster  # noqa: F401
 from summit_jobs.schedulers.slurm import localcluster
-from test_launchers import _trainer_args, _weights
+from test_launchers import _trainer_args
 from trainer_utils import REPO, make_dataset
 
 #: What every run of the tiny TSM is given (the options test_launchers gives its jobs).
@@ -45,6 +45,13 @@ def data(tmp_path_factory):
 def env(slurm_cluster, tmp_path) -> Dict[str, str]:
     """A user's shell: this test's own config, data and LSF folders, the cluster's SLURM_CONF, one thread a rank."""
     return slurm_cluster.env(dict(lsf_environment(tmp_path, minute=60), OMP_NUM_THREADS="1"))
+
+
+
+def _weights(run_dir: Path):
+    """The model of a run's newest checkpoint."""
+    newest = sorted((run_dir / "checkpoints").glob("ckpt-*.pt"))[-1]
+    return torch.load(newest, weights_only=True, map_location="cpu")["model"]
 
 
 def submit(env: Dict[str, str], run_dir: Path, *args: str, machine: str = "local-slurm") -> str:
