@@ -38,14 +38,14 @@ READ_BY: Dict[str, str] = {
     "NCCL_IB_DISABLE": f"{NCCL} src/transport/net_ib.cc (NCCL_PARAM IbDisable, \"IB_DISABLE\")",
     # Slurm and ROCm sites (envs/perlmutter.yaml, envs/frontier.yaml): each is a documented variable of its
     # library; the pages are the profiles' references (OLCF's Frontier user guide, NERSC's running-jobs pages).
-    "SLURM_CPU_BIND": "SchedMD/slurm srun(1) INPUT ENVIRONMENT VARIABLES (same as --cpu-bind)",
+    "SLURM_CPU_BIND": "SchedMD/slurm src/srun/ (srun's input variable for --cpu-bind, srun(1) INPUT ENVIRONMENT VARIABLES)",
     "NCCL_CROSS_NIC": f"{NCCL} src/graph/search.cc (NCCL_PARAM CrossNic); RCCL keeps the name",
-    "MIOPEN_USER_DB_PATH": "ROCm/MIOpen docs, 'Using the performance database' (user db folder)",
-    "MIOPEN_CUSTOM_CACHE_DIR": "ROCm/MIOpen docs, 'Kernel cache' (kernel cache folder)",
-    "HSA_FORCE_FINE_GRAIN_PCIE": "ROCm/ROCR-Runtime runtime flags (HSA_FORCE_FINE_GRAIN_PCIE)",
-    "FI_MR_CACHE_MONITOR": "ofiwg/libfabric fi_mr(7) / prov/util memory-registration cache monitor",
-    "FI_CXI_DISABLE_HOST_REGISTER": "ofiwg/libfabric fi_cxi(7), the CXI provider's variables",
-    "FI_CXI_DEFAULT_CQ_SIZE": "ofiwg/libfabric fi_cxi(7), the CXI provider's variables",
+    "MIOPEN_USER_DB_PATH": "ROCm/MIOpen src/ (the user performance-database folder; docs: 'Using the performance database')",
+    "MIOPEN_CUSTOM_CACHE_DIR": "ROCm/MIOpen src/ (the kernel cache folder; docs: 'Kernel cache')",
+    "HSA_FORCE_FINE_GRAIN_PCIE": "ROCm/ROCR-Runtime src/ (the runtime's flags; HSA_FORCE_FINE_GRAIN_PCIE)",
+    "FI_MR_CACHE_MONITOR": "ofiwg/libfabric prov/util/ (the memory-registration cache monitor, fi_mr(3))",
+    "FI_CXI_DISABLE_HOST_REGISTER": "ofiwg/libfabric prov/cxi/ (the CXI provider's variables, fi_cxi(7))",
+    "FI_CXI_DEFAULT_CQ_SIZE": "ofiwg/libfabric prov/cxi/ (the CXI provider's variables, fi_cxi(7))",
     "NCCL_SOCKET_IFNAME": f"{NCCL} src/misc/socket.cc",
     "NCCL_NET_GDR_LEVEL": f"{NCCL} src/graph/paths.cc (ncclGetLevel)",
     "OMP_NUM_THREADS": "gcc-mirror/gcc libgomp/env.c (parse_unsigned_long_list); pytorch/pytorch "
