@@ -140,7 +140,13 @@ def _drive_link(env: Dict[str, str], jid: str, cell: Path, run_dir: Path, warn: 
     assert len(pids) > 2, f"too few processes of job {jid} were seen: {sorted(pids)}"
     # the job's processes now: a pid recorded earlier may since have exec'd into another job's process (the
     # chain's bsub forks what becomes the next link's supervisor, which carries no LSB_JOBID)
+    # The job record says DONE once the script has ended; the supervisor then ends what is left of the job within
+    # its kill grace, so a process still there after that bound is one the job left behind.
+    deadline = time.time() + 15
     left = sorted(job_processes(jid, env["SUMMIT_JOBS_LSF_HOME"], cell))
+    while left and time.time() < deadline:
+        time.sleep(0.2)
+        left = sorted(job_processes(jid, env["SUMMIT_JOBS_LSF_HOME"], cell))
     assert not left, f"job {jid} ended, but its processes {left} are alive: " + "; ".join(
         _cmdline(p) for p in left)
     return pids
