@@ -9,6 +9,10 @@ from typing import Callable, Iterator
 
 import pytest
 
+# The Slurm cluster fixture lives here so that every module shares the session's one cluster (a fixture
+# imported into each module is a fixture of that module, started again for each).
+from slurm_cluster import slurm_cluster  # noqa: F401,E402
+
 REPO = Path(__file__).resolve().parent.parent
 
 #: The project's packages: the code the tests' Python subprocesses import.

@@ -1,9 +1,9 @@
 """A real Slurm cluster for the Slurm tests, started once per test session and stopped at its end.
 
-Import the fixture into a test module with ``from slurm_cluster import slurm_cluster``. It is
+tests/conftest.py imports the fixture, so every test module of a session shares one cluster. It is
 summit_jobs.schedulers.slurm.localcluster's cluster: MUNGE, MariaDB and slurmdbd (so that sacct answers),
-slurmctld and two slurmd nodes (node1, node2, 2 CPUs each) in their own UTS and mount namespaces. It needs root
-and Debian's slurm-wlm, munge, mariadb-server-core and slurmdbd; without them the tests skip with the reason,
+slurmctld and two slurmd nodes (node1, node2, 4 CPUs each, so that two jobs of 2 ranks a node run side by
+side) in their own UTS and mount namespaces. It needs root and Debian's slurm-wlm, munge, mariadb-server-core and slurmdbd; without them the tests skip with the reason,
 except in CI (CI=true, SUMMIT_JOBS_REQUIRE_SLURM=1), where they fail.
 
 The helpers read a job the way the Slurm scheduler will: ``squeue --json`` while Slurm's controller keeps the
@@ -50,7 +50,7 @@ def slurm_cluster(tmp_path_factory) -> LocalSlurmCluster:
         if required():
             pytest.fail(f"SUMMIT_JOBS_REQUIRE_SLURM=1 but {reason}")
         pytest.skip(reason)
-    cluster = LocalSlurmCluster(tmp_path_factory.mktemp("slurm"), accounting=True)
+    cluster = LocalSlurmCluster(tmp_path_factory.mktemp("slurm"), cpus=4, accounting=True)
     cluster.start(timeout=60)
     yield cluster
     cluster.stop()

@@ -17,7 +17,7 @@ from typing import List, Tuple
 
 import pytest
 
-from slurm_cluster import sacct_job, sbatch, slurm_cluster, squeue_job, unavailable_reason, wait_job  # noqa: F401
+from slurm_cluster import sacct_job, sbatch, squeue_job, unavailable_reason, wait_job
 from summit_jobs.schedulers.slurm import localcluster
 from summit_jobs.schedulers.slurm.localcluster import ClusterError, LocalSlurmCluster
 

@@ -7,10 +7,10 @@ What each test holds the Slurm path to:
 - a user's DDP script (tests/ddp_env_train.py), unmodified, gets env:// variables from trainer.rankenv and
   completes with the same weights on every rank;
 - cancel ends a running job, status says so, and no process of the job is left on either node;
-- a chain until complete runs 3 links, each stopped by --signal (its 1-minute --time with the warning at
+- a chain until complete runs 2 links, each stopped by --signal (its 2-minute --time with the warning at
   @60: Slurm 22.05's controller checks every 30 s and sends the warning at the first check at which the job
-  has less than the warning + 30 s left, which for a 1-minute job is its first check, 0 to 30 s after its
-  start), each resuming from the one before.
+  has less than the warning + 30 s left, 30 to 60 s after its start), the second resuming from the first
+  and stopped by the --max-links cap.
 
 The cluster is tests/slurm_cluster.py's (session fixture; skipped where Slurm cannot run, required in CI).
 """
@@ -19,14 +19,14 @@ from __future__ import annotations
 import json
 import shutil
 import sys
+import time
 from pathlib import Path
-from typing import Dict, List
+from typing import Callable, Dict, List
 
 import pytest
 import torch
 
 from conftest_lsf import cli, lsf_environment, wait_for, wait_state
-from slurm_cluster import slurm_cluster  # noqa: F401
 from summit_jobs.schedulers.slurm import localcluster
 from test_launchers import _trainer_args
 from trainer_utils import REPO, make_dataset
@@ -67,10 +67,32 @@ def status(env: Dict[str, str], run_dir: Path) -> List[Dict]:
     return json.loads(res.stdout)
 
 
+def status_when(env: Dict[str, str], run_dir: Path, accept: Callable[[List[Dict]], bool], due: Callable[[], bool],
+                timeout: float, what: str, every: float = 3.0) -> List[Dict]:
+    """Status rows once ``accept`` takes them. ``summit-jobs status`` (a Python start-up, squeue and sacct) runs
+    when ``due()`` says the awaited state may have come (a cheap look at the run directory) and otherwise
+    every ``every`` seconds, instead of ten times a second: the polling itself took a core from the tests
+    beside this one."""
+    last = [float("-inf")]
+
+    def probe():
+        if not due() and time.monotonic() - last[0] < every:
+            return None
+        last[0] = time.monotonic()
+        rows = status(env, run_dir)
+        return rows if accept(rows) else None
+    return wait_for(probe, timeout=timeout, what=what)
+
+
+def exit_codes(run_dir: Path) -> int:
+    """How many jobs of the run have ended through the script's finish (its exitcode.<job> file)."""
+    return len(list(run_dir.glob("exitcode.*")))
+
+
 def ended(env: Dict[str, str], run_dir: Path, timeout: float = 300) -> Dict:
     """The run's one job once status shows it ended."""
-    rows = wait_for(lambda: (lambda r: r if r and r[0]["state"] in ("DONE", "EXIT") else None)(status(env, run_dir)),
-                    timeout=timeout, what=f"the job of {run_dir.name} to end")
+    rows = status_when(env, run_dir, lambda r: bool(r) and r[0]["state"] in ("DONE", "EXIT"),
+                       lambda: exit_codes(run_dir) >= 1, timeout, f"the job of {run_dir.name} to end")
     return rows[0]
 
 
@@ -149,8 +171,8 @@ def test_status_and_cancel_of_a_running_slurm_job(slurm_cluster, env, tmp_path):
     shutil.copy(REPO / "tests" / "ddp_env_train.py", script)
     job = submit(env, run_dir, "--walltime", "0:30", "--command",
                  f"{sys.executable} {script} --steps 100000 --step-seconds 0.2")
-    running = wait_for(lambda: (lambda r: r if r[0]["state"] == "RUN" and (r[0]["step"] or 0) >= 1 else None)(
-        status(env, run_dir)), timeout=120, what="the job to run its first step")[0]
+    running = status_when(env, run_dir, lambda r: r[0]["state"] == "RUN" and (r[0]["step"] or 0) >= 1,
+                          lambda: False, 120, "the job to run its first step", every=1.0)[0]
     assert (running["job_id"], running["lsf_state"]) == (job, "RUNNING")
     assert len(job_processes(slurm_cluster, job)) >= 4
     res = cli(["cancel", str(run_dir)], env, timeout=60)
@@ -163,27 +185,39 @@ def test_status_and_cancel_of_a_running_slurm_job(slurm_cluster, env, tmp_path):
     assert again.returncode == 0 and "NOT killed" not in again.stderr, again.stderr
 
 
-def test_a_chain_until_complete_runs_two_links_each_stopped_by_the_signal(slurm_cluster, env, tmp_path):
-    """docs/examples/user_train.py (the chain contract: it polls the warning file too, so a warning that
-    comes before srun has started its ranks still stops them) with more steps than 2 links can train.
+@pytest.fixture(scope="module", autouse=True)
+def chain(slurm_cluster, tmp_path_factory) -> Dict:
+    """A chain until complete of docs/examples/user_train.py (the chain contract: it polls the warning file too,
+    so a warning that comes before srun has started its ranks still stops them) with more steps than 2 links
+    can train, submitted before this module's first test: its links spend most of their time waiting for
+    slurmctld's warning, so the module's other jobs run beside them (the test cluster's nodes have 4 CPUs, each
+    of these jobs takes 2) and test_a_chain_until_complete_... collects it at the end.
 
     slurmctld looks at time limits every 30 s (PERIODIC_TIMEOUT) and sends --signal's warning once, up to
     30 s early: with --time=1 and @60 it is due the moment the job starts, and a warning sent before slurmd
     has started the batch shell is lost. --time=2 with @60 puts it 30 to 60 s into each link."""
-    run_dir = tmp_path / "chain"
+    home = tmp_path_factory.mktemp("slurm-chain")
+    env = slurm_cluster.env(dict(lsf_environment(home, minute=60), OMP_NUM_THREADS="1"))
+    run_dir = home / "chain"
     program = REPO / "docs" / "examples" / "user_train.py"
     first = submit(env, run_dir, "--walltime", "2", "--warning-minutes", "1", "--until-complete", "--max-links", "2",
-                   "--command", f"{sys.executable} {program} --steps 100000 --step-seconds 0.1")
+                   "--command", f"{sys.executable} {program} --steps 100000 --step-seconds 0.25")
+    return {"env": env, "run_dir": run_dir, "first": first}
+
+
+def test_a_chain_until_complete_runs_two_links_each_stopped_by_the_signal(slurm_cluster, chain):
+    """The chain of the ``chain`` fixture: 2 links, each warned by --signal and checkpointing, the second
+    resumed from the first's checkpoint and stopped by the --max-links cap; every link DONE with exit 0."""
+    env, run_dir, first = chain["env"], chain["run_dir"], chain["first"]
     script = (run_dir / "job.lsf").read_text()
     assert "#SBATCH --time=0:02:00\n" in script and "#SBATCH --signal=B:USR2@60\n" in script
 
-    def settled():
+    def settled(rows: List[Dict]) -> bool:
         queued = (run_dir / "chain.jobs").read_text().split() if (run_dir / "chain.jobs").exists() else []
-        rows = status(env, run_dir)
-        done = len(rows) == 2 == 1 + len(queued) and all(r["state"] in ("DONE", "EXIT") for r in rows)
-        return rows if done else None
+        return len(rows) == 2 == 1 + len(queued) and all(r["state"] in ("DONE", "EXIT") for r in rows)
 
-    rows = wait_for(settled, timeout=420, what="two links of the chain to end")
+    rows = status_when(env, run_dir, settled, lambda: exit_codes(run_dir) >= 2, 420, "two links of the chain to end",
+                       every=10.0)
     assert [r["job_id"] for r in rows] == [first] + (run_dir / "chain.jobs").read_text().split()
     logs = cli(["logs", str(run_dir)], env, timeout=60).stdout
     assert all((r["state"], r["exit_code"]) == ("DONE", 0) for r in rows), (

@@ -15,7 +15,7 @@ from typing import Callable, Dict, List, Tuple, TypeVar
 
 import pytest
 
-from slurm_cluster import sbatch, slurm_cluster  # noqa: F401
+from slurm_cluster import sbatch
 from summit_jobs.errors import UserError
 from summit_jobs.hosts.host import LocalHost, Result
 from summit_jobs.schedulers import SubmitRefused

@@ -29,7 +29,6 @@ from typing import Dict, List, Tuple
 
 import pytest
 
-from slurm_cluster import slurm_cluster  # noqa: F401
 from summit_jobs.planning import render
 from summit_jobs.planning.plan import JobOptions, make_plan
 from summit_jobs.profiles import machines

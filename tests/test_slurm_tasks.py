@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from slurm_cluster import sbatch, slurm_cluster, wait_job  # noqa: F401
+from slurm_cluster import sbatch, wait_job
 from trainer import rankenv, rundir, slurm_tasks, stage
 
 #: What srun gave task 2 of ``srun -N2 -n4`` in job 1 (captured on the local cluster), less what no reader reads.
