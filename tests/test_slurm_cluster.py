@@ -74,7 +74,7 @@ def wait_for(done, timeout: float, what: str) -> None:
 
 
 def test_srun_spans_two_nodes_with_two_tasks_each(slurm_cluster):
-    out = slurm_cluster.run(["srun", "-N2", "-n4", "hostname"])
+    out = slurm_cluster.run(["srun", "-N2", "-n4", "--ntasks-per-node=2", "hostname"])
     assert out.returncode == 0, out.stderr
     assert Counter(out.stdout.split()) == {"node1": 2, "node2": 2}
     assert socket.gethostname() not in out.stdout.split()
@@ -84,7 +84,7 @@ def test_task_variables_are_as_slurm_documents(slurm_cluster):
     """srun(1): SLURM_PROCID is the task's rank in the step, SLURM_LOCALID its rank on its node,
     SLURM_NODEID its node's index in the allocation, SLURM_NTASKS the step's tasks; the default distribution
     is block (consecutive ranks on a node)."""
-    out = slurm_cluster.run(["srun", "-N2", "-n4", "bash", "-c", TASK_LINE])
+    out = slurm_cluster.run(["srun", "-N2", "-n4", "--ntasks-per-node=2", "bash", "-c", TASK_LINE])
     assert out.returncode == 0, out.stderr
     assert tasks(out.stdout) == [("node1", "0", "0", "0", "4", "node[1-2]"), ("node1", "1", "1", "0", "4", "node[1-2]"),
                                  ("node2", "2", "0", "1", "4", "node[1-2]"), ("node2", "3", "1", "1", "4", "node[1-2]")]

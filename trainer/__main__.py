@@ -1,5 +1,10 @@
 """``python -m trainer ...``: what jsrun starts on every rank (see ``trainer.config`` for the options)."""
-from trainer.loop.signals import catch_early
+from trainer.loop import startup
+
+if __name__ == "__main__":  # not in a DataLoader worker that multiprocessing's spawn starts from this module
+    startup.pause()  # until the imports are done (trainer.loop.startup says why)
+
+from trainer.loop.signals import catch_early  # noqa: E402
 
 catch_early()  # before the slow imports: a stop request during start-up is kept, not fatal
 

@@ -21,6 +21,7 @@ from typing import Dict, Optional, Tuple
 import torch
 
 from trainer.loop import checkpoint as ckpt
+from trainer.loop import startup
 from trainer.models import interop
 from trainer import rundir, scores
 from trainer.loop import setup, tboard
@@ -159,6 +160,7 @@ def _run(args: argparse.Namespace, engine: Engine, metrics: MetricsWriter) -> in
 
 def test_only(args: argparse.Namespace) -> int:
     """Run the test of ``args.test_only`` and exit 0; the run directory is created when it does not exist."""
+    startup.imports_done(load=startup.SET_UP_IMPORTS)
     if not args.data:
         raise SystemExit("trainer: --test-only needs --data DIR (the folder of shards whose 'val' split is tested)")
     for sig in STOP_SIGNALS:  # nothing to save: a stop request ends the test as the signal's default does

@@ -35,6 +35,7 @@ from trainer.models import interop
 from trainer import rundir
 from trainer import scores
 from trainer.loop import setup
+from trainer.loop import startup
 from trainer.loop import tboard
 from trainer.methods.aavg import average_learners
 from trainer.dist.bnstats import merge_running_stats, pooled_row, rank_rows, set_running_stats
@@ -168,6 +169,7 @@ class Trainer:
     then ``run`` the loop; the step, evaluation, schedule and resumable state live in their own modules."""
 
     def __init__(self, args: argparse.Namespace, engine: Optional[Engine] = None):
+        startup.imports_done(load=startup.SET_UP_IMPORTS)
         self.args = args
         self.run_dir = Path(args.run_dir)
         self.stop = StopFlag(self.run_dir)
