@@ -53,13 +53,13 @@ def test_an_sbatch_answer_without_an_id_is_an_error_with_the_text():
 
 
 def test_sbatch_command_line_and_its_dependency():
-    assert client.sbatch_argv("job.lsf") == ["sbatch", "--parsable", "job.lsf"]
-    assert client.sbatch_argv("job.lsf", depends_on="77") == ["sbatch", "--parsable", "--dependency=afterany:77",
-                                                              "job.lsf"]
+    assert client.sbatch_argv("job.sbatch") == ["sbatch", "--parsable", "job.sbatch"]
+    assert client.sbatch_argv("job.sbatch", depends_on="77") == ["sbatch", "--parsable", "--dependency=afterany:77",
+                                                              "job.sbatch"]
     assert client.sbatch_argv("-x.sh")[-1] == "./-x.sh"
     for bad in ("77; rm -rf ~", "７７", "-1"):
         with pytest.raises(ValueError):
-            client.sbatch_argv("job.lsf", depends_on=bad)
+            client.sbatch_argv("job.sbatch", depends_on=bad)
 
 
 # -- squeue --json -----------------------------------------------------------------------------------------
@@ -300,7 +300,7 @@ def test_user_and_node_are_expanded_only_when_known():
 
 
 def test_the_job_name_defaults_to_the_script_file():
-    assert client.output_files(script("#SBATCH -o %x-%j.out"), "9") == ["job.lsf-9.out"]
+    assert client.output_files(script("#SBATCH -o %x-%j.out"), "9") == ["job.sbatch-9.out"]
     assert client.output_files(script("#SBATCH -o %x-%j.out"), "9", script_name="/a/b/t2.sh") == ["t2.sh-9.out"]
 
 

@@ -142,7 +142,7 @@ def test_srun_and_torchrun_train_to_the_weights_of_the_embedded_lsf(slurm_cluste
         weights = _weights(run_dir)
         differ = [k for k in reference if not torch.equal(weights[k], reference[k])]
         assert weights.keys() == reference.keys() and not differ, f"{launcher}: {differ[:3]} differ from jsrun's"
-        script = (run_dir / "job.lsf").read_text()
+        script = (run_dir / "job.sbatch").read_text()
         assert "#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=2\n" in script and "#BSUB" not in script
         logs = cli(["logs", str(run_dir)], env, timeout=60)
         assert logs.returncode == 0 and f"ranks started by {launcher}" in logs.stdout, logs.stderr
@@ -209,7 +209,7 @@ def test_a_chain_until_complete_runs_two_links_each_stopped_by_the_signal(slurm_
     """The chain of the ``chain`` fixture: 2 links, each warned by --signal and checkpointing, the second
     resumed from the first's checkpoint and stopped by the --max-links cap; every link DONE with exit 0."""
     env, run_dir, first = chain["env"], chain["run_dir"], chain["first"]
-    script = (run_dir / "job.lsf").read_text()
+    script = (run_dir / "job.sbatch").read_text()
     assert "#SBATCH --time=0:02:00\n" in script and "#SBATCH --signal=B:USR2@60\n" in script
 
     def settled(rows: List[Dict]) -> bool:

@@ -19,11 +19,9 @@ from slurm_cluster import sbatch
 from summit_jobs.errors import UserError
 from summit_jobs.hosts.host import LocalHost, Result
 from summit_jobs.schedulers import SubmitRefused
-from summit_jobs.schedulers.slurm.scheduler import SlurmScheduler
 from summit_jobs.schedulers.slurm import client, localcluster
 from summit_jobs.schedulers.slurm.scheduler import SlurmScheduler
 from test_slurm_cluster import job_processes
-from trainer import rundir
 
 T = TypeVar("T")
 
@@ -72,8 +70,9 @@ def host(slurm_cluster) -> LocalHost:  # noqa: F811
 
 
 def submit(host, folder: Path, text: str, depends_on=None):
-    (folder / rundir.SCRIPT).write_text(text)
-    return SlurmScheduler().submit(host, rundir.SCRIPT, cwd=str(folder), script=text, submit_mode="file",
+    name = SlurmScheduler.script_name
+    (folder / name).write_text(text)
+    return SlurmScheduler().submit(host, name, cwd=str(folder), script=text, submit_mode="file",
                                    depends_on=depends_on)
 
 

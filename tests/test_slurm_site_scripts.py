@@ -30,8 +30,9 @@ from typing import Dict, List, Tuple
 import pytest
 
 from summit_jobs.planning import render
-from summit_jobs.planning.plan import JobOptions, make_plan
+from summit_jobs.planning.plan import JobOptions, describe, make_plan
 from summit_jobs.profiles import machines
+from conftest_lsf import cli, lsf_environment
 from test_render_golden import CASES, _render
 
 #: Each site's header for its case below: (the line, its source).
@@ -97,6 +98,10 @@ def test_frontier_debug_qos_and_perlmutter_debug_are_held_to_their_documented_li
         make_plan(frontier, JobOptions(nodes=2, run_dir="/lustre/r", project="abc123", qos="debug", chain=2))
     plan = make_plan(perlmutter, JobOptions(nodes=2, run_dir="/pscratch/r", qos="debug"))
     assert "--time=0:30:00" in header(render.render(plan))
+    # The summary a user reads before submitting names the QOS that set those limits; without --qos none.
+    assert plan.summary()["limits"] == ["QOS 'debug'"] and "queue gpu (QOS 'debug'), walltime 0:30" in describe(plan)
+    plain = make_plan(perlmutter, JobOptions(nodes=2, run_dir="/pscratch/r"))
+    assert "limits" not in plain.summary() and "(QOS" not in describe(plain)
 
 
 def _slurm_cases() -> List[str]:
@@ -154,3 +159,23 @@ def test_the_slurm_script_keeps_the_lsf_scripts_run_directory_exit_code_and_chai
                  'finish "$rc"', 'CHAIN_FILE="$RUN_DIR"/chain.jobs'):
         assert line in lsf and line in slurm, line
     assert 'JOB_ID="${SLURM_JOB_ID:-unknown}"' in slurm and 'JOB_ID="${LSB_JOBID:-unknown}"' in lsf
+
+
+def test_a_slurm_run_keeps_its_script_as_job_sbatch_and_a_folder_holding_one_holds_a_run(tmp_path):
+    """Slurm's users name job scripts .sbatch (or .sh), never .lsf: the plan names the run directory's script
+    job.sbatch, the chain's next link submits that file, and submit refuses a folder that holds one (as it
+    refuses one that holds an LSF run's job.lsf) instead of writing a second run over it."""
+    plan = make_plan(machines.load("perlmutter"), JobOptions(nodes=8, until_complete=True, run_dir="/runs/x"))
+    text = render.render(plan)
+    assert plan.script_name == "job.sbatch"
+    assert '--dependency=afterany:"$JOB_ID" job.sbatch 2>&1' in text and "job.lsf" not in text
+    assert make_plan(machines.load("summit"), JobOptions(nodes=2, run_dir="/runs/y")).script_name == "job.lsf"
+    for name in ("job.sbatch", "job.lsf"):
+        run_dir = tmp_path / name.replace(".", "-")
+        run_dir.mkdir()
+        (run_dir / name).write_text("#!/bin/bash\n")
+        res = cli(["--machine", "local-slurm", "submit", "--nodes", "2", "--run-dir", str(run_dir), "--command",
+                   "true"], lsf_environment(tmp_path / "home"), timeout=60)
+        assert res.returncode == 1 and "already holds a run" in res.stderr, (name, res.stderr)
+        assert "Traceback" not in res.stderr and (run_dir / name).read_text() == "#!/bin/bash\n"
+        assert sorted(p.name for p in run_dir.iterdir()) == [name]

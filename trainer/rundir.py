@@ -7,7 +7,8 @@ standard library), so a name changes here or nowhere.
 
 The files of ``<run-dir>``:
 
-- ``plan.json``, ``run.json`` (written at submit), ``job.lsf`` (the script),
+- ``plan.json``, ``run.json`` (written at submit), the job script (``SCRIPT``;
+  under Slurm ``job.sbatch``, which run.json names),
   ``chain.jobs`` (ids of links submitted by the chain), ``<name>.<id>.out``;
 - ``exitcode.<id>``: the job script's exit code, written last by the script;
 - ``metrics.jsonl``: one JSON record per logged step or evaluation;
@@ -64,6 +65,7 @@ from typing import Callable, Dict, List, Optional, Union
 
 PLAN = "plan.json"
 RECORD = "run.json"
+#: The job script of an LSF run (and of any run whose run.json names none).
 SCRIPT = "job.lsf"
 CHAIN = "chain.jobs"
 METRICS = "metrics.jsonl"

@@ -180,6 +180,8 @@ class Plan:
     max_links: int = 1
     #: The script's name in the run directory (a link of a chain until complete submits it again).
     script_name: str = SCRIPT_NAME
+    #: The scheduler's own caps the job is held to beside its queue's (Slurm: its QOS), as messages name them.
+    scheduler_limits: Tuple[str, ...] = ()
     #: Job ids of links submitted by the chain itself, one per line, in the run directory.
     chain_file: str = CHAIN_FILE
     #: How the nodes are asked for (LSF: ``nnodes`` or ``slots``) and what starts the ranks, in the scheduler's
@@ -233,7 +235,8 @@ class Plan:
         out = {
             "machine": self.machine, "nodes": self.nodes, "ranks": self.ranks,
             "ranks_per_node": self.ranks_per_node, "layout": self.layout,
-            "queue": self.queue, "walltime": self.walltime, "bin": self.bin,
+            "queue": self.queue, **({"limits": list(self.scheduler_limits)} if self.scheduler_limits else {}),
+            "walltime": self.walltime, "bin": self.bin,
             "bin_max_walltime": self.bin_max_walltime, "node_hours": round(self.node_hours, 2),
             "chain": self.chain, "until_complete": self.until_complete, "max_links": self.max_links,
         }
@@ -360,6 +363,8 @@ class Allocation:
     bin: WalltimeBin
     minutes: int
     warning_minutes: int
+    #: The scheduler's own caps the job is held to beside the queue's, as messages name them ("QOS 'debug'").
+    limits: Tuple[str, ...] = ()
 
 
 def _account(profile: Profile, opts: JobOptions) -> Optional[str]:
@@ -521,7 +526,7 @@ def allocation(profile: Profile, opts: JobOptions) -> Allocation:
     _check_scheduler_limits(opts, nodes, caps)
     minutes = _walltime(profile, opts, nodes, queue_name, queue, nbin, caps)
     return Allocation(nodes=nodes, account=account, queue_name=queue_name, bin=nbin, minutes=minutes,
-                      warning_minutes=_warning_minutes(profile, opts, minutes))
+                      warning_minutes=_warning_minutes(profile, opts, minutes), limits=tuple(c.name for c in caps))
 
 
 # ---- step 2: launch (resource sets, staging, environment) ----------------------------------------
@@ -857,7 +862,8 @@ def make_plan(profile: Profile, opts: JobOptions) -> Plan:
     placed = scheduler.launch_layout(profile, opts, alloc.nodes, req.launcher)
     nbin, minutes = alloc.bin, alloc.minutes
     return Plan(
-        scheduler=scheduler.name, launch_layout=placed,
+        scheduler=scheduler.name, launch_layout=placed, script_name=scheduler.script_name,
+        scheduler_limits=alloc.limits,
         request_kind=req.kind, launcher=req.launcher, slots=req.slots, slots_per_host=req.slots_per_host,
         shape_directives=req.shape, extra_directives=req.extra, memory=req.memory,
         user_command=bool(opts.command),
@@ -885,7 +891,8 @@ def describe(plan: Plan) -> str:
     lines = [
         f"machine {plan.machine}: {plan.nodes:,} nodes x {plan.ranks_per_node} ranks = {plan.ranks:,} ranks "
         f"({plan.layout} layout)",
-        f"queue {plan.queue}, walltime {plan.walltime} (bin {plan.bin}, max {plan.bin_max_walltime}), "
+        f"queue {plan.queue}" + "".join(f" ({name})" for name in plan.scheduler_limits)
+        + f", walltime {plan.walltime} (bin {plan.bin}, max {plan.bin_max_walltime}), "
         f"at most {plan.node_hours:,.1f} node-hours (if it runs to its walltime)"
         + (f" for {plan.chain} chained jobs" if plan.chain > 1 else "")
         + (f" per link; chained until complete, at most {plan.max_links} links" if plan.until_complete else ""),

@@ -268,7 +268,7 @@ def mark_cancelled(row: Dict[str, object], st, record: Optional[Dict]) -> None:
 
 def outputs(host, record: Dict, job_id: str) -> List[str]:
     from summit_jobs.runs import records as runs
-    script = host.read_text(host.join(str(record["run_dir"]), runs.SCRIPT)) or ""
+    script = runs.read_script(host, str(record["run_dir"]), record)
     return [host.join(str(record["run_dir"]), f) for f in runs.output_files(script, job_id, record)]
 
 

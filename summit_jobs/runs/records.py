@@ -1,7 +1,7 @@
 """Run records: what was submitted, where, with which code, and under which job ids.
 
 Every submission gets a run directory (on the machine that runs the jobs)
-holding ``job.lsf`` (the exact script), ``plan.json``, ``profile.yaml`` (the
+holding the exact job script (``job.lsf``, ``job.sbatch`` under Slurm), ``plan.json``, ``profile.yaml`` (the
 profile as used, overrides included), and ``run.json`` (machine, host, git
 revision of the training code, job ids). The trainer writes its checkpoints
 there too, which is what lets chained jobs resume. A copy of ``run.json`` goes
@@ -28,6 +28,7 @@ from trainer import rundir
 from trainer import files
 
 RECORD = rundir.RECORD
+#: The script's name in the run directories of LSF runs and of records that do not name their script.
 SCRIPT = rundir.SCRIPT
 #: LSF's largest job id.
 MAX_JOB_ID = 2147483646
@@ -69,12 +70,29 @@ def _save_index(record: Dict[str, object]) -> None:
     files.write_atomic(path, json.dumps(record, indent=2))
 
 
+def script_name(record: Optional[Dict]) -> str:
+    """The job script's name in the run's directory: the record's ``script`` (its scheduler's name for one,
+    ``job.sbatch`` under Slurm); ``job.lsf`` for records written before runs named it."""
+    return str((record or {}).get("script") or SCRIPT)
+
+
+def read_script(host: Host, run_dir: str, record: Optional[Dict]) -> str:
+    """The text of the run's job script ("" when it is gone)."""
+    return host.read_text(host.join(run_dir, script_name(record))) or ""
+
+
+def _holds_a_run(host: Host, run_dir: str) -> bool:
+    """A run record, or the script of any scheduler's run, is in ``run_dir``."""
+    names = [RECORD, SCRIPT] + [s.script_name for s in schedulers.known()]
+    return any(host.exists(host.join(run_dir, name)) for name in dict.fromkeys(names))
+
+
 def create(host: Host, plan, profile, script: str, *, force: bool, ssh: Optional[Dict[str, object]]) -> Dict:
     """Make the run directory and write the record files (before anything is submitted)."""
     run_dir = plan.run_dir
     join = host.join
     previous: List[str] = []
-    if host.exists(join(run_dir, RECORD)) or host.exists(join(run_dir, SCRIPT)):
+    if _holds_a_run(host, run_dir):
         if not force:
             raise UserError(f"{host.label}:{run_dir} already holds a run. Pick another --run-dir (or let the "
                             "default name it), or pass --force to submit into it again (its checkpoints are "
@@ -94,12 +112,13 @@ def create(host: Host, plan, profile, script: str, *, force: bool, ssh: Optional
         "name": os.path.basename(run_dir.rstrip("/")), "run_dir": run_dir, "machine": profile.name,
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "git": training_code_revision(),
         "host": host.label, "ssh": ssh, "scheduler": schedulers.for_profile(profile).name,
+        "script": plan.script_name,
         "embedded": profile.scheduler.embedded,
         "virtual_nodes": profile.scheduler.virtual_nodes, "cores": profile.node.cores,
         "submit_mode": plan.submit_mode, "chain": plan.chain, "job_name": plan.job_name,
         "job_ids": previous, "previous_job_ids": previous, "lsf_home": embedded_home(host),
     }
-    host.write_file(join(run_dir, SCRIPT), script, force=force)
+    host.write_file(join(run_dir, plan.script_name), script, force=force)
     host.write_file(join(run_dir, "plan.json"), json.dumps(plan.to_dict(), indent=2, default=str), force=force)
     import yaml  # here, not at the top: only writing a run's record needs it
     host.write_file(join(run_dir, "profile.yaml"),

@@ -386,7 +386,7 @@ def _jobs(host, run_dir: str, record: Optional[Dict], events: Optional[List[Dict
     for name in host.listdir(run_dir):
         if name.startswith(rundir.exitcode_name("")) and name[9:] not in ids:
             ids.append(name[9:])
-    script = host.read_text(host.join(run_dir, rundir.SCRIPT)) or ""
+    script = runs.read_script(host, run_dir, record)
     if events is None:
         events = rundir.parse_events(host.read_text(host.join(run_dir, rundir.EVENTS)) or "")
     out = []

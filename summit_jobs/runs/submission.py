@@ -123,13 +123,13 @@ def submit(state, profile, plan, script: str, kw: dict) -> List[str]:
             check_resume_schedule(host, plan)
         record = runs.create(host, plan, profile, script, force=bool(kw.get("force")), ssh=ssh)
         join = posixpath.join if host.is_remote else os.path.join
-        script_path = join(plan.run_dir, runs.SCRIPT)
+        script_path = join(plan.run_dir, plan.script_name)
         ids: List[str] = []
         queue = plan.queue
         prev = None
         for link in range(plan.chain):
             try:
-                job_id, queue = scheduler.submit(host, runs.SCRIPT, cwd=plan.run_dir, script=script,
+                job_id, queue = scheduler.submit(host, plan.script_name, cwd=plan.run_dir, script=script,
                                                  submit_mode=plan.submit_mode, depends_on=prev)
             except schedulers.SubmitRefused as exc:
                 done = f" Jobs already submitted for this run: {', '.join(ids)}." if ids else ""

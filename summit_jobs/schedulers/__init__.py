@@ -121,6 +121,9 @@ class Scheduler(Protocol):
     label: str
     #: The command that queues a job script (LSF: ``bsub``): on PATH, this machine is a login node.
     submit_command: str
+    #: The job script's name in a run directory (LSF: ``job.lsf``), as the scheduler's users name theirs; a
+    #: chain's link submits it again by that name.
+    script_name: str
     #: The command that lists jobs (LSF: ``bjobs``): what status rows and messages say a job's state came from.
     status_command: str
     #: The command that kills a job (LSF: ``bkill``): named where a user is told to kill one by hand.

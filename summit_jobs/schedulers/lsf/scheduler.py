@@ -38,6 +38,7 @@ class LsfScheduler:
     name = "lsf"
     label = "LSF"
     submit_command = "bsub"
+    script_name = "job.lsf"
     status_command = "bjobs"
     cancel_command = "bkill"
     launchers = launch.LAUNCHERS

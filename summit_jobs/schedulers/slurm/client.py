@@ -29,7 +29,6 @@ from typing import Dict, List, Mapping, Optional, Sequence
 
 from summit_jobs.errors import UserError
 from summit_jobs.schedulers import FINISHED, STATES, UNKNOWN, JobStatus
-from trainer import rundir
 
 #: Slurm's job states (squeue(1) and sacct(1) "JOB STATE CODES", https://slurm.schedmd.com/squeue.html and
 #: https://slurm.schedmd.com/job_state_codes.html) onto the interface's (IBM LSF 10.1 "About job states",
@@ -495,7 +494,7 @@ def expand_pattern(pattern: str, job_id: str, job_name: str, user: Optional[str]
     return re.sub(r"%(\d*)([A-Za-z%])", one, pattern)
 
 
-def output_files(script: str, job_id: str, *, script_name: str = rundir.SCRIPT, user: Optional[str] = None,
+def output_files(script: str, job_id: str, *, script_name: str = "job.sbatch", user: Optional[str] = None,
                  node: Optional[str] = None) -> List[str]:
     """The files a batch job of ``script`` writes its output and errors to: ``--output`` (default
     ``slurm-%j.out``) and ``--error`` (default: the output's file), expanded by ``expand_pattern``; the job's

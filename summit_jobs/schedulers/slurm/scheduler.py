@@ -43,6 +43,7 @@ class SlurmScheduler:
     name = "slurm"
     label = "Slurm"
     submit_command = "sbatch"
+    script_name = "job.sbatch"
     status_command = "squeue"
     cancel_command = "scancel"
     launchers = launch.LAUNCHERS
@@ -158,7 +159,7 @@ class SlurmScheduler:
         expanded (client.output_files). %u and %N (the user and the batch host) are not known from the script
         and stay as written."""
         from summit_jobs.schedulers.slurm import client
-        return client.output_files(script, job_id)
+        return client.output_files(script, job_id, script_name=self.script_name)
 
     # -- the commands -----------------------------------------------------------------------------------------
 
