@@ -98,10 +98,13 @@ def test_frontier_debug_qos_and_perlmutter_debug_are_held_to_their_documented_li
         make_plan(frontier, JobOptions(nodes=2, run_dir="/lustre/r", project="abc123", qos="debug", chain=2))
     plan = make_plan(perlmutter, JobOptions(nodes=2, run_dir="/pscratch/r", qos="debug"))
     assert "--time=0:30:00" in header(render.render(plan))
-    # The summary a user reads before submitting names the QOS that set those limits; without --qos none.
+    # The summary a user reads before submitting names the QOS that set those limits: --qos, else the profile's
+    # default QOS; a profile that lists none names none.
     assert plan.summary()["limits"] == ["QOS 'debug'"] and "queue gpu (QOS 'debug'), walltime 0:30" in describe(plan)
     plain = make_plan(perlmutter, JobOptions(nodes=2, run_dir="/pscratch/r"))
-    assert "limits" not in plain.summary() and "(QOS" not in describe(plain)
+    assert plain.summary()["limits"] == ["QOS 'regular'"] and "queue gpu (QOS 'regular'), walltime" in describe(plain)
+    local = make_plan(machines.load("local-slurm"), JobOptions(nodes=2, run_dir="/tmp/r"))
+    assert "limits" not in local.summary() and "(QOS" not in describe(local)
 
 
 def _slurm_cases() -> List[str]:
@@ -169,13 +172,13 @@ def test_a_slurm_run_keeps_its_script_as_job_sbatch_and_a_folder_holding_one_hol
     text = render.render(plan)
     assert plan.script_name == "job.sbatch"
     assert '--dependency=afterany:"$JOB_ID" job.sbatch 2>&1' in text and "job.lsf" not in text
-    assert make_plan(machines.load("summit"), JobOptions(nodes=2, run_dir="/runs/y")).script_name == "job.lsf"
+    assert make_plan(machines.load("summit"), JobOptions(nodes=2, run_dir="/runs/y", project="ABC123")).script_name == "job.lsf"
     for name in ("job.sbatch", "job.lsf"):
         run_dir = tmp_path / name.replace(".", "-")
         run_dir.mkdir()
         (run_dir / name).write_text("#!/bin/bash\n")
         res = cli(["--machine", "local-slurm", "submit", "--nodes", "2", "--run-dir", str(run_dir), "--command",
                    "true"], lsf_environment(tmp_path / "home"), timeout=60)
-        assert res.returncode == 1 and "already holds a run" in res.stderr, (name, res.stderr)
+        assert res.returncode == 2 and "already holds a run" in res.stderr, (name, res.stderr)
         assert "Traceback" not in res.stderr and (run_dir / name).read_text() == "#!/bin/bash\n"
         assert sorted(p.name for p in run_dir.iterdir()) == [name]
