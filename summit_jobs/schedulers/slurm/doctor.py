@@ -53,8 +53,9 @@ def parse_time(text: str) -> Optional[int]:
 
 
 def minutes_text(seconds: Optional[int]) -> str:
-    """A limit in the profile's H:MM words (rounded up to the minute); ``no limit`` for None."""
-    return "no limit" if seconds is None else format_hhmm(-(-seconds // 60))
+    """A limit in the profile's H:MM words, in whole minutes within it (a fix line's "or less" then holds);
+    ``no limit`` for None."""
+    return "no limit" if seconds is None else format_hhmm(seconds // 60)
 
 
 # -- sinfo and sacctmgr -----------------------------------------------------------------------------------------
