@@ -176,12 +176,13 @@ def test_scheduler_commands_are_named_only_under_schedulers():
     assert not found, "modules outside schedulers/ that name bsub/bjobs/jsrun/blaunch:\n" + "\n".join(found)
 
 
-def test_the_planner_reaches_a_scheduler_only_through_the_interface():
+def test_the_planner_and_the_command_line_reach_a_scheduler_only_through_the_interface():
     """planning/ asks the profile's scheduler (summit_jobs.schedulers.for_profile) for its request, launchers,
-    launch layout, variables and templates, and imports no implementation: a second scheduler is a package that
-    implements the interface, not an edit of the planner."""
+    launch layout, variables and templates, and cli/ for its words and doctor's site checks; neither imports an
+    implementation: a second scheduler is a package that implements the interface, not an edit of either."""
     found = []
-    for path in sorted((REPO / "summit_jobs" / "planning").rglob("*.py")):
+    rooms = ((REPO / "summit_jobs" / "planning"), (REPO / "summit_jobs" / "cli"))
+    for path in sorted(p for room in rooms for p in room.rglob("*.py")):
         for module, names in imports(path):
             implementation = module.startswith("summit_jobs.schedulers.") or (
                 module == "summit_jobs.schedulers" and any(n in schedulers_packages() for n in names))

@@ -5,23 +5,27 @@ command goes through summit_jobs.hosts.host (LocalHost, or SshHost with its host
 checks): the one place this tool runs anything. Each probe is a constant
 script whose inputs (command names, folders) are its arguments, never part of
 its code; only the profile's ``environment.setup`` lines are shell, as in the
-job script. doctor.py turns what the probes found into checks.
+job script. doctor.py turns what the probes found into checks. The scheduler's
+checks are the profile's scheduler's own (``site_checks``): this module hands it
+a HostProbe and names no scheduler.
 """
 from __future__ import annotations
 
 import json
 import os
 import sys
-from typing import Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Tuple, TypeVar
 
 import click
 
+from summit_jobs import schedulers
 from summit_jobs.hosts import doctor, host as hosts
-from summit_jobs.schedulers.lsf import doctor as lsf_doctor
 from summit_jobs.profiles import settings
 from summit_jobs.cli.submit import State, cli
 from summit_jobs.hosts.doctor import FAIL, OK, WARN, Check, FolderProbe
 from summit_jobs.errors import UserError
+
+T = TypeVar("T")
 
 #: For each command name: its path on PATH, or an empty field.
 COMMANDS_PROBE = ('for c do p=$(command -v "$c" 2>/dev/null) && printf "%s\\t%s\\n" "$c" "$p" '
@@ -52,8 +56,8 @@ def find_commands(host: hosts.Host, names: Sequence[str]) -> Dict[str, Optional[
     return found
 
 
-def _answer(host: hosts.Host, argv: List[str], parse):
-    """(parsed answer, None) of an LSF command, or (None, why not)."""
+def _answer(host: hosts.Host, argv: List[str], parse: Callable[[str], T]) -> Tuple[Optional[T], Optional[str]]:
+    """(parsed answer, None) of a scheduler's command, or (None, why not)."""
     try:
         res = host.run(argv)
     except UserError as exc:
@@ -66,19 +70,20 @@ def _answer(host: hosts.Host, argv: List[str], parse):
         return None, str(exc)
 
 
-def lsf_checks(host: hosts.Host, profile) -> List[Check]:
-    """Step 1 and the queues of step 2: commands on PATH, lsid's version, bqueues' queues."""
-    found = find_commands(host, lsf_doctor.all_commands(profile))
-    checks = [lsf_doctor.check_commands(found, profile, host.label, host.is_remote)]
-    if not any(found[c] for c in lsf_doctor.CORE_COMMANDS):
-        why = "not checked: LSF's commands are not on PATH (see lsf commands)"
-        return checks + [Check(WARN, "lsf version", why), Check(WARN, "queues", why)]
-    info, error = _answer(host, ["lsid"], lsf_doctor.parse_lsid) if found["lsid"] else \
-        (None, f"lsid not found on the PATH of {host.label}")
-    checks.append(lsf_doctor.check_lsf_version(info, error, profile))
-    rows, error = _answer(host, ["bqueues", "-w"], lsf_doctor.parse_bqueues) if found["bqueues"] else \
-        (None, f"bqueues not found on the PATH of {host.label}")
-    return checks + lsf_doctor.check_queues(profile, rows, error)
+class HostProbe:
+    """The SiteProbe (summit_jobs.schedulers) of a host: the scheduler's checks look for and run its commands
+    through the same host, and the same constant command probe, as the rest of doctor."""
+
+    def __init__(self, host: hosts.Host) -> None:
+        self.host = host
+        self.label = host.label
+        self.is_remote = host.is_remote
+
+    def commands(self, names: Sequence[str]) -> Dict[str, Optional[str]]:
+        return find_commands(self.host, names)
+
+    def answer(self, argv: List[str], parse: Callable[[str], T]) -> Tuple[Optional[T], Optional[str]]:
+        return _answer(self.host, argv, parse)
 
 
 def probe_folders(host: hosts.Host, paths: Sequence[str]) -> List[Optional[FolderProbe]]:
@@ -162,8 +167,7 @@ def run_checks(state: State, profile, host: hosts.Host, project: Optional[str], 
     checks = connection_checks(host)
     if doctor.failed(checks):
         return checks + [Check(WARN, "other checks", f"not run: no SSH connection to {host.label}")]
-    checks += lsf_checks(host, profile)
-    checks.append(lsf_doctor.check_account(profile, project))
+    checks += schedulers.for_profile(profile).site_checks(HostProbe(host), profile, project)
     checks += folder_checks(host, profile, folders_to_check(state, profile, host, runs_dir, data_dirs))
     return checks + environment_checks(host, profile)
 
@@ -181,7 +185,8 @@ def run_checks(state: State, profile, host: hosts.Host, project: Optional[str], 
 @click.pass_context
 def doctor_cmd(ctx: click.Context, machine: Optional[str], host: Optional[str], project: Optional[str],
                runs_dir: Optional[str], data_dirs: Sequence[str], as_json: bool) -> None:
-    """Check a site before submitting: LSF, queues, account, folders, the trainer's environment, SSH.
+    """Check a site before submitting: the scheduler (its commands, version, queues, account), folders, the
+    trainer's environment, SSH.
 
     Each check prints one line, "ok|FAIL|warn  CHECK: what was found", and a
     "fix:" line when it is not ok. Over SSH (--host, or the profile's

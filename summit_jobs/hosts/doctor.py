@@ -8,8 +8,9 @@ turns what a probe found into one line, ``ok``, ``warn`` or ``FAIL``, with the
 way out for anything not ok.
 
 Everything here is pure: functions from what was found to a Check. The
-scheduler's own checks (its commands, version, queues and account) are in
-summit_jobs/schedulers/lsf/doctor.py. The probes themselves (commands run locally
+scheduler's own checks (its commands, version, queues and account) are the
+scheduler's ``site_checks``: summit_jobs/schedulers/lsf/doctor.py and
+summit_jobs/schedulers/slurm/doctor.py. The probes themselves (commands run locally
 or over SSH through summit_jobs.hosts.host, the one place commands run) are in
 summit_jobs/cli/doctor.py.
 """

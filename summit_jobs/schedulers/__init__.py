@@ -13,7 +13,8 @@ The planner asks the scheduler too: which launchers start ranks (the profile's `
 them), how a job asks for its nodes (a :class:`Request`), how its ranks are placed (a :class:`LaunchLayout`,
 which the plan carries and the scheduler's templates read) and what its job scripts export. The command line
 asks it for the words it prints: the help of the options only a scheduler gives meaning to, its commands'
-names, and the line a dry run of staging shows. A new scheduler is a package here that implements
+names, and the line a dry run of staging shows. ``summit-jobs doctor`` asks it for its site checks (its commands,
+version, queues or partitions, account) through a :class:`SiteProbe`. A new scheduler is a package here that implements
 :class:`Scheduler`, one line in ``IMPLEMENTATIONS``, and its templates under ``templates/<name>/``.
 
 May import errors, the profiles and the trainer's torch-free contract; never planning, runs or cli. Importing
@@ -22,9 +23,15 @@ this module and an implementation's class must stay cheap: ``summit-jobs --help`
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Dict, List, Mapping, NamedTuple, Optional, Protocol, Sequence, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, List, Mapping, NamedTuple, Optional, Protocol, Sequence, Tuple, \
+    TypeVar
 
 from summit_jobs.errors import UserError
+
+if TYPE_CHECKING:                       # the report's line type; imported only where checks are built
+    from summit_jobs.hosts.doctor import Check
+
+T = TypeVar("T")
 
 #: The job states of the interface (LSF's words: IBM LSF 10.1, "About job states"): pending, provisioning,
 #: running, finished normally, exited, suspended (by the user, the system or a host), unknown, waiting, zombie.
@@ -111,6 +118,24 @@ class LaunchLayout(Protocol):
     name: str
 
 
+class SiteProbe(Protocol):
+    """How a scheduler's site checks look at the machine ``summit-jobs doctor`` checks (this one, or a login node
+    over SSH): the command line builds it on a host, so that every probe runs through the one command path, and
+    the scheduler decides only which commands to look for and run, and how to read their answers."""
+
+    #: The machine in sentences: ``this machine``, ``user@login1``.
+    label: str
+    #: Whether the machine is reached over SSH (a fix then speaks of the SSH session's PATH).
+    is_remote: bool
+
+    def commands(self, names: Sequence[str]) -> Dict[str, Optional[str]]:
+        """Where each command is on the machine's PATH (None: not found)."""
+
+    def answer(self, argv: List[str], parse: Callable[[str], T]) -> Tuple[Optional[T], Optional[str]]:
+        """``(parse(stdout), None)`` of a command, or ``(None, why not)`` when it could not run, exited non-zero
+        (the reason then holds its exit status and its words) or ``parse`` raised a UserError."""
+
+
 class Scheduler(Protocol):
     """What the login side needs of a batch scheduler. ``host`` is a summit_jobs.hosts host: ``run(argv, cwd=,
     stdin=)`` returning an object with ``rc``, ``stdout`` and ``text``, on this machine or over SSH."""
@@ -194,6 +219,12 @@ class Scheduler(Protocol):
 
     def output_files(self, script: str, job_id: str) -> List[str]:
         """The output files (relative to the job's folder) that a job of ``script`` with id ``job_id`` writes."""
+
+    def site_checks(self, probe: SiteProbe, profile, project: Optional[str]) -> List["Check"]:
+        """``summit-jobs doctor``'s checks of the scheduler on the probed machine, one Check each (ok, warn or FAIL
+        with its fix): its commands on PATH, its version against what this tool's readers need, the profile's
+        queues (partitions, QOS) as the site lists them, and the account ``project`` (None: none given) against
+        the profile's rule. A command that is missing or fails is a check's finding, never an exception."""
 
 
 #: Scheduler name -> "module:class" of its implementation, imported when first used. ``summit-jobs --help``

@@ -1,6 +1,7 @@
 """``summit-jobs doctor``, the LSF part: the commands a profile needs, the LSF version (``lsid``), the queues
 (``bqueues``) and the account, as pure checks. Parsers of ``lsid`` and ``bqueues`` are tested on captured
-outputs; the probes are run by summit_jobs/cli/doctor.py through a host."""
+outputs; the probes run through the SiteProbe that summit_jobs/cli/doctor.py builds on a host
+(``site_checks``, which LsfScheduler.site_checks calls)."""
 from __future__ import annotations
 
 import re
@@ -237,3 +238,21 @@ def check_account(profile, project: Optional[str]) -> Check:
                  f"say reliably on every site which {what}s you may charge)",
                  f"check by hand: your centre's list of your {what}s ({listing}), or a one-minute test job: "
                  f"bsub {flag} {project} -q {profile.default_queue} -W 1 /bin/true")
+
+
+# -- the checks in the report's order ---------------------------------------------------------------------------
+def site_checks(probe, profile, project: Optional[str]) -> List[Check]:
+    """Steps 1 and 2 through ``probe`` (summit_jobs.schedulers.SiteProbe): the commands on PATH, lsid's version,
+    bqueues' queues (not run when no LSF command is on PATH: each would only repeat that), then the account."""
+    found = probe.commands(all_commands(profile))
+    checks = [check_commands(found, profile, probe.label, probe.is_remote)]
+    if not any(found[c] for c in CORE_COMMANDS):
+        why = "not checked: LSF's commands are not on PATH (see lsf commands)"
+        checks += [Check(WARN, "lsf version", why), Check(WARN, "queues", why)]
+        return checks + [check_account(profile, project)]
+    info, error = probe.answer(["lsid"], parse_lsid) if found["lsid"] else \
+        (None, f"lsid not found on the PATH of {probe.label}")
+    checks.append(check_lsf_version(info, error, profile))
+    rows, error = probe.answer(["bqueues", "-w"], parse_bqueues) if found["bqueues"] else \
+        (None, f"bqueues not found on the PATH of {probe.label}")
+    return checks + check_queues(profile, rows, error) + [check_account(profile, project)]

@@ -9,11 +9,14 @@ the parsers (tests/test_cli_startup_imports.py).
 """
 from __future__ import annotations
 
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from summit_jobs.errors import UserError
 from summit_jobs.schedulers import JobStatus, Limit, Request, Submitted, SubmitRefused
 from summit_jobs.schedulers.lsf import launch
+
+if TYPE_CHECKING:
+    from summit_jobs.hosts.doctor import Check
 
 #: The help of the submit options whose meaning is LSF's (summit_jobs.schedulers.Scheduler.option_help).
 OPTION_HELP = {
@@ -140,3 +143,9 @@ class LsfScheduler:
         """The ``-o``/``-e`` files of the script's ``#BSUB`` lines, ``%J`` replaced."""
         from summit_jobs.schedulers.lsf import client
         return client.output_files(script, job_id)
+
+    def site_checks(self, probe, profile, project: Optional[str]) -> List["Check"]:
+        """doctor's LSF checks: bsub, bjobs, bkill and the launcher's command, lsid's version, bqueues' queues,
+        the account (-P or -G) (doctor.py)."""
+        from summit_jobs.schedulers.lsf import doctor
+        return doctor.site_checks(probe, profile, project)

@@ -21,6 +21,7 @@ from summit_jobs.schedulers import FINISHED, JobStatus, Limit, Request, Submitte
 from summit_jobs.schedulers.slurm import launch
 
 if TYPE_CHECKING:
+    from summit_jobs.hosts.doctor import Check
     from summit_jobs.schedulers.slurm.client import SlurmJob
 
 #: The help of the submit options whose meaning is Slurm's (summit_jobs.schedulers.Scheduler.option_help).
@@ -160,6 +161,12 @@ class SlurmScheduler:
         and stay as written."""
         from summit_jobs.schedulers.slurm import client
         return client.output_files(script, job_id, script_name=self.script_name)
+
+    def site_checks(self, probe, profile, project: Optional[str]) -> List["Check"]:
+        """doctor's Slurm checks: sbatch, squeue, sacct, scancel, srun and scontrol on PATH, sbatch's version,
+        the partitions (sinfo) and QOS (sacctmgr) of the profile, the account (--account) (doctor.py)."""
+        from summit_jobs.schedulers.slurm import doctor
+        return doctor.site_checks(probe, profile, project)
 
     # -- the commands -----------------------------------------------------------------------------------------
 
