@@ -25,7 +25,8 @@ register("compare", "summit_jobs.cli.compare:compare_cmd",
          "Whether two runs trained the same: e.g. a real run and its `simulate` twin.")
 register("config", "summit_jobs.cli.config:config_cmd", "Show every setting with its value and where it comes from.")
 register("doctor", "summit_jobs.cli.doctor:doctor_cmd",
-         "Check a site before submitting: LSF, queues, account, folders, the trainer's environment, SSH.")
+         "Check a site before submitting: the scheduler (its commands, version, queues, account), folders, the "
+         "trainer's environment, SSH.")
 register("fuse", "summit_jobs.cli.fuse:fuse_cmd",
          "Late fusion of two or more streams: e.g. an RGB run and an optical-flow run.")
 register("logs", "summit_jobs.cli.lifecycle:logs_cmd",
