@@ -7,10 +7,12 @@ What each test holds the Slurm path to:
 - a user's DDP script (tests/ddp_env_train.py), unmodified, gets env:// variables from trainer.rankenv and
   completes with the same weights on every rank;
 - cancel ends a running job, status says so, and no process of the job is left on either node;
-- a chain until complete runs 2 links, each stopped by --signal (its 2-minute --time with the warning at
+- a chain until complete runs 3 links, each stopped by --signal (its 2-minute --time with the warning at
   @60: Slurm 22.05's controller checks every 30 s and sends the warning at the first check at which the job
-  has less than the warning + 30 s left, 30 to 60 s after its start), the second resuming from the first
-  and stopped by the --max-links cap.
+  has less than the warning + 30 s left, 30 to 60 s after its start), each resuming from the one before, the
+  third stopped by the --max-links cap;
+- simulate --virtual-nodes 4 on the 2 Slurm nodes (4 ranks, 2 accumulation steps) trains to the weights of a
+  real 4-node run (8 ranks, on the embedded LSF: the test cluster has 2 nodes) within 1e-5, as on LSF.
 
 The cluster is tests/slurm_cluster.py's (session fixture; skipped where Slurm cannot run, required in CI).
 """
@@ -29,7 +31,9 @@ import torch
 from conftest_lsf import cli, lsf_environment, wait_for, wait_state
 from summit_jobs.schedulers.slurm import localcluster
 from test_launchers import _trainer_args
+from test_simulate_e2e import TINY as SIMULATE_TINY, _params as simulated_params
 from trainer_utils import REPO, make_dataset
+from trainer.loop import checkpoint as ckpt
 
 #: What every run of the tiny TSM is given (the options test_launchers gives its jobs).
 TRAINER = ["--epochs", "1", "--num-classes", "4", "--clips-per-gpu", "2", "--engine", "ddp", "--arch", "resnet18",
@@ -185,11 +189,40 @@ def test_status_and_cancel_of_a_running_slurm_job(slurm_cluster, env, tmp_path):
     assert again.returncode == 0 and "NOT killed" not in again.stderr, again.stderr
 
 
+def test_simulate_on_two_slurm_nodes_matches_a_real_four_node_run(slurm_cluster, env, tmp_path):
+    """V = 4 virtual nodes on p = 2 Slurm nodes (4 ranks x 2 accumulation steps) against a real 4-node run
+    (8 ranks; the embedded LSF, since the test cluster has 2 nodes), same data, seed and global batch: the
+    weights after the epoch's 4 steps agree within 1e-5, the tolerance test_simulate_e2e holds LSF to."""
+    data = make_dataset(tmp_path / "data", train=64, val=0, frames=8, size=32)
+    common = ["--epochs", "1", "--engine", "ddp", "--clips-per-gpu", "2", "--job-name", "acc", "--json"]
+    trainer = ["--", "--data", str(data), *SIMULATE_TINY]
+    real_dir, sim_dir = tmp_path / "real-4", tmp_path / "simulate-2"
+    real = cli(["--machine", "local", "submit", "--nodes", "4", "--walltime", "30", *common, "--run-dir",
+                str(real_dir), *trainer], env, timeout=120)
+    assert real.returncode == 0, real.stderr
+    sim = cli(["--machine", "local-slurm", "simulate", "--virtual-nodes", "4", "--quota-nodes", "2", "--walltime",
+               "0:30", *common, "--run-dir", str(sim_dir), *trainer], env, timeout=120)
+    assert sim.returncode == 0, sim.stderr
+    assert "k = 2" in sim.stderr and "#SBATCH" not in sim.stdout
+    real_job = json.loads(real.stdout)["job_ids"][0]
+    assert wait_state(real_job, env, timeout=300)["STAT"] == "DONE", output(real_dir, "acc")
+    row = ended(env, sim_dir)
+    assert (row["state"], row["exit_code"], row["lsf_state"]) == ("DONE", 0, "COMPLETED"), output(sim_dir, "acc")
+    plan = json.loads((sim_dir / "plan.json").read_text())
+    assert (plan["scheduler"], plan["virtual_nodes"], plan["nodes"], plan["accum_steps"]) == ("slurm", 4, 2, 2)
+    ref, got = simulated_params(real_dir, 4), simulated_params(sim_dir, 4)
+    worst = max((got[k] - ref[k]).abs().max().item() for k in ref)
+    assert got.keys() == ref.keys() and worst <= 1e-5, f"max abs difference {worst:g} to the real 4-node run"
+    # The weights did move (non-zero momentum after 4 steps): agreement is not the trivial kind.
+    state = ckpt.load(ckpt.latest(sim_dir))["optimizer"]["state"]
+    assert state and max(v["momentum_buffer"].abs().max().item() for v in state.values()) > 1e-6
+
+
 @pytest.fixture(scope="module", autouse=True)
 def chain(slurm_cluster, tmp_path_factory) -> Dict:
     """A chain until complete of docs/examples/user_train.py (the chain contract: it polls the warning file too,
     so a warning that comes before srun has started its ranks still stops them) with more steps than 2 links
-    can train, submitted before this module's first test: its links spend most of their time waiting for
+    (3 links) can train, submitted before this module's first test: its links spend most of their time waiting for
     slurmctld's warning, so the module's other jobs run beside them (the test cluster's nodes have 4 CPUs, each
     of these jobs takes 2) and test_a_chain_until_complete_... collects it at the end.
 
@@ -200,31 +233,32 @@ def chain(slurm_cluster, tmp_path_factory) -> Dict:
     env = slurm_cluster.env(dict(lsf_environment(home, minute=60), OMP_NUM_THREADS="1"))
     run_dir = home / "chain"
     program = REPO / "docs" / "examples" / "user_train.py"
-    first = submit(env, run_dir, "--walltime", "2", "--warning-minutes", "1", "--until-complete", "--max-links", "2",
+    first = submit(env, run_dir, "--walltime", "2", "--warning-minutes", "1", "--until-complete", "--max-links", "3",
                    "--command", f"{sys.executable} {program} --steps 100000 --step-seconds 0.25")
     return {"env": env, "run_dir": run_dir, "first": first}
 
 
-def test_a_chain_until_complete_runs_two_links_each_stopped_by_the_signal(slurm_cluster, chain):
-    """The chain of the ``chain`` fixture: 2 links, each warned by --signal and checkpointing, the second
-    resumed from the first's checkpoint and stopped by the --max-links cap; every link DONE with exit 0."""
+def test_a_chain_until_complete_runs_three_links_each_stopped_by_the_signal(slurm_cluster, chain):
+    """The chain of the ``chain`` fixture: 3 links, each warned by --signal and checkpointing, each later one
+    resumed from the checkpoint of the one before, the third stopped by the --max-links cap; every link DONE
+    with exit 0."""
     env, run_dir, first = chain["env"], chain["run_dir"], chain["first"]
     script = (run_dir / "job.sbatch").read_text()
     assert "#SBATCH --time=0:02:00\n" in script and "#SBATCH --signal=B:USR2@60\n" in script
 
     def settled(rows: List[Dict]) -> bool:
         queued = (run_dir / "chain.jobs").read_text().split() if (run_dir / "chain.jobs").exists() else []
-        return len(rows) == 2 == 1 + len(queued) and all(r["state"] in ("DONE", "EXIT") for r in rows)
+        return len(rows) == 3 == 1 + len(queued) and all(r["state"] in ("DONE", "EXIT") for r in rows)
 
-    rows = status_when(env, run_dir, settled, lambda: exit_codes(run_dir) >= 2, 420, "two links of the chain to end",
+    rows = status_when(env, run_dir, settled, lambda: exit_codes(run_dir) >= 3, 480, "three links of the chain to end",
                        every=10.0)
     assert [r["job_id"] for r in rows] == [first] + (run_dir / "chain.jobs").read_text().split()
     logs = cli(["logs", str(run_dir)], env, timeout=60).stdout
     assert all((r["state"], r["exit_code"]) == ("DONE", 0) for r in rows), (
         [(r["job_id"], r["state"], r["exit_code"], r.get("lsf_state")) for r in rows], logs)
-    assert logs.count("rank 0: warned at step") == 2 and logs.count("rank 0: resumed at step") == 1, logs
-    assert logs.count("summit-jobs: USR2 (the warning before the time limit)") == 2, logs
-    assert "chain stopped before COMPLETE: 2 links ran, the --max-links cap" in logs
+    assert logs.count("rank 0: warned at step") == 3 and logs.count("rank 0: resumed at step") == 2, logs
+    assert logs.count("summit-jobs: USR2 (the warning before the time limit)") == 3, logs
+    assert "chain stopped before COMPLETE: 3 links ran, the --max-links cap" in logs
     assert not (run_dir / "COMPLETE").exists()
     steps = sorted(int(p.name[5:14]) for p in (run_dir / "checkpoints").glob("ckpt-*.pt"))
     assert len(steps) >= 1 and steps[-1] > 0
