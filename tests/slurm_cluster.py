@@ -16,11 +16,12 @@ import json
 import os
 import shutil
 import time
-from typing import Dict, Iterable, Optional
+from pathlib import Path
+from typing import Dict, Iterable, List, Optional
 
 import pytest
 
-from summit_jobs.schedulers.slurm.localcluster import ClusterError, LocalSlurmCluster, check_can_run
+from summit_jobs.schedulers.slurm.localcluster import ClusterError, LocalSlurmCluster, check_can_run, members
 
 #: The states after which a job does not run again (squeue's and sacct's words).
 ENDED = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE",
@@ -103,3 +104,27 @@ def sbatch(cluster: LocalSlurmCluster, *args: str, cwd=None) -> str:
     out = cluster.run(["sbatch", "--parsable", *args], cwd=cwd, timeout=30)
     assert out.returncode == 0, out.stderr
     return out.stdout.strip().split(";")[0]
+
+
+def job_processes(job_id: str, pids: Optional[Iterable[str]] = None) -> List[str]:
+    """Every process of a job among ``pids`` (default: every process of this machine): its tasks and batch
+    script (SLURM_JOB_ID in their environment) and its slurmstepd's ("slurmstepd: [ID.step]"), each as
+    "PID command line"."""
+    mark, stepd = f"SLURM_JOB_ID={job_id}".encode(), f"slurmstepd: [{job_id}.".encode()
+    found = []
+    for entry in (filter(str.isdigit, os.listdir("/proc")) if pids is None else pids):
+        try:
+            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
+            environ = Path(f"/proc/{entry}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if cmdline.startswith(stepd) or mark in environ:
+            found.append(f"{entry} " + cmdline.replace(b"\0", b" ").decode(errors="replace"))
+    return found
+
+
+def cluster_job_processes(cluster: LocalSlurmCluster, job_id: str) -> List[str]:
+    """The job's processes in this cluster's namespaces only: job ids start at 1 in every cluster, and a test
+    process of another worker may run a cluster of its own."""
+    pids = [str(pid) for d in cluster.daemons() if d.namespace for pid in members(d.namespace)]
+    return job_processes(job_id, pids)

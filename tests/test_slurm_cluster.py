@@ -17,7 +17,7 @@ from typing import List, Tuple
 
 import pytest
 
-from slurm_cluster import sacct_job, sbatch, squeue_job, unavailable_reason, wait_job
+from slurm_cluster import job_processes, sacct_job, sbatch, squeue_job, unavailable_reason, wait_job
 from summit_jobs.schedulers.slurm import localcluster
 from summit_jobs.schedulers.slurm.localcluster import ClusterError, LocalSlurmCluster
 
@@ -35,22 +35,6 @@ def write_script(path: Path, body: str) -> Path:
     path.write_text("#!/bin/bash\n" + body)
     path.chmod(0o755)
     return path
-
-
-def job_processes(job_id: str) -> List[str]:
-    """Every process of a job on this machine: its tasks (SLURM_JOB_ID in their environment) and its
-    slurmstepd's ("slurmstepd: [ID.step]")."""
-    mark, stepd = f"SLURM_JOB_ID={job_id}".encode(), f"slurmstepd: [{job_id}.".encode()
-    found = []
-    for entry in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
-            environ = Path(f"/proc/{entry}/environ").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if cmdline.startswith(stepd) or mark in environ:
-            found.append(entry + " " + cmdline.replace(b"\0", b" ").decode(errors="replace"))
-    return found
 
 
 def processes_mentioning(folder: Path) -> List[str]:

@@ -29,7 +29,7 @@ import pytest
 import torch
 
 from conftest_lsf import cli, lsf_environment, wait_for, wait_state
-from summit_jobs.schedulers.slurm import localcluster
+from slurm_cluster import cluster_job_processes
 from test_launchers import _trainer_args
 from test_simulate_e2e import TINY as SIMULATE_TINY, _params as simulated_params
 from trainer_utils import REPO, make_dataset
@@ -100,28 +100,8 @@ def ended(env: Dict[str, str], run_dir: Path, timeout: float = 300) -> Dict:
     return rows[0]
 
 
-def job_processes(cluster, job_id: str) -> List[str]:
-    """Every process of the job on the cluster's nodes: its batch script and tasks (SLURM_JOB_ID in their
-    environment) and its slurmstepd's, found in the nodes' own namespaces (another cluster on this machine
-    numbers its jobs from 1 too)."""
-    stepd, mark = f"slurmstepd: [{job_id}.".encode(), f"SLURM_JOB_ID={job_id}".encode()
-    found = []
-    for daemon in cluster.daemons():
-        if not (daemon.name.startswith("node") and daemon.namespace):
-            continue
-        for pid in localcluster.members(daemon.namespace, but=[daemon.pid]):
-            try:
-                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-                environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if cmdline.startswith(stepd) or mark in environ:
-                found.append(f"{pid} " + cmdline.replace(b"\0", b" ").decode(errors="replace"))
-    return found
-
-
 def no_process_left(cluster, job_id: str) -> None:
-    wait_for(lambda: not job_processes(cluster, job_id), timeout=30, what=f"every process of job {job_id} to end")
+    wait_for(lambda: not cluster_job_processes(cluster, job_id), timeout=30, what=f"every process of job {job_id} to end")
 
 
 def output(run_dir: Path, name: str) -> str:
@@ -178,7 +158,7 @@ def test_status_and_cancel_of_a_running_slurm_job(slurm_cluster, env, tmp_path):
     running = status_when(env, run_dir, lambda r: r[0]["state"] == "RUN" and (r[0]["step"] or 0) >= 1,
                           lambda: False, 120, "the job to run its first step", every=1.0)[0]
     assert (running["job_id"], running["lsf_state"]) == (job, "RUNNING")
-    assert len(job_processes(slurm_cluster, job)) >= 4
+    assert len(cluster_job_processes(slurm_cluster, job)) >= 4
     res = cli(["cancel", str(run_dir)], env, timeout=60)
     assert res.returncode == 0, res.stderr
     assert job in res.stdout + res.stderr

@@ -15,13 +15,12 @@ from typing import Callable, Dict, List, Tuple, TypeVar
 
 import pytest
 
-from slurm_cluster import sbatch
+from slurm_cluster import cluster_job_processes, sbatch
 from summit_jobs.errors import UserError
 from summit_jobs.hosts.host import LocalHost, Result
 from summit_jobs.schedulers import SubmitRefused
-from summit_jobs.schedulers.slurm import client, localcluster
+from summit_jobs.schedulers.slurm import client
 from summit_jobs.schedulers.slurm.scheduler import SlurmScheduler
-from test_slurm_cluster import job_processes
 
 T = TypeVar("T")
 
@@ -52,13 +51,6 @@ def until(fetch: Callable[[], T], done: Callable[[T], bool], timeout: float, wha
             return value
         assert time.monotonic() < deadline, f"{what} not within {timeout} s; last: {value}"
         time.sleep(0.2)
-
-
-def processes_of(cluster, job_id: str) -> List[str]:
-    """The job's processes (test_slurm_cluster.job_processes) in this cluster's nodes: job ids start at 1 in
-    every cluster, and a test process of another worker may run a cluster of its own."""
-    ours = {str(pid) for d in cluster.daemons() if d.namespace for pid in localcluster.members(d.namespace)}
-    return [p for p in job_processes(job_id) if p.split()[0] in ours]
 
 
 @pytest.fixture
@@ -112,16 +104,16 @@ def test_a_chain_is_submitted_queried_owned_and_cancelled(slurm_cluster, host, t
     assert sorted((tmp_path / outputs[0]).read_text().split()) == ["TASK", "TASK", "node1", "node2"]
     assert sched.cancel(host, [first.job_id, unknown]) == {first.job_id: "finished", unknown: "not found"}
     for jid in ids:
-        until(lambda: processes_of(slurm_cluster, jid), lambda p: not p, 10, f"the end of job {jid}'s processes")
+        until(lambda: cluster_job_processes(slurm_cluster, jid), lambda p: not p, 10, f"the end of job {jid}'s processes")
 
 
 def test_cancel_of_a_running_job_ends_every_process_of_it(slurm_cluster, host, tmp_path):  # noqa: F811
     sched = SlurmScheduler()
     job = submit(host, tmp_path, SLEEPER).job_id
-    until(lambda: processes_of(slurm_cluster, job), lambda p: sum(" sleep 300" in x for x in p) == 2, 20,
+    until(lambda: cluster_job_processes(slurm_cluster, job), lambda p: sum(" sleep 300" in x for x in p) == 2, 20,
           "a sleep of the job on each node")
     assert sched.cancel(host, [job]) == {job: "terminating"}
-    until(lambda: processes_of(slurm_cluster, job), lambda p: not p, 20, f"the end of job {job}'s processes")
+    until(lambda: cluster_job_processes(slurm_cluster, job), lambda p: not p, 20, f"the end of job {job}'s processes")
     ended = until(lambda: sched.query(host, [job])[0][job], lambda s: s.finished, 20, "the cancelled job ended")
     assert (ended.state, ended.lsf_state) == ("EXIT", "CANCELLED")
     assert sched.cancel(host, [job]) == {job: "finished"}

@@ -1,12 +1,12 @@
 """A rank's start-up with Python's cyclic garbage collector paused.
 
 Why: starting a rank imports torch, and its first optimiser or DistributedDataParallel imports torch._dynamo:
-over a million objects (modules, classes, functions), none of them garbage, which the collector would scan
+about 465,000 objects that the collector tracks (modules, classes, functions), none of them garbage, which the collector would scan
 again and again while they are made, and again in each later full collection. Paused from the first line of
 ``python -m trainer`` until the imports are done, then ``gc.freeze()`` leaves what the imports made out of every
 later collection, and the collector runs as usual on the rest of the run: the model, data and optimiser are
-made after the freeze, so nothing of theirs can be kept alive by it. A rank's start-up on a CPU went from 2.5
-to 2.0 CPU-seconds (BENCHMARKS.md); on thousands of ranks each of them pays it.
+made after the freeze, so nothing of theirs can be kept alive by it. A rank's start-up and a 4-step run on a CPU went
+from 2.71 to 2.18 CPU-seconds (bench/rank_startup.py); on thousands of ranks each of them pays it.
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ def pause() -> None:
     gc.disable()
 
 
-def imports_done(load: Sequence[str] = ()) -> None:
+def imports_done(load: Sequence[str] = SET_UP_IMPORTS) -> None:
     """The imports are over: ``load`` (modules the set-up would import a moment later anyway) is imported
     first, what they all made is frozen, and the collector runs again. Idempotent, and a no-op where ``pause``
     was not called (the trainer run in-process by tests and bench/)."""

@@ -160,7 +160,7 @@ def _run(args: argparse.Namespace, engine: Engine, metrics: MetricsWriter) -> in
 
 def test_only(args: argparse.Namespace) -> int:
     """Run the test of ``args.test_only`` and exit 0; the run directory is created when it does not exist."""
-    startup.imports_done(load=startup.SET_UP_IMPORTS)
+    startup.imports_done()
     if not args.data:
         raise SystemExit("trainer: --test-only needs --data DIR (the folder of shards whose 'val' split is tested)")
     for sig in STOP_SIGNALS:  # nothing to save: a stop request ends the test as the signal's default does

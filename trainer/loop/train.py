@@ -169,7 +169,7 @@ class Trainer:
     then ``run`` the loop; the step, evaluation, schedule and resumable state live in their own modules."""
 
     def __init__(self, args: argparse.Namespace, engine: Optional[Engine] = None):
-        startup.imports_done(load=startup.SET_UP_IMPORTS)
+        startup.imports_done()
         self.args = args
         self.run_dir = Path(args.run_dir)
         self.stop = StopFlag(self.run_dir)
