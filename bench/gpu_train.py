@@ -49,20 +49,9 @@ import time
 from pathlib import Path
 from typing import Dict, Iterator, Optional, Tuple
 
-import torch
-
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from trainer.dist import compat  # noqa: E402
-from trainer.loop import setup
-from trainer.data.clips import ClipSpec  # noqa: E402
-from trainer.config import ARCHS, COMPILE_BACKENDS, COMPILE_MODES, DECODERS  # noqa: E402
-from trainer.data.datasets import Pipeline, TrainClips  # noqa: E402
-from trainer.dist.engines import Engine, Launch  # noqa: E402
-from trainer.models.model import build_model  # noqa: E402
-from trainer.methods.optim import build_optimizer  # noqa: E402
-from trainer.data.sampler import MicroBatchSampler  # noqa: E402
-from trainer.loop.steps import StepContext, train_step  # noqa: E402
+from trainer.config import ARCHS, COMPILE_BACKENDS, COMPILE_MODES, DECODERS  # noqa: E402 (torch-free)
 
 #: The reference cost of one training clip of TSM-R50 at 8x224x224, forward and backward (FLOPs).
 CLIP_FLOPS_R50 = 198e9
@@ -143,6 +132,22 @@ def parse_args(argv=None) -> argparse.Namespace:
     if a.json is not None and not Path(a.json).resolve().parent.is_dir():
         p.error(f"--json {a.json}: its folder does not exist (create it first)")
     return a
+
+
+if __name__ == "__main__":
+    OPTIONS = parse_args()  # before torch is imported: a refused option costs no start-up time
+
+import torch  # noqa: E402
+
+from trainer.dist import compat  # noqa: E402
+from trainer.loop import setup  # noqa: E402
+from trainer.data.clips import ClipSpec  # noqa: E402
+from trainer.data.datasets import Pipeline, TrainClips  # noqa: E402
+from trainer.dist.engines import Engine, Launch  # noqa: E402
+from trainer.models.model import build_model  # noqa: E402
+from trainer.methods.optim import build_optimizer  # noqa: E402
+from trainer.data.sampler import MicroBatchSampler  # noqa: E402
+from trainer.loop.steps import StepContext, train_step  # noqa: E402
 
 
 def _cuda(dev: torch.device, asked: str) -> torch.device:
@@ -454,8 +459,8 @@ def run_cases(a: argparse.Namespace, dev: torch.device, amp: Optional[torch.dtyp
     return res, profile(ctx, a, Path(a.profile)) if a.profile else ""
 
 
-def main(argv=None) -> None:
-    a = parse_args(argv)
+def main(argv=None, options: Optional[argparse.Namespace] = None) -> None:
+    a = options if options is not None else parse_args(argv)
     dev, amp, cl = resolve(a)
     if amp is None and dev.type == "cpu" and a.amp in ("bf16", "fp16"):
         print(f"gpu_train: --amp {a.amp} is ignored on a CPU (the trainer never autocasts there)", file=sys.stderr)
@@ -473,4 +478,4 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(options=OPTIONS)

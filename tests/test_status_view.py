@@ -476,7 +476,15 @@ def test_ctrl_c_ends_a_watch_on_a_terminal_quietly(tmp_path):
                 seen += os.read(master, 65536)
         assert jid.encode() in seen, seen
         os.killpg(proc.pid, signal.SIGINT)
-        rc = proc.wait(timeout=20)
+        # A terminal keeps reading: the watch's redraws and its last line must not block on a full pty.
+        deadline = time.time() + 20
+        while proc.poll() is None and time.time() < deadline:
+            if select.select([master], [], [], 0.1)[0]:
+                try:
+                    seen += os.read(master, 65536)
+                except OSError:  # the watch closed its end
+                    break
+        rc = proc.wait(timeout=max(1.0, deadline - time.time()))
         err = proc.stderr.read().decode()
     finally:
         if proc.poll() is None:
