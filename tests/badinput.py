@@ -26,7 +26,11 @@ def assert_refused(proc: subprocess.CompletedProcess, needles: Iterable[str] = (
 
 def run_module(module: str, args: Sequence[str], env: dict, cwd=None, timeout: float = 120,
                input: Optional[str] = None) -> subprocess.CompletedProcess:
-    """``python -m module args`` as a user would run it (the real entry point, a real process)."""
+    """``python -m module args`` as a user would run it (the real entry point, a real process; the trainer's
+    forked by the rank zygote where it can be: tests/rank_zygote.py)."""
+    if module == "trainer" and input is None:
+        from trainer_utils import run_trainer
+        return run_trainer(args, env, cwd=cwd, timeout=timeout)
     return subprocess.run([sys.executable, "-m", module, *args], env=env, cwd=cwd, capture_output=True,
                           text=True, timeout=timeout, input=input)
 

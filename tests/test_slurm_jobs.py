@@ -31,7 +31,8 @@ import torch
 from conftest_lsf import cli, lsf_environment, wait_for, wait_state
 from slurm_cluster import cluster_job_processes
 from test_launchers import _trainer_args
-from test_simulate_e2e import TINY as SIMULATE_TINY, _params as simulated_params
+from test_simulate_e2e import COMMON as SIMULATE_COMMON, STEPS as SIMULATE_STEPS, TINY as SIMULATE_TINY, \
+    _params as simulated_params, real_four_node_run  # noqa: F401 (a fixture)
 from trainer_utils import REPO, make_dataset
 from trainer.loop import checkpoint as ckpt
 
@@ -169,28 +170,22 @@ def test_status_and_cancel_of_a_running_slurm_job(slurm_cluster, env, tmp_path):
     assert again.returncode == 0 and "NOT killed" not in again.stderr, again.stderr
 
 
-def test_simulate_on_two_slurm_nodes_matches_a_real_four_node_run(slurm_cluster, env, tmp_path):
+def test_simulate_on_two_slurm_nodes_matches_a_real_four_node_run(slurm_cluster, env, tmp_path, real_four_node_run):
     """V = 4 virtual nodes on p = 2 Slurm nodes (4 ranks x 2 accumulation steps) against a real 4-node run
-    (8 ranks; the embedded LSF, since the test cluster has 2 nodes), same data, seed and global batch: the
-    weights after the epoch's 4 steps agree within 1e-5, the tolerance test_simulate_e2e holds LSF to."""
-    data = make_dataset(tmp_path / "data", train=64, val=0, frames=8, size=32)
-    common = ["--epochs", "1", "--engine", "ddp", "--clips-per-gpu", "2", "--job-name", "acc", "--json"]
-    trainer = ["--", "--data", str(data), *SIMULATE_TINY]
-    real_dir, sim_dir = tmp_path / "real-4", tmp_path / "simulate-2"
-    real = cli(["--machine", "local", "submit", "--nodes", "4", "--walltime", "30", *common, "--run-dir",
-                str(real_dir), *trainer], env, timeout=120)
-    assert real.returncode == 0, real.stderr
+    (8 ranks; the embedded LSF's, since the test cluster has 2 nodes: the one test_simulate_e2e holds LSF's
+    simulate to), same data, seed and global batch: the weights after the epoch's 4 steps agree within 1e-5."""
+    sim_dir = tmp_path / "simulate-2"
     sim = cli(["--machine", "local-slurm", "simulate", "--virtual-nodes", "4", "--quota-nodes", "2", "--walltime",
-               "0:30", *common, "--run-dir", str(sim_dir), *trainer], env, timeout=120)
+               "0:30", *SIMULATE_COMMON, "--json", "--run-dir", str(sim_dir), "--",
+               "--data", str(real_four_node_run["data"]), *SIMULATE_TINY], env, timeout=120)
     assert sim.returncode == 0, sim.stderr
     assert "k = 2" in sim.stderr and "#SBATCH" not in sim.stdout
-    real_job = json.loads(real.stdout)["job_ids"][0]
-    assert wait_state(real_job, env, timeout=300)["STAT"] == "DONE", output(real_dir, "acc")
     row = ended(env, sim_dir)
     assert (row["state"], row["exit_code"], row["lsf_state"]) == ("DONE", 0, "COMPLETED"), output(sim_dir, "acc")
     plan = json.loads((sim_dir / "plan.json").read_text())
     assert (plan["scheduler"], plan["virtual_nodes"], plan["nodes"], plan["accum_steps"]) == ("slurm", 4, 2, 2)
-    ref, got = simulated_params(real_dir, 4), simulated_params(sim_dir, 4)
+    ref = simulated_params(real_four_node_run["run"], SIMULATE_STEPS)
+    got = simulated_params(sim_dir, SIMULATE_STEPS)
     worst = max((got[k] - ref[k]).abs().max().item() for k in ref)
     assert got.keys() == ref.keys() and worst <= 1e-5, f"max abs difference {worst:g} to the real 4-node run"
     # The weights did move (non-zero momentum after 4 steps): agreement is not the trivial kind.

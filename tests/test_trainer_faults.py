@@ -7,7 +7,6 @@ import copy
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -16,7 +15,7 @@ from typing import Callable, Dict, List
 import pytest
 import torch
 
-from trainer_utils import REPO, free_jobid, logs, make_dataset, rank_env, run_ranks, start_ranks, tiny_args, \
+from trainer_utils import free_jobid, logs, make_dataset, rank_env, run_ranks, start_rank, start_ranks, tiny_args, \
     wait_ranks
 
 from trainer.loop import checkpoint as ckpt
@@ -37,10 +36,7 @@ def start_job(args: List[str], log_dir: Path) -> List[subprocess.Popen]:
     log_dir.mkdir(parents=True, exist_ok=True)
     for r in range(2):
         group = 0 if r == 0 else procs[0].pid
-        with open(log_dir / f"rank{r}.log", "w") as out:
-            procs.append(subprocess.Popen([sys.executable, "-m", "trainer", *args], env=rank_env(r, 2, job),
-                                          stdout=out, stderr=subprocess.STDOUT, cwd=str(REPO),
-                                          preexec_fn=lambda g=group: os.setpgid(0, g)))
+        procs.append(start_rank(args, rank_env(r, 2, job), log_dir / f"rank{r}.log", process_group=group))
     return procs
 
 

@@ -32,6 +32,8 @@ sys.path.insert(0, str(REPO))
 
 from trainer.shards import ShardWriter, write_manifest  # noqa: E402
 
+import rank_zygote  # noqa: E402
+
 DIRECTIONS = {"right": (1, 0), "left": (-1, 0), "down": (0, 1), "up": (0, -1)}
 #: Direction-only classes: the axis is drawn per clip, so the SET of frames of a
 #: "forward" clip has the same distribution as a "backward" one; only their order
@@ -117,14 +119,73 @@ def rank_env(rank: int, size: int, job: str, extra: Optional[Dict[str, str]] = N
     return env
 
 
+_ZYGOTE: Optional[rank_zygote.Zygote] = None
+
+
+def _zygote() -> rank_zygote.Zygote:
+    """This test process's rank zygote (tests/rank_zygote.py), started on first use."""
+    global _ZYGOTE
+    if _ZYGOTE is None:
+        import tempfile
+        folder = Path(tempfile.mkdtemp(prefix="rank-zygote-"))
+        _ZYGOTE = rank_zygote.Zygote(rank_env(0, 1, "0"), str(REPO), folder)
+    return _ZYGOTE
+
+
+def start_rank(args: Sequence[str], env: Dict[str, str], log: Path, process_group: Optional[int] = None,
+               fresh: bool = False):
+    """``python -m trainer ARGS`` with ``env``, stdout and stderr to ``log``, in the repository: forked by the
+    rank zygote (tests/rank_zygote.py says why and what differs), or exec'd where ``fresh``, where the
+    environment differs from the zygote's in what the imports read, or where SUMMIT_JOBS_TEST_EXEC_RANKS=1.
+    ``process_group``: the group to join (0: a group of its own), as os.setpgid takes it."""
+    with open(log, "w") as out:
+        if not fresh and os.environ.get("SUMMIT_JOBS_TEST_EXEC_RANKS") != "1":
+            zygote = _zygote()
+            if zygote.accepts(env, str(REPO)):
+                return zygote.start(args, env, str(REPO), out.fileno(), out.fileno(), process_group)
+        preexec = None if process_group is None else (lambda: os.setpgid(0, process_group))
+        return subprocess.Popen([sys.executable, "-m", "trainer", *args], env=env, stdout=out,
+                                stderr=subprocess.STDOUT, cwd=str(REPO), preexec_fn=preexec)
+
+
+def run_trainer(args: Sequence[str], env: Dict[str, str], cwd: Optional[Path] = None,
+                timeout: float = 120) -> subprocess.CompletedProcess:
+    """``subprocess.run([python, -m, trainer, *args], capture_output=True, text=True)`` for one rank, forked by
+    the rank zygote where it accepts ``env`` (start_rank's rule), else exec'd: stdout and stderr apart."""
+    import tempfile
+    cwd = str(cwd or REPO)
+    zygote = None if os.environ.get("SUMMIT_JOBS_TEST_EXEC_RANKS") == "1" else _zygote()
+    if zygote is None or not zygote.accepts(env, cwd):
+        return subprocess.run([sys.executable, "-m", "trainer", *args], env=env, cwd=cwd, capture_output=True,
+                              text=True, timeout=timeout)
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        proc = zygote.start(args, env, cwd, out.fileno(), err.fileno())
+        try:
+            code = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            raise
+        out.seek(0)
+        err.seek(0)
+        return subprocess.CompletedProcess(proc.args, code, out.read().decode(errors="replace"),
+                                           err.read().decode(errors="replace"))
+
+
 def start_ranks(size: int, args: Sequence[str], log_dir: Path, extra_env: Optional[Dict[str, str]] = None,
-                module: Sequence[str] = ("-m", "trainer")) -> List[subprocess.Popen]:
+                module: Sequence[str] = ("-m", "trainer"), fresh: bool = False) -> List[subprocess.Popen]:
+    """``size`` ranks of one job (rank_env), each logging to ``log_dir/rankN.log``. The trainer's ranks come
+    from start_rank (forked by the rank zygote unless ``fresh``); another ``module`` is exec'd."""
     job = free_jobid()
     log_dir.mkdir(parents=True, exist_ok=True)
     procs = []
     for r in range(size):
+        env = rank_env(r, size, job, extra_env)
+        if tuple(module) == ("-m", "trainer"):
+            procs.append(start_rank(args, env, log_dir / f"rank{r}.log", fresh=fresh))
+            continue
         out = open(log_dir / f"rank{r}.log", "w")
-        procs.append(subprocess.Popen([sys.executable, *module, *args], env=rank_env(r, size, job, extra_env),
+        procs.append(subprocess.Popen([sys.executable, *module, *args], env=env,
                                       stdout=out, stderr=subprocess.STDOUT, cwd=str(REPO)))
         out.close()
     return procs
@@ -149,8 +210,9 @@ def logs(log_dir: Path) -> str:
 
 
 def run_ranks(size: int, args: Sequence[str], log_dir: Path, timeout: float = 240,
-              extra_env: Optional[Dict[str, str]] = None, module: Sequence[str] = ("-m", "trainer")) -> None:
-    codes = wait_ranks(start_ranks(size, args, log_dir, extra_env, module), log_dir, timeout)
+              extra_env: Optional[Dict[str, str]] = None, module: Sequence[str] = ("-m", "trainer"),
+              fresh: bool = False) -> None:
+    codes = wait_ranks(start_ranks(size, args, log_dir, extra_env, module, fresh), log_dir, timeout)
     assert codes == [0] * size, f"exit codes {codes}\n" + logs(log_dir)
 
 
