@@ -1,0 +1,71 @@
+"""The rank zygote (tests/rank_zygote.py) gives the tests what an exec'd ``python -m trainer`` gives: the same
+refusal and exit status, the same weights from the same run, its own pid and process group, the environment
+asked for, and a status of -N when signal N ends it; a request whose import-time environment differs is
+exec'd."""
+import json
+import os
+import signal
+import time
+
+import torch
+
+import trainer_utils
+from trainer_utils import free_jobid, make_dataset, rank_env, run_trainer, start_rank, tiny_args
+
+from trainer import rundir
+from trainer.loop import checkpoint as ckpt
+
+
+def _params(run):
+    return ckpt.load(ckpt.latest(run))["model"]
+
+
+def test_a_forked_rank_refuses_trains_and_ends_as_an_exec_d_one(tmp_path):
+    env = rank_env(0, 1, free_jobid())
+    forked = run_trainer(["--run-dir", str(tmp_path / "x")], env)
+    execd = trainer_utils.subprocess.run([trainer_utils.sys.executable, "-m", "trainer", "--run-dir",
+                                          str(tmp_path / "x")], env=env, cwd=str(trainer_utils.REPO),
+                                         capture_output=True, text=True, timeout=120)
+    assert (forked.returncode, forked.stderr, forked.stdout) == (execd.returncode, execd.stderr, execd.stdout)
+    assert forked.returncode != 0 and "--data DIR is required" in forked.stderr
+
+    data = make_dataset(tmp_path / "data", train=8, val=0, frames=4, size=32)
+    for name, fresh in (("forked", False), ("execd", True)):
+        rank = start_rank(tiny_args(tmp_path / name, data, eval_every=0) + ["--no-test"], rank_env(0, 1, free_jobid()),
+                          tmp_path / f"{name}.log", fresh=fresh)
+        assert isinstance(rank, trainer_utils.rank_zygote.ForkedRank) != fresh
+        assert rank.wait(timeout=120) == 0, (tmp_path / f"{name}.log").read_text()
+    a, b = _params(tmp_path / "forked"), _params(tmp_path / "execd")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert "all 1 epochs done" in (tmp_path / "forked.log").read_text()
+
+
+def test_a_forked_rank_has_its_own_pid_group_environment_and_signal_status(tmp_path):
+    data = make_dataset(tmp_path / "data", train=8, val=0, frames=4, size=32)
+    job = free_jobid()
+    env = rank_env(0, 1, job)
+    rank = start_rank(tiny_args(tmp_path / "run", data, epochs=500) + ["--no-test"], env, tmp_path / "r.log",
+                      process_group=0)
+    assert isinstance(rank, trainer_utils.rank_zygote.ForkedRank)
+    deadline = time.time() + 60
+    while "step 2/" not in (tmp_path / "r.log").read_text():
+        assert time.time() < deadline and rank.poll() is None, (tmp_path / "r.log").read_text()
+        time.sleep(0.05)
+    # A process of its own, leading the group it asked for, the zygote's child (which reaps it), and
+    # running with the environment it was given.
+    assert rank.pid != os.getpid() and os.getpgid(rank.pid) == rank.pid != os.getpgid(0)
+    ppid = int(open(f"/proc/{rank.pid}/stat").read().rsplit(")", 1)[1].split()[1])
+    assert ppid == trainer_utils._zygote().proc.pid
+    launch = [json.loads(line) for line in (tmp_path / "run" / rundir.EVENTS).read_text().splitlines()][0]
+    assert (launch["event"], launch["job"]) == ("launch", job)  # its LSB_JOBID, not the zygote's
+    rank.send_signal(signal.SIGKILL)
+    assert rank.wait(timeout=30) == -signal.SIGKILL
+    assert rank.poll() == -signal.SIGKILL
+
+
+def test_a_request_whose_import_time_environment_differs_is_exec_d(tmp_path):
+    env = rank_env(0, 1, free_jobid(), {"OMP_NUM_THREADS": "2"})
+    assert not trainer_utils._zygote().accepts(env, str(trainer_utils.REPO))
+    rank = start_rank(["--run-dir", str(tmp_path / "x")], env, tmp_path / "r.log")
+    assert not isinstance(rank, trainer_utils.rank_zygote.ForkedRank)
+    assert rank.wait(timeout=120) != 0 and "--data DIR is required" in (tmp_path / "r.log").read_text()
