@@ -12,6 +12,7 @@ import atexit  # noqa: E402
 import os  # noqa: E402
 import sys  # noqa: E402
 
+from trainer import preflight  # noqa: E402
 from trainer.config import parse, unset_variables  # noqa: E402
 
 if __name__ == "__main__":
@@ -19,6 +20,7 @@ if __name__ == "__main__":
     problem = unset_variables(args)
     if problem:
         sys.exit(problem)
+    preflight.check(args)  # paths, the data's manifest, packages: refused before torch too
     from trainer.loop.train import main
     rc = main(args)
     # Everything is saved, closed and joined by now. Leave without running C++ static destructors: a

@@ -59,6 +59,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Union
@@ -87,8 +88,32 @@ def exitcode_name(job_id: Union[int, str]) -> str:
     return f"exitcode.{job_id}"
 
 
+#: A step checkpoint's name (``checkpoint_name``): what a run resumes from.
+CKPT_RE = re.compile(r"^ckpt-(\d{9})\.pt$")
+#: The checkpoint of the best evaluation so far, beside the step checkpoints.
+BEST = "best.pt"
+
+
 def checkpoint_name(step: int) -> str:
     return f"ckpt-{step:09d}.pt"
+
+
+def ckpt_dir(run_dir: PathLike) -> Path:
+    return Path(run_dir) / CHECKPOINTS
+
+
+def list_checkpoints(run_dir: PathLike) -> List[Path]:
+    """The step checkpoints of ``run_dir``, oldest first (torch-free: the trainer's preflight lists them too)."""
+    d = ckpt_dir(run_dir)
+    if not d.is_dir():
+        return []
+    return sorted((p for p in d.iterdir() if CKPT_RE.match(p.name)), key=lambda p: p.name)
+
+
+def latest(run_dir: PathLike) -> Optional[Path]:
+    """The newest step checkpoint of ``run_dir``, or None."""
+    ckpts = list_checkpoints(run_dir)
+    return ckpts[-1] if ckpts else None
 
 
 def warning_name(job: Union[int, str]) -> str:

@@ -338,6 +338,11 @@ def read_manifest(path: os.PathLike) -> Dict[str, object]:
     return validate_manifest(data, str(p))
 
 
+def manifest_modality(manifest: Dict[str, object]) -> str:
+    """"rgb" (frames) or "flow" (flow_x/flow_y pairs): what the pack holds; a manifest without the key is rgb."""
+    return str(manifest.get("modality", "rgb"))
+
+
 def write_manifest(path: os.PathLike, manifest: Dict[str, object]) -> None:
     """Atomic: a reader sees the old manifest or the new one, never half of one."""
     p = Path(path)
@@ -456,7 +461,7 @@ class ShardDataset:
         self.classes: List[str] = list(self.manifest["classes"])
         self.split = split
         #: "rgb" (frames) or "flow" (flow_x/flow_y pairs, read with ``flow``).
-        self.modality: str = str(self.manifest.get("modality", "rgb"))
+        self.modality: str = manifest_modality(self.manifest)
         self._shards = [s for s in self.manifest["shards"] if s["split"] == split]
         self._samples: List[Tuple[int, SampleIndex]] = []
         for si, shard in enumerate(self._shards):

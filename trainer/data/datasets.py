@@ -27,6 +27,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from trainer import preflight
 from trainer.data import transforms
 from trainer.data.clips import (ClipSpec, sample_rng, eval_crops, eval_frame_indices, flow_eval_crops, flow_eval_indices,
                     flow_train_clip, flow_train_indices, train_clip, train_frame_indices)
@@ -124,18 +125,11 @@ def decoded_flow(shards: ShardDataset, i: int, indices: Sequence[int], make: Cal
 
 
 def open_shards(root: str, split: str, spec: ClipSpec) -> ShardDataset:
-    """The split's shards, refused in one line when they hold another modality than the run trains.
-
-    Why here, before any worker starts: a flow pack read as frames (or frames
-    as flow) would fail in every worker, once per clip, with a reader's error.
-    """
+    """The split's shards, refused in one line when they hold another modality than the run trains
+    (``preflight.modality_matches``: ``python -m trainer`` refuses it before torch, a run started
+    in-process here, before any worker starts)."""
     shards = ShardDataset(root, split)
-    if shards.modality != spec.modality:
-        how = ("train the temporal stream with --modality flow" if shards.modality == "flow" else
-               "pack the videos with 'summit-jobs pack --modality flow' for --modality flow, or train with "
-               "--modality rgb")
-        raise SystemExit(f"trainer: {root} holds {shards.modality} shards (manifest modality "
-                         f"{shards.modality!r}) and this run trains --modality {spec.modality}: {how}")
+    preflight.modality_matches(root, shards.modality, spec.modality)
     return shards
 
 

@@ -31,6 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import Dataset
 
+from trainer import preflight
 from trainer.data import transforms
 from trainer.loop.metrics import log
 from trainer.data.datasets import TrainClips, bad_rgb, decoded, sample_error, shard_path
@@ -231,9 +232,7 @@ def decoder_for(device: torch.device) -> Decoder:
 def train_input(train: TrainClips, device: torch.device) -> Tuple[Dataset, Callable]:
     """The device path's training dataset and collate, once the run is known to be able to use it: RGB
     shards, and on CUDA a torchvision that decodes there (checked now, before any worker starts)."""
-    if train.spec.modality != "rgb":
-        raise SystemExit(f"trainer: --decode device decodes RGB frames only and this run trains --modality "
-                         f"{train.spec.modality}: train it with --decode cpu (the workers decode its flow JPEGs)")
+    preflight.device_decode("device", train.spec.modality)
     decoder_for(torch.device(device))
     return TrainBytes(train), collate
 

@@ -20,19 +20,15 @@ from typing import Dict, List, Optional, Tuple
 import torch
 
 from trainer.dist import compat
-from trainer.rundir import CHECKPOINTS, checkpoint_name
+# the step checkpoints' names and their listing are the run directory's contract (torch-free: the preflight
+# resolves --init-from with them before torch is imported)
+from trainer.rundir import BEST, CKPT_RE, checkpoint_name, ckpt_dir, latest, list_checkpoints  # noqa: F401
 
-CKPT_RE = re.compile(r"^ckpt-(\d{9})\.pt$")
 EPOCH_RE = re.compile(r"^epoch-(\d{4})\.pt$")
-BEST = "best.pt"
 
 
 class CheckpointError(SystemExit):
     """A checkpoint that cannot be read or written: the trainer ends with this one line, no traceback."""
-
-
-def ckpt_dir(run_dir: os.PathLike) -> Path:
-    return Path(run_dir) / CHECKPOINTS
 
 
 def _tmp_name(path: Path) -> Path:
@@ -121,23 +117,11 @@ def number(path: os.PathLike) -> int:
     return int(m.group(1))
 
 
-def list_checkpoints(run_dir: os.PathLike) -> List[Path]:
-    d = ckpt_dir(run_dir)
-    if not d.is_dir():
-        return []
-    return sorted((p for p in d.iterdir() if CKPT_RE.match(p.name)), key=lambda p: p.name)
-
-
 def list_epoch_checkpoints(run_dir: os.PathLike) -> List[Path]:
     d = ckpt_dir(run_dir)
     if not d.is_dir():
         return []
     return sorted(p for p in d.iterdir() if EPOCH_RE.match(p.name))
-
-
-def latest(run_dir: os.PathLike) -> Optional[Path]:
-    ckpts = list_checkpoints(run_dir)
-    return ckpts[-1] if ckpts else None
 
 
 def save(run_dir: os.PathLike, state: Dict, step: int, keep: int, epoch_end: Optional[int] = None,

@@ -15,9 +15,10 @@ import os
 from pathlib import Path
 from typing import Dict, Optional
 
+from trainer import preflight
 from trainer.rundir import TENSORBOARD
 
-MISSING = "trainer: --tensorboard needs the tensorboard package (pip install tensorboard)"
+MISSING = preflight.TENSORBOARD_MISSING
 #: The record fields written as scalars, under ``<section>/<field>``.
 SCALARS = ("loss", "top1", "top5", "lr", "clips_per_s", "data_wait_frac")
 #: Metrics named in the hyperparameter view (their scalars are written with the records).
@@ -25,9 +26,11 @@ HPARAM_METRICS = ("eval/top1", "test_mean/top1")
 
 
 def require() -> None:
-    """Exit at start, on every rank, when TensorBoard cannot be written: before any rank waits for another."""
+    """Exit at start, on every rank, when TensorBoard cannot be written: before any rank waits for another.
+    The package itself is looked for before torch is imported (``preflight.require_tensorboard``); torch's
+    writer for it is tried here."""
+    preflight.require_tensorboard()
     try:
-        import tensorboard  # noqa: F401
         from torch.utils.tensorboard import SummaryWriter  # noqa: F401
     except ImportError:
         raise SystemExit(MISSING) from None

@@ -13,7 +13,6 @@ The checkpoint may be this trainer's or another code's (``trainer.models.interop
 from __future__ import annotations
 
 import argparse
-import os
 import signal
 from pathlib import Path
 from typing import Dict, Optional, Tuple
@@ -23,7 +22,7 @@ import torch
 from trainer.loop import checkpoint as ckpt
 from trainer.loop import startup
 from trainer.models import interop
-from trainer import rundir, scores
+from trainer import preflight, rundir, scores
 from trainer.loop import setup, tboard
 from trainer.data.datasets import EvalClips
 from trainer.dist.engines import Engine, make_engine
@@ -33,19 +32,6 @@ from trainer.loop.steps import EvalLoader, StepContext, evaluate
 from trainer.loop.trainstate import plain_args
 
 
-def _readable(path: Path) -> None:
-    """One line for a --test-only path that names no readable file, before anything reads it."""
-    why = None
-    if not path.exists():
-        why = "no such file"
-    elif not path.is_file():
-        why = "not a file"
-    elif not os.access(path, os.R_OK):
-        why = "not readable (permission denied)"
-    if why:
-        raise ckpt.CheckpointError(f"trainer: --test-only {path}: {why}")
-
-
 def read_weights(path: Path) -> Tuple[Dict[str, torch.Tensor], Dict]:
     """(the weights in this trainer's key layout, what the file says of them: arch, width, classes, shift,
     and its plain entries under ``meta``: step and epoch for this trainer's checkpoints).
@@ -53,7 +39,7 @@ def read_weights(path: Path) -> Tuple[Dict[str, torch.Tensor], Dict]:
     Any checkpoint ``trainer.models.interop`` reads: this trainer's, its weights-only exports, the official
     TSM code's and mmaction2's, as data only (never code).
     """
-    _readable(path)
+    preflight.weights_file(path, "--test-only")
     try:
         return interop.load_checkpoint_any(path)
     except interop.WeightsError as exc:
@@ -65,7 +51,7 @@ def _agreed_weights(engine: Engine, path: Path) -> Tuple[Optional[Dict], Dict]:
     try:
         weights, info = read_weights(path)
         failure = None
-    except ckpt.CheckpointError as exc:
+    except (ckpt.CheckpointError, preflight.Refusal) as exc:
         weights, info, failure = None, {}, exc
     if engine.any_rank(failure is not None):
         raise failure if failure is not None else SystemExit(
@@ -161,8 +147,7 @@ def _run(args: argparse.Namespace, engine: Engine, metrics: MetricsWriter) -> in
 def test_only(args: argparse.Namespace) -> int:
     """Run the test of ``args.test_only`` and exit 0; the run directory is created when it does not exist."""
     startup.imports_done()
-    if not args.data:
-        raise SystemExit("trainer: --test-only needs --data DIR (the folder of shards whose 'val' split is tested)")
+    preflight.require_data(args)
     for sig in STOP_SIGNALS:  # nothing to save: a stop request ends the test as the signal's default does
         signal.signal(sig, signal.SIG_DFL)
     if args.threads:

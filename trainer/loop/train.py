@@ -32,7 +32,7 @@ import torch
 from trainer.loop import checkpoint as ckpt
 from trainer.dist import compat
 from trainer.models import interop
-from trainer import rundir
+from trainer import preflight, rundir
 from trainer import scores
 from trainer.loop import setup
 from trainer.loop import startup
@@ -176,8 +176,7 @@ class Trainer:
         self.stop.install()
         if args.threads:
             torch.set_num_threads(args.threads)
-        if not args.data:
-            raise SystemExit("trainer: --data DIR is required (a folder of shards with manifest.json)")
+        preflight.require_data(args)
         self._setup_engine(engine)
         self._setup_data()
         self._setup_model()

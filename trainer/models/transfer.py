@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Dict, List, Optional
 
 import torch
 
+from trainer import preflight
 from trainer.loop import checkpoint as ckpt
 from trainer.models import interop
 
@@ -27,26 +27,6 @@ STEM = "conv1.weight"
 
 class TransferError(SystemExit):
     """--init-from names nothing this trainer can start from: one line, no traceback."""
-
-
-def resolve(source: os.PathLike) -> Path:
-    """The checkpoint ``source`` names: a file, or a run directory's best.pt, else its newest checkpoint."""
-    path = Path(source)
-    if path.is_dir():
-        best = ckpt.ckpt_dir(path) / ckpt.BEST
-        if best.is_file():
-            return best
-        newest = ckpt.latest(path)
-        if newest is None:
-            raise TransferError(f"trainer: --init-from {source}: a folder with no checkpoints (neither "
-                                f"{ckpt.BEST} nor ckpt-*.pt under {ckpt.ckpt_dir(path)}): give a run directory "
-                                "that has trained, or a checkpoint file")
-        return newest
-    if not path.exists():
-        raise TransferError(f"trainer: --init-from {source}: no such file or directory")
-    if not os.access(path, os.R_OK):
-        raise TransferError(f"trainer: --init-from {source}: not readable (permission denied)")
-    return path
 
 
 @dataclass
@@ -103,9 +83,10 @@ def _fc(source: Dict[str, torch.Tensor], target: Dict[str, torch.Tensor]) -> str
 
 
 def init_from(model: torch.nn.Module, source: os.PathLike) -> TransferReport:
-    """Load ``source`` (``resolve``) into ``model`` as the module docstring says; nothing is changed
-    unless the networks agree apart from the first conv's inputs and the classifier."""
-    path = resolve(source)
+    """Load ``source`` (``preflight.init_checkpoint``: a file, or a run directory's best or newest checkpoint)
+    into ``model`` as the module docstring says; nothing is changed unless the networks agree apart from the
+    first conv's inputs and the classifier."""
+    path = preflight.init_checkpoint(source)
     try:
         weights, _info = interop.load_checkpoint_any(path)
     except (interop.WeightsError, ckpt.CheckpointError) as exc:
