@@ -35,6 +35,19 @@ def run_module(module: str, args: Sequence[str], env: dict, cwd=None, timeout: f
                           text=True, timeout=timeout, input=input)
 
 
+#: ``python -m MODULE`` (runpy, as ``-m`` runs it) in a process where ``import torch`` raises ImportError.
+_WITHOUT_TORCH = ("import runpy, sys; sys.modules['torch'] = None; module = sys.argv.pop(1); "
+                  "runpy.run_module(module, run_name='__main__', alter_sys=True)")
+
+
+def run_module_without_torch(module: str, args: Sequence[str], env: dict, cwd=None,
+                             timeout: float = 120) -> subprocess.CompletedProcess:
+    """``python -m module args`` where torch cannot be imported: a clean refusal from it shows that the
+    refusal comes before torch's import (a second of CPU a user would wait for nothing)."""
+    return subprocess.run([sys.executable, "-c", _WITHOUT_TORCH, module, *args], env=env, cwd=cwd,
+                          capture_output=True, text=True, timeout=timeout)
+
+
 def option_names(command) -> set:
     """Each parameter of a click command as the bad-input tables name it: an argument by its name, an
     option by its long spelling (its first one when it has none)."""

@@ -1,6 +1,8 @@
 """Bad input to `summit-jobs compare`: missing runs, runs without checkpoints, corrupt or foreign files,
 different architectures or steps, and bad tolerances. Each case must be refused with a non-zero exit, no
-traceback and the offending value named. The checkpoints are real torch archives written here."""
+traceback and the offending value named. The checkpoints are real torch archives written here. Refusals that
+need no tensor (missing runs, no checkpoint, a file that is no archive, the tolerance) come before torch is
+imported: those cases run in a process where torch cannot be imported."""
 from __future__ import annotations
 
 import fractions
@@ -11,7 +13,7 @@ from typing import Callable, Dict, List, Tuple
 import pytest
 import torch
 
-from badinput import assert_refused
+from badinput import assert_refused, run_module_without_torch
 from conftest import cli_env, run_cli  # noqa: F401
 
 
@@ -84,6 +86,13 @@ CASES: Dict[str, Tuple[Build, List[str]]] = {
 }
 
 
+#: The cases refused before torch is imported (a zip archive needs torch.load to tell what it holds).
+WITHOUT_TORCH = {"missing run", "missing second run", "run without checkpoint", "empty checkpoints folder",
+                 "only a temporary of a killed save", "garbage checkpoint", "empty checkpoint",
+                 "cut-short checkpoint", "negative tolerance", "nan tolerance", "infinite tolerance",
+                 "tolerance not a number"}
+
+
 def _mk(p: Path) -> Path:
     p.mkdir(parents=True)
     return p
@@ -99,7 +108,10 @@ def _cut(run: Path) -> Path:
 def test_compare_refuses(name, tmp_path, cli_env):
     build, needles = CASES[name]
     a, b, extra = build(tmp_path)
-    proc = run_cli(["compare", a, b, *extra], cli_env, timeout=120)
+    if name in WITHOUT_TORCH:
+        proc = run_module_without_torch("summit_jobs", ["compare", a, b, *extra], cli_env, timeout=120)
+    else:
+        proc = run_cli(["compare", a, b, *extra], cli_env, timeout=120)
     assert_refused(proc, [n.format(A=a, B=b) for n in needles])
     assert proc.returncode == 2, (proc.returncode, proc.stderr)
     if not proc.stderr.startswith("Usage:"):  # click's own refusal of a malformed option keeps its usage lines

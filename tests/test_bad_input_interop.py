@@ -5,7 +5,8 @@ Files a user could hand it: missing, a folder, empty, text, a zip that is no tor
 torch file or a safetensors file cut short, a pickle that would run code, containers without
 weights, state dicts of other networks (another block count, MobileNet, temporal pooling,
 non-local blocks), of inconsistent shapes, without a classifier, or mixing layouts; and
-outputs it must not write.
+outputs it must not write. Those that need no tensor (paths, options) are refused before torch is
+imported: they run in a process where torch cannot be imported.
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from badinput import assert_refused, run_module
+from badinput import assert_refused, run_module, run_module_without_torch
 from trainer_utils import REPO
 
 from trainer.models import interop
@@ -118,11 +119,22 @@ OUTPUT_CASES = [
 ]
 
 
+#: The cases refused from the options and the paths alone: before torch is imported, so these run in a
+#: process where torch cannot be imported (a user waits for nothing, and the suite saves a second a case).
+WITHOUT_TORCH = {"missing", "folder", "empty", "text", "out-exists", "out-folder", "out-no-parent", "bad-layout",
+                 "bad-format", "bad-tsm-fc"}
+
+
+def convert_cmd(case: str, args: list):
+    """``python -m trainer.models.interop`` with ``args``, without torch for the cases that need none."""
+    run = run_module_without_torch if case in WITHOUT_TORCH else run_module
+    return run("trainer.models.interop", args, env())
+
+
 @pytest.mark.parametrize("case, name, extra, words", CASES, ids=[c[0] for c in CASES])
 def test_bad_input_file_is_refused(inputs, tmp_path, case, name, extra, words):
     src = inputs / name
-    res = run_module("trainer.models.interop", ["convert", str(src), str(tmp_path / "out.pth"), "--to", "mmaction2",
-                                         *extra], env())
+    res = convert_cmd(case, ["convert", str(src), str(tmp_path / "out.pth"), "--to", "mmaction2", *extra])
     assert_refused(res, [f"{src}: ", *words], prefix=PREFIX)
     assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "out.pth").exists() and not list(tmp_path.iterdir())
@@ -133,9 +145,17 @@ def test_bad_output_or_option_is_refused(inputs, case, name, extra, words):
     out = inputs / name
     before = sorted(p.name for p in inputs.iterdir())
     args = ["convert", str(inputs / "good.pth"), str(out)] + (extra if "--to" in extra else ["--to", "tsm", *extra])
-    res = run_module("trainer.models.interop", args, env())
+    res = convert_cmd(case, args)
     assert_refused(res, words)
     assert res.returncode == 2
     assert sorted(p.name for p in inputs.iterdir()) == before
     if name == "taken.pth":
         assert out.read_bytes() == b"someone's file"
+
+
+def test_a_conversion_that_can_start_needs_torch(inputs, tmp_path):
+    """The check of the cases above can fail: a file that passes the path checks reaches torch's import,
+    which fails where torch is blocked."""
+    res = run_module_without_torch("trainer.models.interop", ["convert", str(inputs / "other.zip.pth"),
+                                                              str(tmp_path / "out.pth"), "--to", "tsm"], env())
+    assert res.returncode != 0 and "import of torch halted" in res.stderr, res.stderr[-2000:]

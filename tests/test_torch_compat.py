@@ -49,6 +49,7 @@ NEW_FORMS: Dict[str, str] = {
     "torch.serialization.add_safe_globals": "2.4; checkpoints hold plain values instead",
     "torch.serialization.safe_globals": "2.5; checkpoints hold plain values instead",
     "torch.distributed.device_mesh": "2.2",
+    "torch._inductor.cpp_builder": "private, newer than 2.0: compat.cpp_compiler_problem, None where missing",
 }
 #: Names that 2.0 has but whose meaning or form changed since: only compat.py (or the named place) uses them.
 ROUTED: Dict[str, str] = {

@@ -5,8 +5,10 @@ optimisation as p*k real nodes. This module checks the claim on two finished
 runs: the same steps, global batches and learning rates at every logged step,
 the same training loss, and the same weights at the end, within a tolerance.
 
-Torch is imported inside ``load_checkpoint`` only: this module is imported by
-the CLI, whose start-up on a login node must stay torch-free. Checkpoints are
+Torch is imported inside ``load_checkpoint`` only, after both runs are found and
+their checkpoints look like torch archives: this module is imported by the CLI,
+whose start-up on a login node must stay torch-free, and a refusal that needs no
+tensor should not wait a second of CPU for torch. Checkpoints are
 read with ``weights_only=True`` (they are pickles and may come from anywhere).
 """
 from __future__ import annotations
@@ -62,17 +64,31 @@ def resolve(target: str) -> Tuple[Path, Optional[Path]]:
                     "or a checkpoint file (.pt).")
 
 
+def _unreadable(path: Path, why: str) -> UserError:
+    return UserError(f"checkpoint {path} is not readable ({why}): give another run or checkpoint, or delete "
+                     "this file to compare the run's older checkpoint.")
+
+
+def check_archive(path: Path) -> None:
+    """Refuse, without torch, a file that is no zip archive (every torch.save since 1.6 writes one): an
+    empty, cut-short or foreign file shows it in its last bytes, and is refused a second of CPU sooner."""
+    try:
+        is_zip = zipfile.is_zipfile(path)
+    except OSError as exc:
+        raise _unreadable(path, exc.strerror or str(exc)) from None
+    if not is_zip:
+        raise _unreadable(path, "not a torch archive: empty, cut short or another kind of file")
+
+
 def load_checkpoint(path: Path) -> Dict:
     """A checkpoint's contents as data only; an unreadable file is the user's to fix, not a traceback."""
     import pickle
 
+    check_archive(path)
     import torch
     why = None
     try:
-        if not zipfile.is_zipfile(path):
-            why = "not a torch archive: empty, cut short or another kind of file"
-        else:
-            state = torch.load(path, map_location="cpu", weights_only=True)
+        state = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
         why = "it holds more than tensors and plain values: " + str(exc).splitlines()[0][:200]
     except (EOFError, RuntimeError, ValueError, KeyError, zipfile.BadZipFile) as exc:
@@ -80,14 +96,17 @@ def load_checkpoint(path: Path) -> Dict:
     if why is None and not (isinstance(state, dict) and isinstance(state.get("model"), dict)):
         why = "no model weights in it (not a checkpoint of this trainer)"
     if why is not None:
-        raise UserError(f"checkpoint {path} is not readable ({why}): give another run or checkpoint, or delete "
-                        "this file to compare the run's older checkpoint.")
+        raise _unreadable(path, why)
     return state
 
 
-def open_run(label: str, target: str) -> Run:
-    ckpt, run_dir = resolve(target)
-    return Run(label, ckpt, run_dir, load_checkpoint(ckpt))
+def open_runs(target_a: str, target_b: str) -> Tuple[Run, Run]:
+    """Both sides, loaded. Why both resolved and sniffed first: a missing second run or an empty
+    checkpoints folder is refused before torch is imported to read the first run's checkpoint."""
+    (ckpt_a, dir_a), (ckpt_b, dir_b) = resolve(target_a), resolve(target_b)
+    check_archive(ckpt_a)
+    check_archive(ckpt_b)
+    return Run("A", ckpt_a, dir_a, load_checkpoint(ckpt_a)), Run("B", ckpt_b, dir_b, load_checkpoint(ckpt_b))
 
 
 def train_records(run: Run) -> Dict[int, Dict]:
@@ -184,7 +203,7 @@ def compare(target_a: str, target_b: str, tolerance: float) -> Dict:
     """The whole comparison as plain data (what --json prints); ``agree`` and ``reason`` are the verdict."""
     if not 0 <= tolerance < float("inf"):
         raise UserError(f"--tolerance {tolerance}: must be a finite number, 0 or more (1e-5 suits fp32 on CPU).")
-    a, b = open_run("A", target_a), open_run("B", target_b)
+    a, b = open_runs(target_a, target_b)
     check_same_shape(a, b)
     diffs = weight_diffs(a.state["model"], b.state["model"])
     params = [d for d in diffs if not d["buffer"]]

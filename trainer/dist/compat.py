@@ -216,6 +216,34 @@ def gloo_reduces_bf16() -> bool:
     return True
 
 
+def cpp_compiler_problem() -> Optional[str]:
+    """Why inductor would find no working C++ compiler for CPU kernels here (its error, as the first compile
+    reports it: ``InvalidCxxCompiler: No working C++ compiler found ...``), or None.
+
+    Inductor looks for its compiler only at its first compile, inside the first
+    training step, after the data and the model are set up; asked at set-up, a
+    machine without one is refused before any of that. The search asked is
+    inductor's own: ``torch._inductor.cpp_builder.get_cpp_compiler`` (CXX, else
+    the candidates of ``torch._inductor.config.cpp.cxx``, each run with
+    ``--version``; the answer is cached, so the compile does not search again).
+    torch has no public form of it and 2.0 lacks this private one: where it is
+    missing, or fails other than by finding no compiler, the answer is None and
+    inductor tells at its first compile, as it always did.
+    """
+    try:
+        from torch._inductor.cpp_builder import get_cpp_compiler
+    except ImportError:
+        return None
+    try:
+        get_cpp_compiler()
+    except RuntimeError as exc:  # torch._inductor.exc.InvalidCxxCompiler; on Windows, cl's own checks
+        first = (str(exc).strip().splitlines() or [""])[0]
+        return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+    except Exception:  # noqa: BLE001 - a private function that changed: leave the answer to inductor
+        return None
+    return None
+
+
 __all__ = ["OLDEST", "version", "autocast_enabled", "autocast_dtype", "GradScaler", "grad_scaler",
            "listening_store", "store_value", "count_flops", "load_data_only",
-           "gloo_reduces_bf16"]
+           "gloo_reduces_bf16", "cpp_compiler_problem"]

@@ -17,6 +17,7 @@ import torch
 from trainer.data.clips import ClipSpec
 from trainer.config import LR_PER_8_CLIPS
 from trainer.data.datasets import EvalClips, TrainClips
+from trainer.dist import compat
 from trainer.dist.engines import Engine
 from trainer.models import interop, transfer
 from trainer.loop.metrics import log
@@ -79,6 +80,28 @@ def backends(device: torch.device) -> None:
     few (one, or multigrid's handful), so the timing is paid a few times per run."""
     if device.type == "cuda":
         torch.backends.cudnn.benchmark = True
+
+
+def compile_refusal(args: argparse.Namespace, why: str) -> str:
+    """The one line that ends a run whose ``--compile`` cannot compile the model (``why``: the cause)."""
+    return (f"trainer: --compile {args.compile} (backend {args.compile_backend}) could not compile the model: "
+            f"{why[:300]}; run with --compile off, or --compile-backend aot_eager where no C++ compiler works "
+            "(inductor needs one on a CPU)")
+
+
+def check_compiler(args: argparse.Namespace, device: torch.device) -> None:
+    """Refuse at set-up a ``--compile`` whose inductor backend would find no C++ compiler for the CPU.
+
+    Why at set-up: inductor finds out at its first compile, inside the first training
+    step, after the data, the model and the resume are set up (over ten CPU-seconds on a
+    tiny run before the same refusal). A GPU's kernels need no C++ compiler, nor does
+    aot_eager; where torch cannot be asked, the first compile still refuses (``train``).
+    """
+    if args.compile == "off" or args.compile_backend != "inductor" or device.type != "cpu":
+        return
+    why = compat.cpp_compiler_problem()
+    if why is not None:
+        raise SystemExit(compile_refusal(args, why))
 
 
 def compiled(model: torch.nn.Module, args: argparse.Namespace, device: torch.device) -> torch.nn.Module:

@@ -196,6 +196,7 @@ class Trainer:
         self.writer = CheckpointWriter() if self.is_main else None  # rank 0 writes, in the background
         self._bn_unmerged = False  # the last record left each rank its own BatchNorm statistics
         self.amp_dtype, self.channels_last = setup.numerics(self.args, self.device)
+        setup.check_compiler(self.args, self.device)
         setup.backends(self.device)
 
     def _setup_data(self) -> None:
@@ -691,9 +692,7 @@ def _train(args: argparse.Namespace) -> int:
         e = trainer.engine
         if args.compile != "off" and _compile_failure(exc):
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise SystemExit(f"trainer: --compile {args.compile} (backend {args.compile_backend}) could not compile "
-                             f"the model: {first[:300]}; run with --compile off, or --compile-backend aot_eager "
-                             "where no C++ compiler works (inductor needs one on a CPU)") from None
+            raise SystemExit(setup.compile_refusal(args, first)) from None
         if e.size > 1 and LOST_PEER.search(f"{type(exc).__name__} {exc}"):
             # The rank that ended first printed the cause; a traceback from every other rank would bury it.
             first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__

@@ -38,7 +38,6 @@ The layouts, as read from the sources (no code taken from them):
 from __future__ import annotations
 
 import argparse
-import errno
 import json
 import os
 import pickle
@@ -48,18 +47,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+if __name__ == "__main__":
+    # ``python -m trainer.models.interop``: the command line refuses bad options and paths before torch is
+    # imported (a second of CPU), then imports this module under its own name for the conversion.
+    from trainer.models.interop_cli import main as _cli_main
+    sys.exit(_cli_main())
+
 import torch
 
 from trainer.dist import compat
 from trainer.files import atomic_path, discard
+from trainer.models.interop_cli import (FORMATS, LAYOUTS, PLACEMENTS, TSM_FCS, WeightsError,  # noqa: F401 - API
+                                        cannot_write, check_paths, main, parser, weights_kind)
 from trainer.models.model import ARCHS, SHIFT_BLOCKS, build_model, shift_round
 
-LAYOUTS = ("summit", "tsm", "mmaction2")
-FORMATS = ("pt", "safetensors")
-PLACEMENTS = ("blockres", "block")
-#: Where the official TSN keeps its classifier: ``new_fc`` when built with dropout (its scripts
-#: and test_models.py), ``base_model.fc`` with dropout 0.
-TSM_FCS = ("new_fc", "base_model.fc")
 WEIGHTS_DIR = "weights"
 #: Key names shown in an error before "... N more".
 SHOWN = 5
@@ -75,30 +76,7 @@ LEFTOVER = re.compile(r"^\.[A-Za-z0-9][A-Za-z0-9_-]*\.(?:pt|safetensors)\.tmp(\d
 SAFETENSORS_META = "summit_meta"
 
 
-class WeightsError(ValueError):
-    """Weights this module cannot use. The message says what is wrong and what to do, without the
-    file's path: the caller puts its option and the path in front (``trainer: --pretrained FILE: ...``)."""
-
-
 # -- reading ---------------------------------------------------------------------------------
-
-def _kind(path: Path) -> str:
-    """"zip", "legacy" (torch < 1.6 pickle), "safetensors" or "unknown", from the first bytes.
-
-    Why sniff: a text file handed to ``torch.load`` fails deep in the unpickler with a
-    message that reads like a refused pickle; saying "not a weights file" is the truth.
-    """
-    size = path.stat().st_size
-    with open(path, "rb") as fh:
-        head = fh.read(9)
-    if head[:4] == b"PK\x03\x04":
-        return "zip"
-    if head[:1] == b"\x80":
-        return "legacy"
-    if len(head) == 9 and head[8:9] == b"{" and 8 + int.from_bytes(head[:8], "little") <= size:
-        return "safetensors"
-    return "unknown" if size else "empty"
-
 
 def _reason(exc: BaseException) -> str:
     """The first sentence of a loader's error that says what went wrong (torch's run to pages)."""
@@ -144,16 +122,9 @@ def _safetensors_load(path: Path) -> Dict[str, Any]:
 def read_weights(path: os.PathLike) -> Tuple[Any, str]:
     """What the file holds, read as data only, and its format ("pt" or "safetensors")."""
     p = Path(path)
-    try:
-        kind = _kind(p)
-    except OSError as exc:
-        raise WeightsError(f"cannot read it: {exc.strerror or exc}") from None
-    if kind == "safetensors":
+    if weights_kind(p) == "safetensors":
         return _safetensors_load(p), "safetensors"
-    if kind in ("zip", "legacy"):
-        return _torch_load(p), "pt"
-    raise WeightsError("an empty file: a copy that never finished? copy it again" if kind == "empty" else
-                       "not a weights file: neither a torch checkpoint (torch.save) nor safetensors")
+    return _torch_load(p), "pt"
 
 
 def _plain(value: Any) -> bool:
@@ -671,11 +642,7 @@ def _save(path: Path, flat: StateDict, fmt: str, layout: str, meta: Dict[str, An
             else:
                 torch.save(_container(flat, layout, meta), tmp)
     except OSError as exc:
-        full = exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
-        fix = f"free space in {path.parent} or write elsewhere" if full else \
-            f"check that {path.parent} exists and is writable"
-        raise WeightsError(f"cannot write {path}: {exc.strerror or exc}; nothing was left under that name: "
-                           f"{fix}") from None
+        raise WeightsError(cannot_write(path, exc)) from None
     except Exception as exc:  # noqa: BLE001 - torch wraps a short write in RuntimeError, safetensors in its own
         raise WeightsError(f"cannot write {path}: {_reason(exc)}; nothing was left under that name") from None
 
@@ -739,34 +706,7 @@ def export_weights(run_dir: os.PathLike, model_state_dict: StateDict, name: str,
     return path
 
 
-# -- python -m trainer.models.interop convert -------------------------------------------------------
-
-def parser() -> argparse.ArgumentParser:
-    """The command line: ``convert IN OUT --to LAYOUT`` (more subcommands may join it)."""
-    p = argparse.ArgumentParser(prog="python -m trainer.models.interop",
-                                description="Weights between this trainer, the official TSM code and mmaction2.")
-    sub = p.add_subparsers(dest="command", required=True)
-    c = sub.add_parser("convert", help="write IN's weights to OUT in another key layout",
-                       description="Read IN (this trainer's checkpoint or export, an official TSM or mmaction2 "
-                                   "checkpoint, a state dict; .pt/.pth or .safetensors) and write its weights "
-                                   "to OUT in the layout of --to.")
-    c.add_argument("input", metavar="IN")
-    c.add_argument("output", metavar="OUT")
-    c.add_argument("--to", required=True, choices=LAYOUTS, help="key layout of OUT")
-    c.add_argument("--format", choices=FORMATS, default=None,
-                   help="file format of OUT (default: safetensors when OUT ends in .safetensors, else pt)")
-    c.add_argument("--tsm-fc", choices=TSM_FCS, default=None,
-                   help="the official TSN's classifier name (default new_fc: a TSN built with dropout, as "
-                        "its scripts and test_models.py do; base_model.fc for --dropout 0)")
-    c.add_argument("--no-shift", dest="shift", action="store_const", const=False, default=None,
-                   help="the network has no temporal shift (TSN); default: what IN records, else shifted")
-    c.add_argument("--shift-placement", choices=PLACEMENTS, default=None,
-                   help="where the shifts are (default: what IN records, else blockres)")
-    c.add_argument("--shift-blocks", choices=SHIFT_BLOCKS, default=None,
-                   help="which blocks carry a shift (default: what IN records, else official)")
-    c.add_argument("--force", action="store_true", help="replace OUT if it exists")
-    return p
-
+# -- convert (its command line and the checks that need no torch: interop_cli.py) ------------------
 
 def _convert_shift(a: argparse.Namespace, info: Dict[str, Any]) -> Tuple[List[str], Optional[str], bool]:
     """(shifted blocks, placement, whether the trainer's defaults were assumed) for OUT."""
@@ -799,11 +739,8 @@ def _history(meta: Dict[str, Any]) -> Tuple[Optional[int], Optional[float]]:
 
 def convert(a: argparse.Namespace) -> str:
     """Run ``convert``; returns the line to print. WeightsError names the file it is about."""
+    check_paths(a)
     out = Path(a.output)
-    if out.is_dir():
-        raise WeightsError(f"{out} is a folder: give a file name")
-    if out.exists() and not a.force:
-        raise WeightsError(f"{out} exists: pass --force to replace it, or choose another OUT")
     try:
         sd, info = load_checkpoint_any(a.input)
     except WeightsError as exc:
@@ -817,18 +754,3 @@ def convert(a: argparse.Namespace) -> str:
             "blockres --shift-blocks official), pass --no-shift or others if its run used them") if assumed else ""
     return (f"wrote {out}: {info['arch']}, {info['num_classes']} classes, {a.to} layout ({fmt}), "
             f"{len(shifted)} shifted blocks, from {a.input} ({info['layout']} layout){note}")
-
-
-def main(argv: Optional[List[str]] = None) -> int:
-    """The command's entry: one line on stderr and exit 2 for anything wrong with its input."""
-    a = parser().parse_args(argv)
-    try:
-        print(convert(a))
-    except WeightsError as exc:
-        print(f"trainer.models.interop: error: {exc}", file=sys.stderr)
-        return 2
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
