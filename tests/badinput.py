@@ -25,12 +25,12 @@ def assert_refused(proc: subprocess.CompletedProcess, needles: Iterable[str] = (
 
 
 def run_module(module: str, args: Sequence[str], env: dict, cwd=None, timeout: float = 120,
-               input: Optional[str] = None) -> subprocess.CompletedProcess:
+               input: Optional[str] = None, fresh: bool = False) -> subprocess.CompletedProcess:
     """``python -m module args`` as a user would run it (the real entry point, a real process; the trainer's
-    forked by the rank zygote where it can be: tests/rank_zygote.py)."""
+    forked by the rank zygote where it can be, tests/rank_zygote.py, unless ``fresh``)."""
     if module == "trainer" and input is None:
         from trainer_utils import run_trainer
-        return run_trainer(args, env, cwd=cwd, timeout=timeout)
+        return run_trainer(args, env, cwd=cwd, timeout=timeout, fresh=fresh)
     return subprocess.run([sys.executable, "-m", module, *args], env=env, cwd=cwd, capture_output=True,
                           text=True, timeout=timeout, input=input)
 

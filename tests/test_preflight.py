@@ -148,7 +148,7 @@ def test_a_run_started_in_process_refuses_in_the_same_line(case, where, tmp_path
     from trainer.config import parse
     args = parse(CASES[case][0](tmp_path / "run", where))
     with pytest.raises(SystemExit) as first:
-        preflight.check(args)
+        preflight.refuse_early(args)
     with pytest.raises(SystemExit) as later:
         _torch_side(case, args, where)
     assert later.value.code == first.value.code and str(first.value.code).startswith("trainer: ")

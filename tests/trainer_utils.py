@@ -149,12 +149,14 @@ def start_rank(args: Sequence[str], env: Dict[str, str], log: Path, process_grou
 
 
 def run_trainer(args: Sequence[str], env: Dict[str, str], cwd: Optional[Path] = None,
-                timeout: float = 120) -> subprocess.CompletedProcess:
+                timeout: float = 120, fresh: bool = False) -> subprocess.CompletedProcess:
     """``subprocess.run([python, -m, trainer, *args], capture_output=True, text=True)`` for one rank, forked by
-    the rank zygote where it accepts ``env`` (start_rank's rule), else exec'd: stdout and stderr apart."""
+    the rank zygote where it accepts ``env`` (start_rank's rule), else (and where ``fresh``) exec'd: stdout
+    and stderr apart. Only an exec'd rank counts in this process's RUSAGE_CHILDREN."""
     import tempfile
     cwd = str(cwd or REPO)
-    zygote = None if os.environ.get("SUMMIT_JOBS_TEST_EXEC_RANKS") == "1" else _zygote()
+    exec_all = fresh or os.environ.get("SUMMIT_JOBS_TEST_EXEC_RANKS") == "1"
+    zygote = None if exec_all else _zygote()
     if zygote is None or not zygote.accepts(env, cwd):
         return subprocess.run([sys.executable, "-m", "trainer", *args], env=env, cwd=cwd, capture_output=True,
                               text=True, timeout=timeout)

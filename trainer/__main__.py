@@ -20,7 +20,7 @@ if __name__ == "__main__":
     problem = unset_variables(args)
     if problem:
         sys.exit(problem)
-    preflight.check(args)  # paths, the data's manifest, packages: refused before torch too
+    preflight.refuse_early(args)  # paths, the data's manifest, packages: refused before torch too
     from trainer.loop.train import main
     rc = main(args)
     # Everything is saved, closed and joined by now. Leave without running C++ static destructors: a

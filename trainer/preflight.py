@@ -28,7 +28,7 @@ class Refusal(SystemExit):
     """Input the trainer cannot use: the process ends with this one line (``trainer: ...``), no traceback."""
 
 
-def check(args: argparse.Namespace) -> None:
+def refuse_early(args: argparse.Namespace) -> None:
     """Raise ``Refusal`` for the first of these options' faults that needs no torch to find, in the order the
     run would meet them (so the line is the one a later check would have given)."""
     if args.tensorboard:
