@@ -264,7 +264,10 @@ class ForkedRank:
 
     def send_signal(self, sig: int) -> None:
         if self.poll() is None:
-            os.kill(self.pid, sig)
+            try:
+                os.kill(self.pid, sig)
+            except ProcessLookupError:  # ended and reaped; its status is on the way
+                pass
 
     def terminate(self) -> None:
         self.send_signal(signal.SIGTERM)

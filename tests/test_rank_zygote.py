@@ -33,7 +33,7 @@ def test_a_forked_rank_refuses_trains_and_ends_as_an_exec_d_one(tmp_path):
     for name, fresh in (("forked", False), ("execd", True)):
         rank = start_rank(tiny_args(tmp_path / name, data, eval_every=0) + ["--no-test"], rank_env(0, 1, free_jobid()),
                           tmp_path / f"{name}.log", fresh=fresh)
-        assert isinstance(rank, trainer_utils.rank_zygote.ForkedRank) != fresh
+        assert isinstance(rank, trainer_utils.rank_zygote.ForkedRank) != fresh, trainer_utils._zygote().env
         assert rank.wait(timeout=120) == 0, (tmp_path / f"{name}.log").read_text()
     a, b = _params(tmp_path / "forked"), _params(tmp_path / "execd")
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)

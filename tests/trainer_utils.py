@@ -123,12 +123,18 @@ _ZYGOTE: Optional[rank_zygote.Zygote] = None
 
 
 def _zygote() -> rank_zygote.Zygote:
-    """This test process's rank zygote (tests/rank_zygote.py), started on first use."""
+    """This test process's rank zygote (tests/rank_zygote.py), started on first use, and again where this
+    process's environment has since changed in what the imports read (a test that set a TORCH* variable for
+    good), so that the ranks after it are still forked and see that environment."""
     global _ZYGOTE
+    base = rank_env(0, 1, "0")
+    if _ZYGOTE is not None and not _ZYGOTE.accepts(base, str(REPO)):
+        _ZYGOTE.close()
+        _ZYGOTE = None
     if _ZYGOTE is None:
         import tempfile
         folder = Path(tempfile.mkdtemp(prefix="rank-zygote-"))
-        _ZYGOTE = rank_zygote.Zygote(rank_env(0, 1, "0"), str(REPO), folder)
+        _ZYGOTE = rank_zygote.Zygote(base, str(REPO), folder)
     return _ZYGOTE
 
 
