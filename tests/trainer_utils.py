@@ -129,6 +129,9 @@ def _zygote() -> rank_zygote.Zygote:
     global _ZYGOTE
     base = rank_env(0, 1, "0")
     if _ZYGOTE is not None and not _ZYGOTE.accepts(base, str(REPO)):
+        ended = _ZYGOTE.proc.poll()
+        print(f"rank zygote: {'ended with status %s' % ended if ended is not None else 'environment changed'}; "
+              "starting another", file=sys.stderr)
         _ZYGOTE.close()
         _ZYGOTE = None
     if _ZYGOTE is None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import gc
 import importlib
-from typing import Sequence
+from typing import List, Sequence
 
 
 #: What the set-up imports on its first use of torch: every optimiser, DistributedDataParallel and the model's
@@ -38,3 +38,20 @@ def imports_done(load: Sequence[str] = SET_UP_IMPORTS) -> None:
             pass
     gc.freeze()
     gc.enable()
+
+
+#: What ``hold_until_exit`` keeps.
+_HELD: List[object] = []
+
+
+def hold_until_exit(obj: object) -> None:
+    """Keep ``obj`` (a trainer or engine holding a torch.distributed process group) referenced until the
+    process leaves with os._exit (trainer/__main__.py), so its C++ destructors never run.
+
+    Why: freeing DDP's Reducer frees the gloo process group, whose destructor joins gloo's worker thread while
+    the freeing thread holds the GIL; a worker thread still finishing an allreduce needs the GIL to release a
+    tensor, and both wait for ever. Seen as a rank that wrote COMPLETE and never exited (py-spy: the main
+    thread in ~ProcessGroupGloo / std::thread::join, gloo's runLoop in gil_scoped_acquire), about once in a few
+    hundred one-rank runs on a loaded 2-core machine. Everything is saved and closed before this; nothing is
+    lost by not freeing it."""
+    _HELD.append(obj)

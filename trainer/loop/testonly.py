@@ -163,3 +163,4 @@ def test_only(args: argparse.Namespace) -> int:
     finally:
         metrics.close()
         engine.shutdown()
+        startup.hold_until_exit(engine)  # its process group is never freed (startup.hold_until_exit says why)

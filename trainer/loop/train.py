@@ -706,3 +706,4 @@ def _train(args: argparse.Namespace) -> int:
         for sig in STOP_SIGNALS:
             signal.signal(sig, signal.SIG_IGN)
         trainer.close()
+        startup.hold_until_exit(trainer)  # its process group is never freed (startup.hold_until_exit says why)
