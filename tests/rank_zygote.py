@@ -291,7 +291,7 @@ class Zygote:
             raise RuntimeError(f"the rank zygote did not start (exit {self.proc.returncode})")
         atexit.register(self.close)
 
-    def accepts(self, env: Dict[str, str], cwd: str) -> bool:
+    def accepts(self, env: Dict[str, str]) -> bool:
         """Whether a rank with this environment can be forked here rather than exec'd."""
         return import_time_env(env) == import_time_env(self.env) and self.proc.poll() is None
 

@@ -65,7 +65,7 @@ def test_a_forked_rank_has_its_own_pid_group_environment_and_signal_status(tmp_p
 
 def test_a_request_whose_import_time_environment_differs_is_exec_d(tmp_path):
     env = rank_env(0, 1, free_jobid(), {"OMP_NUM_THREADS": "2"})
-    assert not trainer_utils._zygote().accepts(env, str(trainer_utils.REPO))
+    assert not trainer_utils._zygote().accepts(env)
     rank = start_rank(["--run-dir", str(tmp_path / "x")], env, tmp_path / "r.log")
     assert not isinstance(rank, trainer_utils.rank_zygote.ForkedRank)
     assert rank.wait(timeout=120) != 0 and "--data DIR is required" in (tmp_path / "r.log").read_text()

@@ -128,7 +128,7 @@ def _zygote() -> rank_zygote.Zygote:
     good), so that the ranks after it are still forked and see that environment."""
     global _ZYGOTE
     base = rank_env(0, 1, "0")
-    if _ZYGOTE is not None and not _ZYGOTE.accepts(base, str(REPO)):
+    if _ZYGOTE is not None and not _ZYGOTE.accepts(base):
         ended = _ZYGOTE.proc.poll()
         print(f"rank zygote: {'ended with status %s' % ended if ended is not None else 'environment changed'}; "
               "starting another", file=sys.stderr)
@@ -150,7 +150,7 @@ def start_rank(args: Sequence[str], env: Dict[str, str], log: Path, process_grou
     with open(log, "w") as out:
         if not fresh and os.environ.get("SUMMIT_JOBS_TEST_EXEC_RANKS") != "1":
             zygote = _zygote()
-            if zygote.accepts(env, str(REPO)):
+            if zygote.accepts(env):
                 return zygote.start(args, env, str(REPO), out.fileno(), out.fileno(), process_group)
         preexec = None if process_group is None else (lambda: os.setpgid(0, process_group))
         return subprocess.Popen([sys.executable, "-m", "trainer", *args], env=env, stdout=out,
@@ -166,7 +166,7 @@ def run_trainer(args: Sequence[str], env: Dict[str, str], cwd: Optional[Path] = 
     cwd = str(cwd or REPO)
     exec_all = fresh or os.environ.get("SUMMIT_JOBS_TEST_EXEC_RANKS") == "1"
     zygote = None if exec_all else _zygote()
-    if zygote is None or not zygote.accepts(env, cwd):
+    if zygote is None or not zygote.accepts(env):
         return subprocess.run([sys.executable, "-m", "trainer", *args], env=env, cwd=cwd, capture_output=True,
                               text=True, timeout=timeout)
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:

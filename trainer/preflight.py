@@ -4,7 +4,7 @@ path, in the data's manifest or in an installed package. Torch-free.
 Why before torch: every rank imports torch (and, setting up, torch._dynamo) before it reads anything, a few
 CPU-seconds on a laptop and often tens of seconds per rank from a parallel file system at scale; a
 checkpoint path with a typo, a flow pack given to an RGB run or a missing tensorboard package was told to
-each rank only after that. ``trainer/__main__.py`` calls ``check`` right after parsing, on every rank,
+each rank only after that. ``trainer/__main__.py`` calls ``refuse_early`` right after parsing, on every rank,
 before the engine starts. The torch-side code (``trainer.loop``, ``trainer.data``, ``trainer.models``) calls
 the same functions where it meets the same input, so a run started in-process refuses it in the same words.
 

@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 from typing import List, Optional
 
+from trainer import preflight
 from trainer.config import SHIFT_BLOCKS
 
 LAYOUTS = ("summit", "tsm", "mmaction2")
@@ -61,7 +62,7 @@ def weights_kind(path: os.PathLike) -> str:
     except OSError as exc:
         raise WeightsError(f"cannot read it: {exc.strerror or exc}") from None
     if kind == "empty":
-        raise WeightsError("an empty file: a copy that never finished? copy it again")
+        raise WeightsError(preflight.EMPTY_FILE)
     if kind == "unknown":
         raise WeightsError("not a weights file: neither a torch checkpoint (torch.save) nor safetensors")
     return kind
