@@ -95,8 +95,8 @@ def test_a_chain_is_submitted_queried_owned_and_cancelled(slurm_cluster, host, t
     # sacct says the same once slurmdbd has the final record (a moment after the end; before it, sacct may
     # show a placeholder named "allocation": tests/slurm_cluster.py's sacct_job).
     accounted = until(lambda: sched.accounted(host, [first.job_id]),
-                      lambda r: first.job_id in r and r[first.job_id].name == "chain link", 20,
-                      "sacct's final record")[first.job_id]
+                      lambda r: first.job_id in r and r[first.job_id].name == "chain link"
+                      and r[first.job_id].finished, 20, "sacct's final record")[first.job_id]
     assert (accounted.state, accounted.lsf_state, accounted.exit_code, accounted.exec_host) == \
         ("EXIT", "FAILED", 3, "node[1-2]")
     outputs = sched.output_files(LINK, first.job_id)
@@ -136,7 +136,9 @@ def test_odd_job_names_come_back_from_squeue_and_sacct(slurm_cluster, host, tmp_
     plain = slurm_cluster.run(client.squeue_plain_argv([job]))
     assert client.parse_squeue_plain(plain.stdout, [job])[job].name == name
     stored = name.replace('"', "`")
-    accounted = until(lambda: sched.accounted(host, [job]), lambda r: job in r and r[job].name == stored, 20,
+    # slurmdbd gets the start record (name and all, state RUNNING) before the end record: wait for the end.
+    accounted = until(lambda: sched.accounted(host, [job]),
+                      lambda r: job in r and r[job].name == stored and r[job].finished, 20,
                       "sacct's final record, with the name as slurmdbd stores it")
     assert (accounted[job].state, accounted[job].exit_code) == ("DONE", 0)
 
