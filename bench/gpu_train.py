@@ -43,6 +43,7 @@ import itertools
 import json
 import math
 import os
+import re
 import resource
 import sys
 import time
@@ -127,6 +128,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--profile", default=None, metavar="DIR",
                    help="torch.profiler over a few TSM steps: a chrome trace in DIR and the top 15 ops")
     a = p.parse_args(argv)
+    if not re.fullmatch(r"auto|cpu|cuda(:[0-9]+)?", a.device):
+        p.error(f"--device {a.device}: not a device this bench measures (use auto, cpu, cuda or cuda:N)")
     if a.data is not None and not (Path(a.data) / "manifest.json").is_file():
         p.error(f"--data {a.data}: no manifest.json there (pack a data set with 'summit-jobs pack')")
     if a.json is not None and not Path(a.json).resolve().parent.is_dir():
@@ -165,14 +168,9 @@ def _cuda(dev: torch.device, asked: str) -> torch.device:
 def resolve(a: argparse.Namespace) -> Tuple[torch.device, Optional[torch.dtype], bool]:
     """(device, autocast dtype or None, channels_last) for the options, as the trainer decides them."""
     name = ("cuda" if torch.cuda.is_available() else "cpu") if a.device == "auto" else a.device
-    try:
-        dev = torch.device(name)
-    except RuntimeError:
-        raise SystemExit(f"gpu_train: --device {a.device}: not a device name (use auto, cpu or cuda)") from None
+    dev = torch.device(name)  # parse_args took only cpu, cuda and cuda:N
     if dev.type == "cuda":
         dev = _cuda(dev, a.device)
-    elif dev.type != "cpu":
-        raise SystemExit(f"gpu_train: --device {a.device}: only cpu and cuda are measured here")
     if a.batch is None:
         a.batch = 32 if dev.type == "cuda" else 2
     if a.threads:

@@ -7,9 +7,22 @@ that looks like success, and a message naming the value that was refused.
 """
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
-from typing import Iterable, Optional, Sequence
+from pathlib import Path
+from typing import Dict, Iterable, Optional, Sequence
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def trainer_env(**extra: str) -> Dict[str, str]:
+    """The environment of a one-process ``python -m trainer``: this process's, less any launcher's rank
+    variables, with the repository importable and one OpenMP thread. That is the rank zygote's import-time
+    environment (tests/trainer_utils.rank_env), so such a trainer is forked, not exec'd."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("JSM_", "OMPI_", "LSB_", "HOROVOD_"))}
+    env.update({"PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", **extra})
+    return env
 
 
 def assert_refused(proc: subprocess.CompletedProcess, needles: Iterable[str] = (), *,
@@ -26,11 +39,11 @@ def assert_refused(proc: subprocess.CompletedProcess, needles: Iterable[str] = (
 
 def run_module(module: str, args: Sequence[str], env: dict, cwd=None, timeout: float = 120,
                input: Optional[str] = None, fresh: bool = False) -> subprocess.CompletedProcess:
-    """``python -m module args`` as a user would run it (the real entry point, a real process; the trainer's
-    forked by the rank zygote where it can be, tests/rank_zygote.py, unless ``fresh``)."""
-    if module == "trainer" and input is None:
+    """``python -m module args`` as a user would run it (the real entry point, a real process; the trainer and
+    its modules forked by the rank zygote where it can be, tests/rank_zygote.py, unless ``fresh``)."""
+    if (module == "trainer" or module.startswith("trainer.")) and input is None:
         from trainer_utils import run_trainer
-        return run_trainer(args, env, cwd=cwd, timeout=timeout, fresh=fresh)
+        return run_trainer(args, env, cwd=cwd, timeout=timeout, fresh=fresh, module=module)
     return subprocess.run([sys.executable, "-m", module, *args], env=env, cwd=cwd, capture_output=True,
                           text=True, timeout=timeout, input=input)
 

@@ -166,7 +166,8 @@ def _reap(children: Dict[int, socket.socket]) -> None:
 
 
 def _child(req: Dict, fds: List[int], close: List[int]) -> None:
-    """In the forked child: become the requested process, run ``python -m trainer ARGS``, exit as it would."""
+    """In the forked child: become the requested process, run ``python -m MODULE ARGS`` (the trainer, or another
+    module of the compute side, whose imports the zygote holds), exit as it would."""
     code = 1
     try:
         signal.set_wakeup_fd(-1)
@@ -186,12 +187,21 @@ def _child(req: Dict, fds: List[int], close: List[int]) -> None:
         os.chdir(req["cwd"])
         os.environ.clear()
         os.environ.update(req["env"])
-        sys.path[0] = req["cwd"]  # what -m puts first
-        sys.argv = ["-m", *req["args"]]
+        script = req.get("script")
+        # what the interpreter puts first on the path: the working folder for -m, the script's folder
+        sys.path[0] = str(Path(script).parent) if script else req["cwd"]
+        sys.argv = [script] if script else ["-m"]
+        sys.argv += req["args"]
         random.seed()  # an exec'd rank's random module draws its own seed
         import runpy
         try:
-            runpy.run_module("trainer", run_name="__main__", alter_sys=True)
+            if script:
+                runpy.run_path(script, run_name="__main__")
+            else:
+                module = req.get("module", "trainer")
+                # -m runs a module that no one has imported yet: the copy the zygote imported is not __main__
+                sys.modules.pop(module, None)
+                runpy.run_module(module, run_name="__main__", alter_sys=True)
             code = 0
         except SystemExit as exc:
             code = _exit_code(exc)
@@ -296,15 +306,26 @@ class Zygote:
         return import_time_env(env) == import_time_env(self.env) and self.proc.poll() is None
 
     def start(self, args: Sequence[str], env: Dict[str, str], cwd: str, stdout: int, stderr: int,
-              process_group: Optional[int] = None) -> ForkedRank:
+              process_group: Optional[int] = None, module: str = "trainer",
+              script: Optional[str] = None) -> ForkedRank:
+        """``python -m MODULE ARGS``, or ``python SCRIPT ARGS``, forked. MODULE is the trainer or one of its
+        modules (``trainer.…``); SCRIPT a rank program of the tests (tests/*_worker.py) that imports them:
+        the imports the zygote holds. Anything else would import its own in every child."""
+        if script is not None:
+            if Path(script).resolve().parent != Path(__file__).resolve().parent:
+                raise ValueError(f"the rank zygote runs the tests' own rank programs, not {script}")
+        elif module != "trainer" and not module.startswith("trainer."):
+            raise ValueError(f"the rank zygote runs the trainer's modules, not {module}")
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         conn.connect(self.path)
-        _send(conn, {"args": list(args), "env": env, "cwd": cwd, "process_group": process_group}, [stdout, stderr])
+        _send(conn, {"args": list(args), "env": env, "cwd": cwd, "process_group": process_group, "module": module,
+                     "script": script}, [stdout, stderr])
         msg, _ = _recv(conn)
         if msg is None or "pid" not in msg:
             conn.close()
             raise RuntimeError("the rank zygote did not fork the rank")
-        return ForkedRank(conn, msg["pid"], [sys.executable, "-m", *args])
+        command = [script] if script is not None else ["-m", module]
+        return ForkedRank(conn, msg["pid"], [sys.executable, *command, *args])
 
     def close(self) -> None:
         if self.proc.poll() is None:

@@ -9,23 +9,16 @@ the rank (any other frame) meets it.
 from __future__ import annotations
 
 import io
-import os
 from pathlib import Path
 
 import numpy as np
 import pytest
 from PIL import Image
 
-from badinput import assert_refused, run_module
+from badinput import assert_refused, run_module, trainer_env
 from trainer_utils import REPO, make_dataset, moving_square_clip, tiny_args
 
 from trainer.shards import ShardWriter, write_manifest
-
-
-def trainer_env():
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("JSM_", "OMPI_", "LSB_", "HOROVOD_"))}
-    env.update(PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
-    return env
 
 
 def _jpeg(mode: str, colour) -> bytes:

@@ -1,13 +1,12 @@
 """Bad input to the flow stream's options: each refused in one line naming the value and the fix."""
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 import torch
 
-from badinput import assert_refused, run_module
+from badinput import assert_refused, run_module, trainer_env
 from test_flow_stream import packs, stream_args  # noqa: F401  (the module's packed data, as a fixture)
 from trainer.models.model import build_model
 
@@ -17,7 +16,7 @@ def made(packs, tmp_path_factory):  # noqa: F811
     """A flow run stopped after one step (stack of 5), an empty folder, a resnet34 checkpoint, junk."""
     root = tmp_path_factory.mktemp("flowbad")
     r = run_module("trainer", stream_args(root / "flowrun", packs / "flow", "--modality", "flow", "--flow-stack",
-                                          "5", "--max-steps", "1"), dict(os.environ), timeout=300)
+                                          "5", "--max-steps", "1"), trainer_env(), timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     (root / "empty").mkdir()
     torch.save({"model": build_model("resnet34", 8, 3, width=0.25).state_dict()}, root / "r34.pt")
@@ -54,7 +53,7 @@ def test_refused(made, packs, tmp_path, name, args, needles):  # noqa: F811
     fill = {"rgb": str(packs / "rgb"), "flow": str(packs / "flow"), "root": str(made), "ckpt": str(ckpt)}
     data, *rest = [a.format(**fill) for a in args]
     argv = stream_args(tmp_path / "run", Path(data)) + rest
-    r = run_module("trainer", argv, dict(os.environ), timeout=300)
+    r = run_module("trainer", argv, trainer_env(), timeout=300)
     assert_refused(r, [n.format(**fill) for n in needles], prefix="trainer:" if "--flow-stack 0" not in
                    needles[0] and "use one" not in needles[-1] else None)
 
@@ -82,6 +81,6 @@ def corrupt_flow(packs, tmp_path_factory):  # noqa: F811
 def test_a_corrupt_flow_jpeg_names_the_shard_and_the_member(corrupt_flow, tmp_path, workers):
     root, shard, key = corrupt_flow
     argv = stream_args(tmp_path / "run", root, "--modality", "flow", "--flow-stack", "5", "--workers", workers)
-    r = run_module("trainer", argv, dict(os.environ), timeout=300)
+    r = run_module("trainer", argv, trainer_env(), timeout=300)
     assert_refused(r, [str(shard), f"member {key}.", f".y.jpg (sample {key})", "cannot be decoded"],
                    prefix="trainer: shard ")

@@ -11,26 +11,18 @@ imported: they run in a process where torch cannot be imported.
 from __future__ import annotations
 
 import argparse
-import os
 import zipfile
 from pathlib import Path
 
 import pytest
 import torch
 
-from badinput import assert_refused, run_module, run_module_without_torch
-from trainer_utils import REPO
+from badinput import assert_refused, run_module, run_module_without_torch, trainer_env
 
 from trainer.models import interop
 from trainer.models.model import build_model
 
 PREFIX = "trainer.models.interop: error: "
-
-
-def env():
-    e = {k: v for k, v in os.environ.items() if not k.startswith(("JSM_", "OMPI_", "LSB_", "HOROVOD_"))}
-    e.update(PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
-    return e
 
 
 def tiny_sd(arch: str = "resnet18") -> dict:
@@ -128,7 +120,7 @@ WITHOUT_TORCH = {"missing", "folder", "empty", "text", "out-exists", "out-folder
 def convert_cmd(case: str, args: list):
     """``python -m trainer.models.interop`` with ``args``, without torch for the cases that need none."""
     run = run_module_without_torch if case in WITHOUT_TORCH else run_module
-    return run("trainer.models.interop", args, env())
+    return run("trainer.models.interop", args, trainer_env())
 
 
 @pytest.mark.parametrize("case, name, extra, words", CASES, ids=[c[0] for c in CASES])
@@ -157,5 +149,5 @@ def test_a_conversion_that_can_start_needs_torch(inputs, tmp_path):
     """The check of the cases above can fail: a file that passes the path checks reaches torch's import,
     which fails where torch is blocked."""
     res = run_module_without_torch("trainer.models.interop", ["convert", str(inputs / "other.zip.pth"),
-                                                              str(tmp_path / "out.pth"), "--to", "tsm"], env())
+                                                              str(tmp_path / "out.pth"), "--to", "tsm"], trainer_env())
     assert res.returncode != 0 and "import of torch halted" in res.stderr, res.stderr[-2000:]

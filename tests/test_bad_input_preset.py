@@ -5,12 +5,11 @@ message naming the value (run through the real entry points, in a process).
 """
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
-from badinput import assert_refused, run_module
+from badinput import assert_refused, run_module, trainer_env
 from conftest import run_cli
 
 REPO = Path(__file__).resolve().parent.parent
@@ -53,12 +52,6 @@ CLI = [
                                      "--preset", "aavg-paper", "--dry-run"],
      ["--preset aavg-paper", "exact accumulation"]),
 ]
-
-
-def trainer_env() -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("JSM_", "OMPI_", "LSB_", "HOROVOD_"))}
-    env.update(PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
-    return env
 
 
 @pytest.mark.parametrize("extra,needles", [c[1:] for c in TRAINER], ids=[c[0] for c in TRAINER])

@@ -6,11 +6,10 @@ anything is written or submitted.
 """
 from __future__ import annotations
 
-import os
 
 import pytest
 
-from badinput import assert_refused, run_module
+from badinput import assert_refused, run_module, trainer_env
 from conftest import REPO, cli_env, run_cli  # noqa: F401
 
 #: (arguments, what the refusal must name)
@@ -23,12 +22,6 @@ BAD_RECIPE = [
     (["--fc-lr5", "--shift-blocks", "official,all"], "'official,all'"),
 ]
 IDS = [" ".join(a) for a, _ in BAD_RECIPE]
-
-
-def trainer_env() -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("JSM_", "OMPI_", "LSB_", "HOROVOD_"))}
-    env.update(PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
-    return env
 
 
 @pytest.mark.parametrize("extra,needle", BAD_RECIPE, ids=IDS)

@@ -11,17 +11,11 @@ from typing import Callable, Dict, List, Tuple
 import pytest
 import torch
 
-from badinput import assert_refused, run_module
+from badinput import assert_refused, run_module, trainer_env
 from conftest import cli_env, run_cli  # noqa: F401
 from trainer_utils import REPO, make_dataset, tiny_args
 
 from trainer.loop import tboard
-
-
-def trainer_env(**extra: str) -> Dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("JSM_", "OMPI_", "LSB_", "HOROVOD_"))}
-    env.update({"PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", **extra})
-    return env
 
 
 @pytest.fixture(scope="module")

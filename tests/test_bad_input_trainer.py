@@ -10,21 +10,14 @@ path.
 """
 from __future__ import annotations
 
-import os
 import tarfile
 
 import pytest
 
-from badinput import assert_refused, run_module
+from badinput import assert_refused, run_module, trainer_env
 from trainer_utils import REPO, make_dataset, tiny_args
 
 from trainer.config import parse
-
-
-def trainer_env():
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("JSM_", "OMPI_", "LSB_", "HOROVOD_"))}
-    env.update(PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
-    return env
 
 
 # -- a corrupt frame in a shard --------------------------------------------------------------

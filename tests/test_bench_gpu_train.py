@@ -89,7 +89,8 @@ REFUSED = [
     (["--width", "0"], ["--width", "0"]),
     (["--data", "{tmp}/nothing"], ["--data", "nothing", "manifest.json"]),
     (["--json", "{tmp}/missing/figures.json"], ["--json", "missing"]),
-    (["--device", "tpu"], ["--device tpu"]),
+    (["--device", "tpu"], ["--device tpu", "use auto, cpu, cuda or cuda:N"]),
+    (["--device", "mps"], ["--device mps", "use auto, cpu, cuda or cuda:N"]),  # a torch device, not measured
     ([*TINY, "--data", "{data}", "--batch", "9"], ["8 training clips", "--batch of 9"]),
     ([*TINY, "--data", "{data}", "--classes", "3"], ["4 classes", "--classes is 3"]),
 ]

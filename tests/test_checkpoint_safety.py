@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 
-from badinput import assert_refused, run_module
+from badinput import assert_refused, run_module, trainer_env
 from trainer_utils import REPO, make_dataset, run_ranks, start_ranks, tiny_args, wait_ranks
 
 from trainer.loop import checkpoint as ckpt
@@ -36,12 +36,6 @@ class RunsCode:
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
     return make_dataset(tmp_path_factory.mktemp("safety") / "data", train=8, val=0, frames=4, size=32)
-
-
-def trainer_env():
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("JSM_", "OMPI_", "LSB_", "HOROVOD_"))}
-    env.update(PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
-    return env
 
 
 def plant(run, name, obj=None, raw=None):

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 from pathlib import Path
 
 import numpy as np
@@ -154,14 +153,14 @@ def test_a_flow_stream_on_extracted_flow_beats_chance_on_two_ranks(packs, tmp_pa
 
 
 def test_init_from_an_rgb_run_starts_the_flow_stream_from_its_weights(packs, tmp_path):
-    from badinput import run_module
+    from badinput import run_module, trainer_env
     rgb = tmp_path / "rgb"
-    r = run_module("trainer", stream_args(rgb, packs / "rgb", "--epochs", "1", "--no-test"), dict(os.environ),
+    r = run_module("trainer", stream_args(rgb, packs / "rgb", "--epochs", "1", "--no-test"), trainer_env(),
                    timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     flow = tmp_path / "flow"
     r = run_module("trainer", stream_args(flow, packs / "flow", "--modality", "flow", "--flow-stack", "5",
-                                          "--init-from", str(rgb), "--max-steps", "1"), dict(os.environ), timeout=300)
+                                          "--init-from", str(rgb), "--max-steps", "1"), trainer_env(), timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "init-from:" in r.stderr and "best.pt" in r.stderr and "cross-modality" in r.stderr
     src = torch.load(rgb / "checkpoints" / "best.pt", weights_only=True)["model"]

@@ -10,21 +10,19 @@ come from torch, not from the module under test.
 from __future__ import annotations
 
 import copy
-import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
 from torch import nn
 
-from badinput import run_module
+from badinput import run_module, trainer_env
 from trainer_utils import REPO, make_dataset, tiny_args
 
 from trainer.models import interop
 from trainer.loop.checkpoint import list_epoch_checkpoints
-from trainer.models.model import BasicBlock, build_model
+from trainer.models.model import build_model
 
 
 # -- networks built as the sources build them ------------------------------------------------
@@ -406,12 +404,6 @@ def test_a_killed_export_leaves_the_old_file_and_its_leftover_goes_next_time(tmp
 
 
 # -- the convert command, on a real run ------------------------------------------------------
-
-def trainer_env():
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("JSM_", "OMPI_", "LSB_", "HOROVOD_"))}
-    env.update(PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
-    return env
-
 
 def test_a_run_checkpoint_goes_to_mmaction2_and_back_with_its_shifts(tmp_path):
     data = make_dataset(tmp_path / "data", train=8, val=4, frames=8, size=32, shards=1)

@@ -7,6 +7,7 @@ import os
 import signal
 import time
 
+import pytest
 import torch
 
 import trainer_utils
@@ -16,10 +17,16 @@ from trainer import rundir
 from trainer.loop import checkpoint as ckpt
 
 
+#: SUMMIT_JOBS_TEST_EXEC_RANKS=1 execs every rank: then there is no forked rank to compare.
+forked_only = pytest.mark.skipif(os.environ.get("SUMMIT_JOBS_TEST_EXEC_RANKS") == "1",
+                                 reason="SUMMIT_JOBS_TEST_EXEC_RANKS=1: every rank is exec'd")
+
+
 def _params(run):
     return ckpt.load(ckpt.latest(run))["model"]
 
 
+@forked_only
 def test_a_forked_rank_refuses_trains_and_ends_as_an_exec_d_one(tmp_path):
     env = rank_env(0, 1, free_jobid())
     forked = run_trainer(["--run-dir", str(tmp_path / "x")], env)
@@ -40,6 +47,7 @@ def test_a_forked_rank_refuses_trains_and_ends_as_an_exec_d_one(tmp_path):
     assert "all 1 epochs done" in (tmp_path / "forked.log").read_text()
 
 
+@forked_only
 def test_a_forked_rank_has_its_own_pid_group_environment_and_signal_status(tmp_path):
     data = make_dataset(tmp_path / "data", train=8, val=0, frames=4, size=32)
     job = free_jobid()
@@ -69,3 +77,18 @@ def test_a_request_whose_import_time_environment_differs_is_exec_d(tmp_path):
     rank = start_rank(["--run-dir", str(tmp_path / "x")], env, tmp_path / "r.log")
     assert not isinstance(rank, trainer_utils.rank_zygote.ForkedRank)
     assert rank.wait(timeout=120) != 0 and "--data DIR is required" in (tmp_path / "r.log").read_text()
+
+
+def test_another_trainer_module_forked_answers_as_its_exec_d_run(tmp_path):
+    """``python -m trainer.models.interop`` (a module the zygote has imported) forked: the same refusal, stdout
+    and status as exec'd, and no runpy warning that the module was imported before it ran."""
+    (tmp_path / "notes.pth").write_text("epoch 3: top-1 71.2%\n")
+    args = ["convert", str(tmp_path / "notes.pth"), str(tmp_path / "out.pth"), "--to", "tsm"]
+    env = rank_env(0, 1, free_jobid())
+    forked = run_trainer(args, env, module="trainer.models.interop")
+    execd = trainer_utils.subprocess.run([trainer_utils.sys.executable, "-m", "trainer.models.interop", *args],
+                                         env=env, cwd=str(trainer_utils.REPO), capture_output=True, text=True,
+                                         timeout=120)
+    assert (forked.returncode, forked.stderr, forked.stdout) == (execd.returncode, execd.stderr, execd.stdout)
+    assert forked.returncode != 0 and "notes.pth" in forked.stderr and "RuntimeWarning" not in forked.stderr
+    assert not (tmp_path / "out.pth").exists()

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from badinput import run_module, trainer_env
 from trainer_utils import REPO, logs, make_dataset, run_ranks, start_ranks, tiny_args, wait_ranks
 
 from trainer import rundir
@@ -135,8 +136,8 @@ def test_a_checkpoint_in_another_codes_layout_scores_the_same(trained, tmp_path,
     """The same weights converted to the official TSM code's or mmaction2's keys test exactly alike."""
     ckpt = trained["run"] / "checkpoints" / CKPT
     converted = tmp_path / f"{layout}.pth"
-    conv = subprocess.run([sys.executable, "-m", "trainer.models.interop", "convert", str(ckpt), str(converted), "--to",
-                           layout], capture_output=True, text=True, timeout=120, cwd=str(REPO))
+    conv = run_module("trainer.models.interop", ["convert", str(ckpt), str(converted), "--to", layout],
+                      trainer_env(), cwd=str(REPO))
     assert conv.returncode == 0, conv.stderr
     out = tmp_path / "run"
     run_ranks(1, tiny_args(out, trained["data"], test_only=converted), tmp_path / "logs", timeout=180)

@@ -142,35 +142,38 @@ def _zygote() -> rank_zygote.Zygote:
 
 
 def start_rank(args: Sequence[str], env: Dict[str, str], log: Path, process_group: Optional[int] = None,
-               fresh: bool = False):
-    """``python -m trainer ARGS`` with ``env``, stdout and stderr to ``log``, in the repository: forked by the
-    rank zygote (tests/rank_zygote.py says why and what differs), or exec'd where ``fresh``, where the
-    environment differs from the zygote's in what the imports read, or where SUMMIT_JOBS_TEST_EXEC_RANKS=1.
+               fresh: bool = False, script: Optional[str] = None):
+    """``python -m trainer ARGS`` (or ``python SCRIPT ARGS``, a rank program of the tests such as
+    tests/protocol_worker.py) with ``env``, stdout and stderr to ``log``, in the repository: forked by the rank
+    zygote (tests/rank_zygote.py says why and what differs), or exec'd where ``fresh``, where the environment
+    differs from the zygote's in what the imports read, or where SUMMIT_JOBS_TEST_EXEC_RANKS=1.
     ``process_group``: the group to join (0: a group of its own), as os.setpgid takes it."""
     with open(log, "w") as out:
         if not fresh and os.environ.get("SUMMIT_JOBS_TEST_EXEC_RANKS") != "1":
             zygote = _zygote()
             if zygote.accepts(env):
-                return zygote.start(args, env, str(REPO), out.fileno(), out.fileno(), process_group)
+                return zygote.start(args, env, str(REPO), out.fileno(), out.fileno(), process_group, script=script)
         preexec = None if process_group is None else (lambda: os.setpgid(0, process_group))
-        return subprocess.Popen([sys.executable, "-m", "trainer", *args], env=env, stdout=out,
+        command = [script] if script is not None else ["-m", "trainer"]
+        return subprocess.Popen([sys.executable, *command, *args], env=env, stdout=out,
                                 stderr=subprocess.STDOUT, cwd=str(REPO), preexec_fn=preexec)
 
 
 def run_trainer(args: Sequence[str], env: Dict[str, str], cwd: Optional[Path] = None,
-                timeout: float = 120, fresh: bool = False) -> subprocess.CompletedProcess:
-    """``subprocess.run([python, -m, trainer, *args], capture_output=True, text=True)`` for one rank, forked by
-    the rank zygote where it accepts ``env`` (start_rank's rule), else (and where ``fresh``) exec'd: stdout
-    and stderr apart. Only an exec'd rank counts in this process's RUSAGE_CHILDREN."""
+                timeout: float = 120, fresh: bool = False, module: str = "trainer") -> subprocess.CompletedProcess:
+    """``subprocess.run([python, -m, module, *args], capture_output=True, text=True)`` for one rank (or another
+    of the trainer's modules, such as the checkpoint converter ``trainer.models.interop``), forked by the rank
+    zygote where it accepts ``env`` (start_rank's rule), else (and where ``fresh``) exec'd: stdout and stderr
+    apart. Only an exec'd process counts in this process's RUSAGE_CHILDREN."""
     import tempfile
     cwd = str(cwd or REPO)
     exec_all = fresh or os.environ.get("SUMMIT_JOBS_TEST_EXEC_RANKS") == "1"
     zygote = None if exec_all else _zygote()
     if zygote is None or not zygote.accepts(env):
-        return subprocess.run([sys.executable, "-m", "trainer", *args], env=env, cwd=cwd, capture_output=True,
+        return subprocess.run([sys.executable, "-m", module, *args], env=env, cwd=cwd, capture_output=True,
                               text=True, timeout=timeout)
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        proc = zygote.start(args, env, cwd, out.fileno(), err.fileno())
+        proc = zygote.start(args, env, cwd, out.fileno(), err.fileno(), module=module)
         try:
             code = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -185,15 +188,20 @@ def run_trainer(args: Sequence[str], env: Dict[str, str], cwd: Optional[Path] = 
 
 def start_ranks(size: int, args: Sequence[str], log_dir: Path, extra_env: Optional[Dict[str, str]] = None,
                 module: Sequence[str] = ("-m", "trainer"), fresh: bool = False) -> List[subprocess.Popen]:
-    """``size`` ranks of one job (rank_env), each logging to ``log_dir/rankN.log``. The trainer's ranks come
-    from start_rank (forked by the rank zygote unless ``fresh``); another ``module`` is exec'd."""
+    """``size`` ranks of one job (rank_env), each logging to ``log_dir/rankN.log``. The trainer's ranks, and
+    those of a rank program of the tests (``module=(SCRIPT,)``, tests/*_worker.py), come from start_rank
+    (forked by the rank zygote unless ``fresh``); any other ``module`` is exec'd."""
     job = free_jobid()
     log_dir.mkdir(parents=True, exist_ok=True)
     procs = []
+    tests = Path(__file__).resolve().parent
     for r in range(size):
         env = rank_env(r, size, job, extra_env)
         if tuple(module) == ("-m", "trainer"):
             procs.append(start_rank(args, env, log_dir / f"rank{r}.log", fresh=fresh))
+            continue
+        if len(module) == 1 and Path(module[0]).resolve().parent == tests and module[0].endswith("_worker.py"):
+            procs.append(start_rank(args, env, log_dir / f"rank{r}.log", fresh=fresh, script=module[0]))
             continue
         out = open(log_dir / f"rank{r}.log", "w")
         procs.append(subprocess.Popen([sys.executable, *module, *args], env=env,
