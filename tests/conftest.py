@@ -15,6 +15,24 @@ from slurm_cluster import slurm_cluster  # noqa: F401,E402
 
 REPO = Path(__file__).resolve().parent.parent
 
+
+def _interrupts_as_on_a_terminal() -> None:
+    """Ctrl-C (SIGINT) and Ctrl-\\ (SIGQUIT) reach the programs the tests start as they reach a user's.
+
+    Why: a shell starts a command in the background (``make test &``, nohup, a runner with no terminal) with
+    SIGINT and SIGQUIT ignored, and an ignored signal stays ignored across fork and exec. Every program a test
+    started would then ignore the Ctrl-C the test sends it: the tests of a watch and of an SSH password prompt
+    ended by Ctrl-C failed that way, and only when the suite ran in the background. Python's own handler
+    (KeyboardInterrupt) is put back in this process; the programs started from it get the default action."""
+    import signal
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if signal.getsignal(signal.SIGQUIT) == signal.SIG_IGN:
+        signal.signal(signal.SIGQUIT, signal.SIG_DFL)
+
+
+_interrupts_as_on_a_terminal()
+
 #: The project's packages: the code the tests' Python subprocesses import.
 PACKAGES = ("summit_jobs", "trainer")
 

@@ -5,10 +5,12 @@ Why: a rank's start-up is mostly imports (torch 1.2 CPU-s, torch._dynamo 0.9 CPU
 machine), and the tests that start ranks directly (tests/trainer_utils.start_ranks, about 200 of them in the
 suite) spent over a third of the suite's CPU time importing the same modules again. This is the pattern the
 trainer's own DataLoader workers use (multiprocessing's forkserver with a preload): one clean process, the
-"zygote", imports torch, torch._dynamo and the trainer once, then forks a child per rank. Each child is a real
-process with its own pid, process group, environment, working folder and output files; it runs
-``python -m trainer`` from its first line (trainer/__main__.py, with runpy, as ``-m`` does), trains with real
-collectives over TCP and exits with the trainer's status; a signal sent to its pid reaches it alone.
+"zygote", imports torch, torch._dynamo and the trainer once, then forks a child per rank. It also runs the
+trainer's other modules as ``python -m trainer.…`` does (the checkpoint converter) and the tests' own rank
+programs (tests/*_worker.py) as ``python SCRIPT`` does: what they import is mostly what the zygote holds.
+Each child is a real process with its own pid, process group, environment, working folder and output files;
+it runs ``python -m trainer`` from its first line (trainer/__main__.py, with runpy, as ``-m`` does), trains
+with real collectives over TCP and exits with the trainer's status; a signal sent to its pid reaches it alone.
 
 What a forked rank does not share with an exec'd one, and where the exec'd kind is still tested:
 - it skips the imports, so a fault during start-up (a stop request while torch imports, what the imports

@@ -70,8 +70,9 @@ def test_chain_runs_until_complete(lsf_env, tmp_path):
     queued = (run_dir / "chain.jobs").read_text().split()
     assert len(rows) == 1 + len(queued) >= 2, rows
     assert [r["job_id"] for r in rows] == first + queued
-    assert all(r["state"] == "DONE" for r in rows), rows
     logs = cli(["logs", str(run_dir)], env, timeout=60)
+    assert all(r["state"] == "DONE" for r in rows), (
+        [(r["job_id"], r["state"], r["exit_code"], r.get("lsf_state")) for r in rows], logs.stdout + logs.stderr)
     assert logs.stdout.count("summit-jobs: chain: queued link") == len(queued)
     assert "the warning before the run limit" in logs.stderr + logs.stdout
 

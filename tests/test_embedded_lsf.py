@@ -12,6 +12,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import pytest
+
 from conftest_lsf import (bjobs_state, lsf_env, program, run, submitted_id, wait_for,  # noqa: F401
                           wait_state)
 from summit_jobs.schedulers.lsf.embedded.state import node_names
@@ -234,3 +236,37 @@ def test_concurrent_submissions_get_distinct_ids(tmp_path, lsf_env):
     listing = run(["bjobs", "-a"], lsf_env).stdout
     assert all(f"\n{jid} " in listing for jid in ids)
     assert run(["bjobs"], lsf_env).stderr.strip() == "No unfinished job found"
+
+
+#: A task that ignores USR2 (it has saved), says it started, and ends a moment later.
+QUIET_TASK = (f"{PY} -c 'import os, signal, time; signal.signal(signal.SIGUSR2, signal.SIG_IGN); "
+              "open(\"started.\" + str(os.getpid()), \"w\").close(); time.sleep(0.5)'")
+
+
+@pytest.mark.parametrize("form,launch", [
+    ("#BSUB -nnodes 1", f"jsrun -n 2 -r 2 -a 1 -c 1 {QUIET_TASK}"),
+    ("#BSUB -n 2\n#BSUB -R \"span[ptile=2]\"", f"blaunch -no-shell {QUIET_TASK}"),
+], ids=["jsrun", "blaunch"])
+def test_a_warning_that_reaches_the_launcher_as_its_tasks_end_does_not_fail_the_step(tmp_path, lsf_env, form,
+                                                                                      launch):
+    """LSF's warning goes to every process of the job, and the batch shell forwards it to the step as well:
+    it can reach jsrun or blaunch just as its last task ends. The launcher then has nothing to forward it to
+    and must still exit with its tasks' status (0), not die of SIGUSR2 while the interpreter exits (a chain
+    link's step once ended with 255 that way). Here USR2 is sent to the launcher without pause from the
+    moment both tasks have started until it has ended, three times."""
+    s = script(tmp_path, f"""
+        {form}
+        #BSUB -o sig.%J.out
+        for i in 1 2 3; do
+          rm -f started.*
+          {launch} &
+          step=$!
+          while [ "$(ls started.* 2>/dev/null | wc -l)" -lt 2 ] && kill -0 "$step" 2>/dev/null; do sleep 0.01; done
+          while kill -0 "$step" 2>/dev/null; do kill -USR2 "$step" 2>/dev/null; done
+          wait "$step"; echo "launcher-rc=$?"
+        done
+        """)
+    jid = submitted_id(run(["bsub", s], lsf_env, cwd=tmp_path).stdout)
+    assert wait_state(jid, lsf_env, timeout=60)["STAT"] == "DONE"
+    out = (tmp_path / f"sig.{jid}.out").read_text()
+    assert out.count("launcher-rc=") == 3 and out.count("launcher-rc=0") == 3, out

@@ -50,7 +50,13 @@ def run(command: List[str], task_envs: List[Dict[str, str]], cwd: str, who: str,
             print(f"{who}: error: cannot start {command[0]!r} for {unit} {index}: {exc}", file=sys.stderr)
             forward(signal.SIGKILL, None)
             return 255
-    return _wait(procs, forward, who, unit)
+    status = _wait(procs, forward, who, unit)
+    # Every task has ended: a signal now (LSF's warning reaches every process of the job, and the batch
+    # shell forwards it too) has no one to go to. Ignored, not left to the handler: while the interpreter
+    # exits, it puts the default action back, and SIGUSR2's default ends the launcher as if it had failed.
+    for sig in FORWARDED:
+        signal.signal(sig, signal.SIG_IGN)
+    return status
 
 
 def _wait(procs: List[subprocess.Popen], forward, who: str, unit: str) -> int:
