@@ -34,6 +34,23 @@ def hold(port):
     return s
 
 
+def hold_derived_ports():
+    """A job id and listening sockets on both ports derived from it. free_jobid's pair was free a moment ago;
+    another test's rendezvous may take one before it is held here, so a pair that cannot be held is given
+    back and another job id drawn."""
+    for _ in range(20):
+        job = free_jobid()
+        port = rendezvous_port({"LSB_JOBID": job})
+        held = []
+        try:
+            held = [hold(port), hold(port + 1)]
+            return job, held
+        except OSError:
+            for s in held:
+                s.close()
+    raise RuntimeError("no pair of derived ports could be held in 20 draws")
+
+
 def short_run(run, data, engine="ddp"):
     return tiny_args(run, data, engine=engine, max_steps=2, eval_every=0) + ["--no-test"]
 
@@ -57,9 +74,8 @@ def test_a_held_derived_port_and_a_record_left_by_a_killed_launch_do_not_stop_th
     """Both ports derived from LSB_JOBID are held by someone else's server, and the run directory holds the
     records of killed launches pointing at a squatter that never replies: rank 0 serves the rendezvous on
     another port, rank 1 does not follow the stale record, both finish, and no record is left."""
-    job = free_jobid()
-    port = rendezvous_port({"LSB_JOBID": job})
-    held = [hold(port), hold(port + 1), hold(0)]
+    job, held = hold_derived_ports()
+    held.append(hold(0))
     try:
         run = tmp_path / "run"
         stale_records(run, job, held[2].getsockname()[1])

@@ -90,7 +90,8 @@ def make_dataset(root: Path, train: int = 32, val: int = 16, frames: int = 8, si
 
 
 def free_jobid() -> str:
-    """An LSB_JOBID whose derived ports (p, p+1) are free on this machine now."""
+    """An LSB_JOBID whose derived ports (p, p+1) are free on this machine now, on every address (the virtual
+    nodes' 127.1.x.x addresses included: a port bound there is not free for a server on all of them)."""
     from trainer.dist.engines import rendezvous_port
     for _ in range(200):
         job = str(random.randint(10000, 9999999))
@@ -99,7 +100,7 @@ def free_jobid() -> str:
         for p in (port, port + 1):
             with socket.socket() as s:
                 try:
-                    s.bind(("127.0.0.1", p))
+                    s.bind(("", p))
                 except OSError:
                     ok = False
         if ok:
