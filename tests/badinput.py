@@ -41,7 +41,8 @@ def run_module(module: str, args: Sequence[str], env: dict, cwd=None, timeout: f
                input: Optional[str] = None, fresh: bool = False) -> subprocess.CompletedProcess:
     """``python -m module args`` as a user would run it (the real entry point, a real process; the trainer and
     its modules forked by the rank zygote where it can be, tests/rank_zygote.py, unless ``fresh``)."""
-    if (module == "trainer" or module.startswith("trainer.")) and input is None:
+    from rank_zygote import forks_module
+    if forks_module(module) and input is None:
         from trainer_utils import run_trainer
         return run_trainer(args, env, cwd=cwd, timeout=timeout, fresh=fresh, module=module)
     return subprocess.run([sys.executable, "-m", module, *args], env=env, cwd=cwd, capture_output=True,

@@ -57,6 +57,19 @@ IMPORT_TIME = ("PYTHON", "TORCH", "PYTORCH", "OMP_", "MKL_", "KMP_", "GOMP_", "O
 _HEADER = struct.Struct("!I")
 
 
+def forks_module(module: str) -> bool:
+    """Whether ``python -m MODULE`` can be forked here: the trainer or one of its modules, whose imports the
+    zygote holds (anything else would import its own in every child)."""
+    return module == "trainer" or module.startswith("trainer.")
+
+
+def forks_script(script: str) -> bool:
+    """Whether ``python SCRIPT`` can be forked here: a rank program of the tests (tests/*_worker.py), which
+    imports the trainer."""
+    path = Path(script).resolve()
+    return path.parent == Path(__file__).resolve().parent and path.name.endswith("_worker.py")
+
+
 def import_time_env(env: Dict[str, str]) -> Dict[str, str]:
     return {k: v for k, v in env.items() if k.startswith(IMPORT_TIME)}
 
@@ -312,11 +325,10 @@ class Zygote:
               script: Optional[str] = None) -> ForkedRank:
         """``python -m MODULE ARGS``, or ``python SCRIPT ARGS``, forked. MODULE is the trainer or one of its
         modules (``trainer.…``); SCRIPT a rank program of the tests (tests/*_worker.py) that imports them:
-        the imports the zygote holds. Anything else would import its own in every child."""
-        if script is not None:
-            if Path(script).resolve().parent != Path(__file__).resolve().parent:
-                raise ValueError(f"the rank zygote runs the tests' own rank programs, not {script}")
-        elif module != "trainer" and not module.startswith("trainer."):
+        the imports the zygote holds (forks_module, forks_script)."""
+        if script is not None and not forks_script(script):
+            raise ValueError(f"the rank zygote runs the tests' own rank programs, not {script}")
+        if script is None and not forks_module(module):
             raise ValueError(f"the rank zygote runs the trainer's modules, not {module}")
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         conn.connect(self.path)

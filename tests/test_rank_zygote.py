@@ -92,3 +92,17 @@ def test_another_trainer_module_forked_answers_as_its_exec_d_run(tmp_path):
     assert (forked.returncode, forked.stderr, forked.stdout) == (execd.returncode, execd.stderr, execd.stdout)
     assert forked.returncode != 0 and "notes.pth" in forked.stderr and "RuntimeWarning" not in forked.stderr
     assert not (tmp_path / "out.pth").exists()
+
+
+@forked_only
+def test_a_rank_program_of_the_tests_is_forked_and_fails_as_its_exec_d_run(tmp_path):
+    """``start_ranks(module=(tests/methods_worker.py,))`` forks the script (``python SCRIPT`` as runpy runs it):
+    called without its arguments, it fails with the same status and the same last line as exec'd."""
+    worker = (str(trainer_utils.REPO / "tests" / "methods_worker.py"),)
+    (forked,) = trainer_utils.start_ranks(1, [], tmp_path / "forked", module=worker)
+    assert isinstance(forked, trainer_utils.rank_zygote.ForkedRank)
+    (execd,) = trainer_utils.start_ranks(1, [], tmp_path / "execd", module=worker, fresh=True)
+    assert not isinstance(execd, trainer_utils.rank_zygote.ForkedRank)
+    assert forked.wait(timeout=60) == execd.wait(timeout=60) == 1
+    last = [(tmp_path / d / "rank0.log").read_text().strip().splitlines()[-1] for d in ("forked", "execd")]
+    assert last[0] == last[1] == "IndexError: list index out of range", last

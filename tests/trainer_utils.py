@@ -195,13 +195,12 @@ def start_ranks(size: int, args: Sequence[str], log_dir: Path, extra_env: Option
     job = free_jobid()
     log_dir.mkdir(parents=True, exist_ok=True)
     procs = []
-    tests = Path(__file__).resolve().parent
     for r in range(size):
         env = rank_env(r, size, job, extra_env)
         if tuple(module) == ("-m", "trainer"):
             procs.append(start_rank(args, env, log_dir / f"rank{r}.log", fresh=fresh))
             continue
-        if len(module) == 1 and Path(module[0]).resolve().parent == tests and module[0].endswith("_worker.py"):
+        if len(module) == 1 and rank_zygote.forks_script(module[0]):
             procs.append(start_rank(args, env, log_dir / f"rank{r}.log", fresh=fresh, script=module[0]))
             continue
         out = open(log_dir / f"rank{r}.log", "w")
