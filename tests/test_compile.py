@@ -5,12 +5,10 @@ Inductor generates and builds C++ kernels on a CPU, which takes tens of seconds 
 the inductor check is on the smallest graph that went wrong (two residual blocks with the shift), and the
 runs use the aot_eager backend (dynamo's trace and AOT autograd, without code generation).
 """
-import os
-
 import pytest
 import torch
 
-from badinput import run_module
+from badinput import run_module, trainer_env
 
 from trainer_utils import make_dataset, run_ranks, tiny_args
 from trainer_utils import one_torch_thread  # noqa: F401 (a fixture)
@@ -130,7 +128,7 @@ def test_a_multigrid_run_under_compile_says_it_compiles_once_per_shape(data, tmp
     run = tmp_path / "run"
     args = tiny_args(run, data, epochs=3, max_steps=1, schedule="multigrid", test_clips=None, test_last=None)
     proc = run_module("trainer", args + ["--no-test", "--compile", "default", "--compile-backend", "aot_eager"],
-                      dict(os.environ, RANK="0", WORLD_SIZE="1", OMP_NUM_THREADS="1"), timeout=240)
+                      trainer_env(RANK="0", WORLD_SIZE="1"), timeout=240)
     assert proc.returncode == 0, proc.stderr[-3000:]
     said = [x for x in proc.stderr.splitlines() if "--compile default with multigrid" in x]
     assert len(said) == 1 and "its 4 clip shapes" in said[0] and "--compile off" in said[0], said
