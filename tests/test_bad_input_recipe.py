@@ -6,7 +6,6 @@ anything is written or submitted.
 """
 from __future__ import annotations
 
-
 import pytest
 
 from badinput import assert_refused, run_module, trainer_env

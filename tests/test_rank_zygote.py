@@ -5,13 +5,15 @@ exec'd."""
 import json
 import os
 import signal
+import subprocess
+import sys
 import time
 
 import pytest
 import torch
 
 import trainer_utils
-from trainer_utils import free_jobid, make_dataset, rank_env, run_trainer, start_rank, tiny_args
+from trainer_utils import REPO, free_jobid, make_dataset, rank_env, run_trainer, start_rank, tiny_args
 
 from trainer import rundir
 from trainer.loop import checkpoint as ckpt
@@ -30,9 +32,8 @@ def _params(run):
 def test_a_forked_rank_refuses_trains_and_ends_as_an_exec_d_one(tmp_path):
     env = rank_env(0, 1, free_jobid())
     forked = run_trainer(["--run-dir", str(tmp_path / "x")], env)
-    execd = trainer_utils.subprocess.run([trainer_utils.sys.executable, "-m", "trainer", "--run-dir",
-                                          str(tmp_path / "x")], env=env, cwd=str(trainer_utils.REPO),
-                                         capture_output=True, text=True, timeout=120)
+    execd = subprocess.run([sys.executable, "-m", "trainer", "--run-dir", str(tmp_path / "x")], env=env,
+                           cwd=str(REPO), capture_output=True, text=True, timeout=120)
     assert (forked.returncode, forked.stderr, forked.stdout) == (execd.returncode, execd.stderr, execd.stdout)
     assert forked.returncode != 0 and "--data DIR is required" in forked.stderr
 
@@ -86,9 +87,8 @@ def test_another_trainer_module_forked_answers_as_its_exec_d_run(tmp_path):
     args = ["convert", str(tmp_path / "notes.pth"), str(tmp_path / "out.pth"), "--to", "tsm"]
     env = rank_env(0, 1, free_jobid())
     forked = run_trainer(args, env, module="trainer.models.interop")
-    execd = trainer_utils.subprocess.run([trainer_utils.sys.executable, "-m", "trainer.models.interop", *args],
-                                         env=env, cwd=str(trainer_utils.REPO), capture_output=True, text=True,
-                                         timeout=120)
+    execd = subprocess.run([sys.executable, "-m", "trainer.models.interop", *args], env=env, cwd=str(REPO),
+                           capture_output=True, text=True, timeout=120)
     assert (forked.returncode, forked.stderr, forked.stdout) == (execd.returncode, execd.stderr, execd.stdout)
     assert forked.returncode != 0 and "notes.pth" in forked.stderr and "RuntimeWarning" not in forked.stderr
     assert not (tmp_path / "out.pth").exists()
@@ -98,7 +98,7 @@ def test_another_trainer_module_forked_answers_as_its_exec_d_run(tmp_path):
 def test_a_rank_program_of_the_tests_is_forked_and_fails_as_its_exec_d_run(tmp_path):
     """``start_ranks(module=(tests/methods_worker.py,))`` forks the script (``python SCRIPT`` as runpy runs it):
     called without its arguments, it fails with the same status and the same last line as exec'd."""
-    worker = (str(trainer_utils.REPO / "tests" / "methods_worker.py"),)
+    worker = (str(REPO / "tests" / "methods_worker.py"),)
     (forked,) = trainer_utils.start_ranks(1, [], tmp_path / "forked", module=worker)
     assert isinstance(forked, trainer_utils.rank_zygote.ForkedRank)
     (execd,) = trainer_utils.start_ranks(1, [], tmp_path / "execd", module=worker, fresh=True)
