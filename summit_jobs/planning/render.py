@@ -54,6 +54,7 @@ def _environment(template_dir: Optional[str]) -> jinja2.Environment:
     env.filters["bsub_words"] = bsub_words
     env.filters["bsub_directive"] = bsub_directive
     env.filters["sbatch_directive"] = sbatch_directive
+    env.filters["srun_option"] = srun_option
     env.filters["shell_code"] = lambda line: Shell(str(line))
     # The run directory's file names, from the one module that owns them (trainer.rundir, torch-free).
     from trainer import rundir
@@ -137,6 +138,16 @@ def sbatch_directive(pair: Tuple[str, str]) -> Shell:
         raise UserError(f"#SBATCH {flag}={value!r} cannot be written: a long option and one word of letters, "
                         "digits and . , : = + / @ % _ - [ ] & | * ( ) ! < > only.")
     return Shell(f"{flag}={value}" if value else flag)
+
+
+def srun_option(pair: Tuple[str, str]) -> Shell:
+    """``(flag, value)`` as one quoted word of an ``srun`` command line (``--gpu-bind=closest``).
+
+    Unlike an ``#SBATCH`` line, which sbatch reads and the shell skips as a comment, the srun line is run by
+    bash: a value may hold Slurm's ``&``, ``|`` or ``!``, and must stay one word there, never a command
+    separator. The option's shape is checked as a directive's is.
+    """
+    return Shell(shell_value(str(sbatch_directive(pair))))
 
 
 def _bytecode_cache() -> Optional[jinja2.BytecodeCache]:
