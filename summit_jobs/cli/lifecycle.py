@@ -268,43 +268,15 @@ def _owned(host, record: Dict, ids: List[str]) -> Tuple[List[str], List[str]]:
         if jid not in found:
             click.echo(f"job {jid}: is not known to {scheduler.label} any more")
             continue
-        why = found[jid].get("ERROR") or _foreign(host, record, found[jid])
+        job = found[jid]
+        why = job.get("ERROR") or lifecycle.foreign(host, record, jid, job.get("JOB_NAME") or "",
+                                                     (job.get("SUB_CWD") or "").strip(), scheduler.label)
         if why:
             click.echo(f"job {jid}: NOT killed: {why}", err=True)
             others.append(jid)
         else:
             mine.append(jid)
     return mine, others
-
-
-def _foreign(host, record: Dict, job: Dict[str, str]) -> Optional[str]:
-    """Why the job LSF lists under this id is not the run's, or None when it is."""
-    run_dir = str(record["run_dir"]).rstrip("/") or "/"
-    cwd = (job.get("SUB_CWD") or "").strip()
-    if cwd:
-        if _same_folder(host, cwd, run_dir):
-            return None
-        return (f"LSF's job {job.get('JOBID')} ({job.get('JOB_NAME') or 'no name'}) was submitted from {cwd}, "
-                f"not from this run's directory {run_dir}")
-    name = str(record.get("job_name") or "")
-    if name and job.get("JOB_NAME") == name:
-        return None
-    return (f"LSF's job {job.get('JOBID')} is named {job.get('JOB_NAME')!r}, not {name!r}, and LSF does not say "
-            "where it was submitted from")
-
-
-def _same_folder(host, cwd: str, run_dir: str) -> bool:
-    """Whether LSF's submission folder is the run directory (``$HOME/...`` forms and symbolic links allowed)."""
-    cwd = cwd.rstrip("/") or "/"
-    for prefix in ("$HOME/", "~/"):
-        if cwd.startswith(prefix):
-            return run_dir.endswith("/" + cwd[len(prefix):])
-    if cwd == run_dir:
-        return True
-    if not host.is_remote:
-        return os.path.realpath(cwd) == os.path.realpath(run_dir)
-    res = host.run(["pwd", "-P"], cwd=run_dir)
-    return res.rc == 0 and res.stdout.strip() == cwd
 
 
 @cli.command("logs")

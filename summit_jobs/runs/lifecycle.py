@@ -203,13 +203,37 @@ def collect(state, pairs, hosts_: Hosts) -> List[Dict[str, object]]:
     for key, items in groups.items():
         host = hosts_.get(items[0][0])
         found, _missing = query(host, [jid for _, jid in items], items[0][0])
-        listed_by = schedulers.for_record(items[0][0]).status_command
+        scheduler = schedulers.for_record(items[0][0])
+        listed_by = scheduler.status_command
         for record, jid in items:
             code, problem = exit_code_file(host, record, jid)
-            row = job_row(record, jid, host.label, found.get(jid), code, problem, listed_by)
-            mark_cancelled(row, found.get(jid), record)
+            st = found.get(jid)
+            other = _another_job(host, record, st, scheduler.label)
+            row = job_row(record, jid, host.label, None if other else st, code, problem, listed_by)
+            if other:
+                _lost(row, other)
+            mark_cancelled(row, None if other else st, record)
             rows.append(row)
     return rows
+
+
+def _another_job(host, record: Optional[Dict], st, label: str) -> Optional[str]:
+    """Why the job ``st`` the scheduler lists under a run's id is another job (foreign), or None."""
+    if record is None or st is None or not (st.work_dir or st.name):
+        return None
+    return foreign(host, record, st.job_id, st.name, st.work_dir.strip(), label)
+
+
+def _lost(row: Dict[str, object], why: str) -> None:
+    """A run's job whose id the scheduler now gives to another job: its state is the exit-code file's, or
+    UNKNOWN without one, never the other job's."""
+    jid = row["job_id"]
+    if row.get("exit_code") is None:
+        row["reason"] = (f"job {jid} is now another job; this run's link was lost ({why}); check its output with "
+                         "`summit-jobs logs`")
+    else:
+        row["reason"] = f"job {jid} is now another job ({why}); its exit-code file says {row['exit_code']}"
+    row["lost"] = True
 
 
 def job_row(record: Optional[Dict], jid: str, where: str, st, code: Optional[int], problem: Optional[str],
@@ -218,7 +242,7 @@ def job_row(record: Optional[Dict], jid: str, where: str, st, code: Optional[int
     (and ``problem``); ``listed_by`` is the scheduler's status command, which rows and reasons name."""
     row: Dict[str, object] = {"run": (record or {}).get("name", "-"), "job_id": jid, "host": where,
                               "run_dir": (record or {}).get("run_dir"), "exit_code": code,
-                              "source": "exit-code file", "cancelled": False, "lsf_state": None, "finish_time": None}
+                              "source": "exit-code file", "cancelled": False, "lost": False, "lsf_state": None, "finish_time": None}
     if st is not None:
         row.update(state=st.state, lsf_state=st.lsf_state or None, reason=st.reason, finish_time=st.finish_time or None)
         if st.finished and code is None:
@@ -237,6 +261,43 @@ def job_row(record: Optional[Dict], jid: str, where: str, st, code: Optional[int
                          "or never started)") + "; check its output with `summit-jobs logs`"
         row["source"] = "none"
     return row
+
+
+def foreign(host, record: Dict, jid: str, name: str, work_dir: str, label: str) -> Optional[str]:
+    """Why the job the scheduler (``label``) lists under ``jid`` is not the run's, or None when it is.
+
+    Why: ids repeat (a controller restarted without its state, an id counter wrapped around, a site's id range
+    reused), so an id alone does not make a job the run's. The job's submission folder must be the run
+    directory (every job script of a run is submitted from there); where the scheduler does not say, its name
+    must be the run's job name.
+    """
+    run_dir = str(record["run_dir"]).rstrip("/") or "/"
+    if work_dir:
+        if _same_folder(host, work_dir, run_dir):
+            return None
+        return (f"{label}'s job {jid} ({name or 'no name'}) was submitted from {work_dir}, not from this run's "
+                f"directory {run_dir}")
+    mine = str(record.get("job_name") or "")
+    if mine and name == mine:
+        return None
+    return (f"{label}'s job {jid} is named {name!r}, not {mine!r}, and {label} does not say where it was "
+            "submitted from")
+
+
+def _same_folder(host, cwd: str, run_dir: str) -> bool:
+    """Whether the scheduler's submission folder is the run directory (``$HOME/...`` forms and symbolic links
+    allowed)."""
+    import os
+    cwd = cwd.rstrip("/") or "/"
+    for prefix in ("$HOME/", "~/"):
+        if cwd.startswith(prefix):
+            return run_dir.endswith("/" + cwd[len(prefix):])
+    if cwd == run_dir:
+        return True
+    if not host.is_remote:
+        return os.path.realpath(cwd) == os.path.realpath(run_dir)
+    res = host.run(["pwd", "-P"], cwd=run_dir)
+    return res.rc == 0 and res.stdout.strip() == cwd
 
 
 def with_links(pairs, hosts_: Hosts):

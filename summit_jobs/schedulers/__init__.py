@@ -55,6 +55,9 @@ class JobStatus:
     start_time: str = ""
     finish_time: str = ""
     exec_host: str = ""
+    #: The folder the job was submitted from (LSF's SUB_CWD, Slurm's WorkDir), "" where the scheduler does not
+    #: say: with the name, what tells a run's job from another job that was given its id later.
+    work_dir: str = ""
     #: The state word the scheduler printed, kept when ``state`` is UNKNOWN because the word is not a known one.
     lsf_state: str = ""
 

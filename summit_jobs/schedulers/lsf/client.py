@@ -23,7 +23,7 @@ from summit_jobs.schedulers import FINISHED, STATES, UNKNOWN, JobStatus  # noqa:
 
 BSUB_RE = re.compile(r"Job <(\d+)> is submitted to (?:default )?queue <([^>]+)>")
 STATUS_FIELDS = ("jobid", "stat", "queue", "job_name", "exit_code", "exit_reason", "pend_reason",
-                 "submit_time", "start_time", "finish_time", "exec_host")
+                 "submit_time", "start_time", "finish_time", "exec_host", "sub_cwd")
 #: What cancel asks before it kills: whose job an id names now (LSF 10.1 ``-o`` fields).
 OWNER_FIELDS = ("jobid", "stat", "job_name", "sub_cwd")
 #: Job ids per bjobs call: one call for a whole chain or run list, bounded for the command line.
@@ -174,7 +174,7 @@ def _status(jid: str, rec: Dict[str, object]) -> JobStatus:
         job_id=jid, state=state, queue=str(rec.get("QUEUE", "")), name=str(rec.get("JOB_NAME", "")),
         exit_code=exit_code, reason=reason, submit_time=str(rec.get("SUBMIT_TIME", "")),
         start_time=str(rec.get("START_TIME", "")), finish_time=str(rec.get("FINISH_TIME", "")),
-        exec_host=str(rec.get("EXEC_HOST", "")), lsf_state=raw)
+        exec_host=str(rec.get("EXEC_HOST", "")), work_dir=str(rec.get("SUB_CWD", "") or ""), lsf_state=raw)
 
 
 def parse_bjobs_json(text: str, asked: Sequence[str] = ()) -> Tuple[Dict[str, JobStatus], List[str]]:

@@ -202,7 +202,8 @@ def status(job: SlurmJob) -> JobStatus:
     return JobStatus(job_id=job.job_id, state=state, queue=job.partition, name=job.name, exit_code=exit_code,
                      reason=reason, submit_time=job.submit,
                      start_time=job.start if state not in ("PEND", "PSUSP") else "",
-                     finish_time=job.end if ended else "", exec_host=job.nodes, lsf_state=job.state)
+                     finish_time=job.end if ended else "", exec_host=job.nodes, work_dir=job.work_dir,
+                     lsf_state=job.state)
 
 
 def owner(job: SlurmJob) -> Dict[str, str]:
