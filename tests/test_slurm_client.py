@@ -45,6 +45,26 @@ def test_sbatch_parsable_answer_gives_the_job_id():
     assert client.parse_sbatch(read("sbatch_parsable.txt")) == "1"
     # sbatch(1) --parsable: "jobid[;cluster_name]".
     assert client.parse_sbatch("sbatch: warning: something\n4711;summitlocal\n") == "4711"
+    # A site's sbatch wrapper that ignores --parsable prints sbatch's plain answer (src/sbatch/sbatch.c:
+    # "Submitted batch job %u", " on cluster %s" with -M), e.g. LRZ's:
+    assert client.parse_sbatch("Submitted batch job 630114 on cluster mpp2\n") == "630114"
+    assert client.parse_sbatch("Submitted batch job 630114\n") == "630114"
+
+
+def test_the_chain_reads_every_sbatch_answer_parse_sbatch_reads(tmp_path):
+    """The job script's own reading of sbatch's answer (the chain's next link) agrees with parse_sbatch."""
+    import subprocess
+    text = (Path(__file__).resolve().parent.parent / "templates" / "slurm" / "partials" / "chain.j2").read_text()
+    line = next(i for i, l in enumerate(text.splitlines()) if l.strip().startswith("id=$(printf"))
+    command = "\n".join(text.splitlines()[line:line + 2]).strip()
+    for answer, want in (("4711", "4711"), ("4711;mpp2", "4711"), ("Submitted batch job 630114 on cluster mpp2", "630114"),
+                         ("Submitted batch job 630114", "630114"), ("sbatch: error: Batch job submission failed", ""),
+                         ("Submitted batch job soon", "")):
+        got = subprocess.run(["bash", "-c", f'out="$1"\n{command}\nprintf %s "$id"', "sh", answer],
+                             capture_output=True, text=True).stdout
+        assert got == want, (answer, got)
+        if want:
+            assert client.parse_sbatch(answer) == want
 
 
 def test_an_sbatch_answer_without_an_id_is_an_error_with_the_text():

@@ -224,10 +224,17 @@ def sbatch_argv(script_name: str, depends_on: Optional[str] = None) -> List[str]
     return argv + [f"./{script_name}" if script_name.startswith("-") else script_name]
 
 
+#: sbatch's answers: ``--parsable``'s ``ID`` or ``ID;CLUSTER`` (sbatch(1)), and the plain
+#: ``Submitted batch job ID`` (`` on cluster NAME`` with -M) that a site's wrapper may print though it was given
+#: --parsable.
+SBATCH_ANSWER_RES = (re.compile(r"\s*(\d+)(?:;\S+)?\s*"),
+                     re.compile(r"\s*Submitted batch job (\d+)(?: on cluster \S+)?\s*"))
+
+
 def parse_sbatch(text: str) -> str:
-    """The job id of ``sbatch --parsable``'s answer (``ID`` or ``ID;CLUSTER``, sbatch(1) --parsable)."""
+    """The job id of sbatch's answer, the last line that is one of SBATCH_ANSWER_RES's."""
     for line in reversed((text or "").splitlines()):
-        m = re.fullmatch(r"\s*(\d+)(?:;\S+)?\s*", line)
+        m = next((m for m in (r.fullmatch(line) for r in SBATCH_ANSWER_RES) if m), None)
         if m:
             return m.group(1)
     raise SlurmOutputError("sbatch --parsable did not print a job id; it printed:\n" + (text or "").strip())
