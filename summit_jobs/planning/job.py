@@ -58,9 +58,24 @@ def _run_dir(state, kw: dict, profile) -> str:
     if kw.get("run_dir") and kw.get("runs_dir"):
         raise UserError(f"--run-dir {kw['run_dir']} names the run directory itself, so --runs-dir "
                         f"{kw['runs_dir']} (the folder of new run directories) would not be used: give one of them.")
-    runs_dir = settings.runs_dir(kw.get("runs_dir"), state.config, profile)
-    run_dir = kw.get("run_dir") or os.path.join(runs_dir, f"{kw['job_name']}-{time.strftime('%Y%m%d-%H%M%S')}")
-    return os.path.abspath(os.path.expanduser(run_dir))
+    if kw.get("run_dir"):
+        return os.path.abspath(os.path.expanduser(kw["run_dir"]))
+    runs_dir = os.path.abspath(os.path.expanduser(settings.runs_dir(kw.get("runs_dir"), state.config, profile)))
+    return default_run_dir(runs_dir, kw["job_name"], time.time())
+
+
+def default_run_dir(runs_dir: str, job_name: str, now: float) -> str:
+    """RUNS_DIR/JOB_NAME-YYYYmmdd-HHMMSS, with -2, -3, ... where a run of that name and second exists already.
+
+    Why: submissions of one job name a second apart or less (a script submitting a sweep) got the same folder,
+    and all but the first were refused as submitting into an existing run.
+    """
+    base = os.path.join(runs_dir, f"{job_name}-{time.strftime('%Y%m%d-%H%M%S', time.localtime(now))}")
+    path, n = base, 1
+    while os.path.lexists(path):
+        n += 1
+        path = f"{base}-{n}"
+    return path
 
 
 #: Options handed to JobOptions under the same name, as given (None: the profile's or the recipe's).

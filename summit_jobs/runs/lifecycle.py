@@ -199,10 +199,18 @@ def collect(state, pairs, hosts_: Hosts) -> List[Dict[str, object]]:
     for record, ids in with_links(pairs, hosts_):
         for jid in ids:
             groups.setdefault(host_key(record), []).append((record, jid))
-    rows = []
+    rows: List[Dict[str, object]] = []
+    failed: List[UserError] = []
     for key, items in groups.items():
-        host = hosts_.get(items[0][0])
-        found, _missing = query(host, [jid for _, jid in items], items[0][0])
+        try:
+            host = hosts_.get(items[0][0])
+            found, _missing = query(host, [jid for _, jid in items], items[0][0])
+        except UserError as exc:
+            # One scheduler that cannot answer (a Slurm run looked at from a shell without SLURM_CONF, an LSF
+            # home gone) must not hide the other runs: its jobs are shown with why.
+            failed.append(exc)
+            rows += [_unasked(record, jid, schedulers.for_record(record), exc) for record, jid in items]
+            continue
         scheduler = schedulers.for_record(items[0][0])
         listed_by = scheduler.status_command
         for record, jid in items:
@@ -214,7 +222,18 @@ def collect(state, pairs, hosts_: Hosts) -> List[Dict[str, object]]:
                 _lost(row, other)
             mark_cancelled(row, None if other else st, record)
             rows.append(row)
+    if failed and len(failed) == len(groups):
+        raise failed[0]
     return rows
+
+
+def _unasked(record: Optional[Dict], jid: str, scheduler, exc: UserError) -> Dict[str, object]:
+    """The row of a job whose scheduler could not be asked: UNKNOWN, with the scheduler's answer as why."""
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return {"run": (record or {}).get("name", "-"), "job_id": jid, "host": host_key(record),
+            "run_dir": (record or {}).get("run_dir"), "exit_code": None, "source": "none", "cancelled": False,
+            "lost": False, "lsf_state": None, "finish_time": None, "state": "UNKNOWN",
+            "reason": f"{scheduler.label} could not be asked about this run's jobs: {first}"}
 
 
 def _another_job(host, record: Optional[Dict], st, label: str) -> Optional[str]:
