@@ -9,10 +9,16 @@ host name (``slurmctl``, ``node1``, ``node2``, ...), bind-mounts the node's own 
 the paths slurm.conf names, becomes the child subreaper of everything the daemon forks, and reaps it. So each
 slurmd is a node with its own host name (``srun -N2 hostname`` prints two names) and its own spool, while all
 share the machine's network namespace, each at its own loopback address and port; each sees a hosts file of the
-cluster's over /etc/hosts, where every node's name resolves to its address. Job processes live in their
-node's namespaces, which is how ``stop`` finds and ends every one of them. Nothing outside the folder is
+cluster's over /etc/hosts, where every node's name resolves to its address. Nothing outside the folder is
 written: the daemons get ``-f slurm.conf``, the clients ``SLURM_CONF``; /etc/slurm and the system's MUNGE are
 not read or touched.
+
+Each job step (a batch script, an srun step) runs in a UTS namespace of its own, a copy of its node's: slurmd
+starts every slurmstepd through the cluster's ``slurmstepd`` script (slurmd's ``-d``), which execs the real
+one under ``unshare --uts``. Why: jobs run as root here, and a job's ``hostname x`` would otherwise rename the
+node for every later job on it (on a real cluster a user may not rename the machine); now it renames the
+step's copy only. Job processes stay in their node's mount namespace, which is how ``stop`` finds and ends
+every one of them.
 
 Accounting, two ways. By default ``accounting_storage/none`` with ``jobcomp/filetxt`` (one line per finished
 job in ``jobcomp.log``): Slurm 22.05's ``sacct`` reads only slurmdbd, so it answers "Slurm accounting storage
@@ -33,6 +39,7 @@ import contextlib
 import ctypes
 import json
 import os
+import shlex
 import shutil
 import signal
 import socket
@@ -46,8 +53,10 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 from summit_jobs.errors import UserError, describe_os_error
 
 #: The daemons and client commands a cluster needs, and where Debian puts them.
-PROGRAMS = ("munged", "slurmctld", "slurmd", "sinfo", "srun", "sbatch", "squeue", "scancel", "scontrol",
-            "sacct")
+PROGRAMS = ("munged", "slurmctld", "slurmd", "slurmstepd", "sinfo", "srun", "sbatch", "squeue", "scancel",
+            "scontrol", "sacct")
+#: What gives each job step its own UTS namespace (util-linux, part of every Debian system).
+UNSHARE = "unshare"
 #: What ``accounting=True`` needs besides.
 ACCOUNTING_PROGRAMS = ("mariadbd", "slurmdbd", "sacctmgr")
 SYSTEM_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
@@ -84,7 +93,8 @@ class Daemon:
     #: Its own log file and the file its stdout and stderr go to.
     log: str
     out: str
-    #: Its UTS namespace (``uts:[N]``), shared by everything it forks; empty for munged.
+    #: Its mount namespace (``mnt:[N]``), shared by everything it forks (job steps included: they take a UTS
+    #: namespace of their own, not a mount namespace); empty for the daemons in the machine's (munged).
     namespace: str = ""
 
 
@@ -101,6 +111,9 @@ def check_can_run(accounting: bool = False) -> None:
     missing = [p for p in PROGRAMS if find_program(p) is None]
     if missing:
         raise ClusterError(f"Slurm or MUNGE is not installed (missing: {', '.join(missing)}): {INSTALL_HINT}")
+    if find_program(UNSHARE) is None:
+        raise ClusterError(f"{UNSHARE} is not installed (each job step takes a UTS namespace of its own with it): "
+                           "apt-get install -y util-linux")
     missing = [p for p in ACCOUNTING_PROGRAMS if find_program(p) is None] if accounting else []
     if missing:
         raise ClusterError(f"accounting needs MariaDB and slurmdbd (missing: {', '.join(missing)}): "
@@ -131,22 +144,23 @@ def command_name(pid: int) -> str:
 
 
 def namespace_of(pid: int) -> str:
-    """The UTS namespace of a process, or "" when it is gone (a zombie has none)."""
+    """The mount namespace of a process, or "" when it is gone (a zombie has none). The mount namespace and not
+    the UTS one: a node's job steps each have a UTS namespace of their own, but share their node's mounts."""
     try:
-        return os.readlink(f"/proc/{pid}/ns/uts")
+        return os.readlink(f"/proc/{pid}/ns/mnt")
     except OSError:
         return ""
 
 
 def own_namespace(pid: int) -> str:
-    """The UTS namespace of a daemon's init if it has one of its own; "" while it still shares the machine's
+    """The mount namespace of a daemon's init if it has one of its own; "" while it still shares the machine's
     (an init that has not yet entered its own): stop() must never take the machine's for a node's."""
     namespace = namespace_of(pid)
     return "" if namespace in ("", namespace_of(os.getpid()), namespace_of(1)) else namespace
 
 
 def members(namespace: str, but: Sequence[int] = ()) -> List[int]:
-    """Every live process in a UTS namespace, except those in ``but``."""
+    """Every live process in a mount namespace, except those in ``but``."""
     found = []
     for entry in os.listdir("/proc"):
         if entry.isdigit() and int(entry) not in but and namespace_of(int(entry)) == namespace:
@@ -230,6 +244,8 @@ class LocalSlurmCluster:
         self.munge_socket = self.root / "munge" / "munge.socket"
         self.db_socket = self.root / "db" / "mariadb.sock"
         self.jobcomp = self.root / "jobcomp.log"
+        #: What slurmd runs for each job step (``-d``): the real slurmstepd in a UTS namespace of the step's own.
+        self.stepd = self.root / "slurmstepd"
         #: The hosts file the controller and the nodes see as /etc/hosts: the machine's, and the nodes' names.
         self.hosts = self.root / "hosts"
         self.ports: Dict[str, int] = {}
@@ -343,6 +359,8 @@ class LocalSlurmCluster:
             for sub in ("spool", "log"):
                 (self.root / "nodes" / node / sub).mkdir(parents=True)
         (self.root / "plugstack.conf").write_text("")
+        self.stepd.write_text(stepd_script())
+        self.stepd.chmod(0o755)
         self.hosts.write_text(hosts_file(self, _read_text("/etc/hosts")))
         names = ["slurmctld", "slurmd", "slurmdbd", *self.nodes]
         self.ports = dict(zip(names, free_ports(len(names))))
@@ -421,7 +439,8 @@ class LocalSlurmCluster:
             own = self.root / "nodes" / node
             binds = [(own / "spool", self.root / "node" / "spool"), (own / "log", self.root / "node" / "log"),
                      *hosts]
-            argv = self._enter_argv(node, binds, [find_program("slurmd"), "-D", "-f", str(self.conf)])
+            argv = self._enter_argv(node, binds, [find_program("slurmd"), "-D", "-f", str(self.conf),
+                                                  "-d", str(self.stepd)])
             self._spawn(node, argv, own / "log" / "slurmd.log", own / "slurmd.out")
 
     def _wait_idle(self, started: List[Daemon], deadline: float) -> None:
@@ -552,6 +571,15 @@ def hosts_file(cluster: LocalSlurmCluster, machine: str) -> str:
     lines = [machine.rstrip("\n"), f"# Added by {MODULE}: the test cluster's nodes.", f"127.0.0.1 {CTLD_HOST}"]
     lines += [f"127.0.1.{i} {node}" for i, node in enumerate(cluster.nodes, start=1)]
     return "\n".join(line for line in lines if line) + "\n"
+
+
+def stepd_script() -> str:
+    """The program slurmd starts for each job step instead of slurmstepd: slurmstepd itself (exec'd, so the
+    process, its arguments and its pipes to slurmd are slurmd's own), in a new UTS namespace that starts as a
+    copy of the node's. A job that renames its host renames its step's copy; the node keeps its name."""
+    unshare, stepd = shlex.quote(find_program(UNSHARE) or UNSHARE), shlex.quote(find_program("slurmstepd") or "")
+    return (f"#!/bin/sh\n# Written by {MODULE}: each job step in a UTS namespace of its own.\n"
+            f'exec {unshare} --uts -- {stepd} "$@"\n')
 
 
 def slurmdbd_conf(cluster: LocalSlurmCluster) -> str:
