@@ -292,7 +292,9 @@ INTS: Dict[str, Tuple[int, str]] = {
 MAX_SEED = 2 ** 63 - 1
 #: Size options: (largest value, what the option is). argparse takes any integer, and a typo such as
 #: --input-size 100000 would otherwise reach a 56 GiB frame buffer before failing; these ranges hold every recipe the
-#: trainer knows with room to spare, and the memory check below catches combinations within them.
+#: trainer knows with room to spare, and the memory check below catches combinations within them. The planner
+#: (summit_jobs.planning.plan) holds --epochs, --clips-per-gpu and --num-classes to the same bounds before its own
+#: arithmetic, where a 400-digit count overflowed a float instead of being refused.
 MAX_SIZES: Dict[str, Tuple[int, str]] = {
     "input_size": (1024, "pixels per side of a training crop; the recipe: 224"),
     "scale_size": (2048, "pixels on the test frames' shorter side; the recipe: 256"),
@@ -302,6 +304,8 @@ MAX_SIZES: Dict[str, Tuple[int, str]] = {
     "aavg_max_batch": (4096, "clips per learner; the AAVG paper: 576"),
     "val_clips": (1000, "clips per video; the AAVG paper: 5"),
     "test_clips": (1000, "clips per video; the recipe: 10"),
+    "epochs": (10_000, "training epochs; the recipe: 100"),
+    "num_classes": (100_000, "classes of the dataset; Kinetics: 400 to 700"),
 }
 GIB = 1024 ** 3
 

@@ -16,6 +16,10 @@ To add a command: define it in its own module with ``@cli.command("NAME")``
 """
 from __future__ import annotations
 
+import functools
+
+import click
+
 from summit_jobs import schedulers
 from summit_jobs.cli import submit as cli
 
@@ -44,6 +48,26 @@ register("status", "summit_jobs.cli.lifecycle:status_cmd", "Show the state of a 
 register("synth", "summit_jobs.cli.data:synth_cmd", "Write a small synthetic Kinetics-format dataset into OUT.")
 for group in schedulers.command_groups():
     register(*group)
+
+
+def _refusing_unknown_machine(command: click.Command) -> click.Command:
+    """``machines`` lists every profile and marks the selected one; a --machine (or $SUMMIT_JOBS_MACHINE, or
+    config ``machine``) that names no profile was marked nowhere and went unsaid. Loading the selected profile
+    first refuses it as every other command does, naming the known machines (profiles.machines)."""
+    listing = command.callback
+
+    @functools.wraps(listing)
+    def callback(*args, **kwargs):
+        state = click.get_current_context().find_object(cli.State)
+        if state is not None:
+            state.profile   # noqa: B018 - loading it is the check: a UserError naming the known machines
+        return listing(*args, **kwargs)
+
+    command.callback = callback
+    return command
+
+
+_refusing_unknown_machine(cli.machines_cmd)
 
 
 def main() -> None:

@@ -75,13 +75,25 @@ __all__ = ["Inputs", "PackOptions", "Sample", "VIDEO_EXTS", "pack", "parse_size"
 human_bytes = units.human_bytes
 
 
+#: The largest ``--shard-size``: 1 TB. A shard is one file that staging copies whole onto a node's NVMe (and
+#: the archive stores as one file); a larger one is a typo, and one of hundreds of digits overflowed the
+#: conversion to bytes.
+MAX_SHARD_BYTES = 10**12
+
+
 def parse_size(text: str) -> int:
-    """'2GB', '512MB', '1.5G', '1000000' -> bytes (decimal units, like disk vendors and HPSS)."""
+    """'2GB', '512MB', '1.5G', '1000000' -> bytes (decimal units, like disk vendors and HPSS), at most
+    MAX_SHARD_BYTES."""
     m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([kKmMgGtT]?)[bB]?\s*", str(text))
     if not m:
         raise UserError(f"size {text!r} is not a number with an optional unit (for example 2GB, 512MB).")
     mult = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}[m.group(2).lower()]
-    value = int(float(m.group(1)) * mult)
+    amount = float(m.group(1)) * mult
+    if not amount <= MAX_SHARD_BYTES:
+        shown = repr(str(text)) if len(str(text)) <= 24 else f"'{str(text)[:12]}...' ({len(str(text))} characters)"
+        raise UserError(f"size {shown} is more than a shard may hold: give at most 1TB (each shard is copied whole "
+                        "onto the nodes' NVMe; for example 2GB, the default).")
+    value = int(amount)
     if value < 1:
         raise UserError(f"size {text!r} must be at least one byte.")
     return value
@@ -498,11 +510,16 @@ def _open_output(out: Path, fp: str, force: bool) -> Tuple[Path, Dict[str, objec
     A replacement a killed run had finished is swapped in first.
     """
     next_dir = out / NEXT_DIR
-    if (next_dir / shards.MANIFEST_NAME).exists():
+    swapped = (next_dir / shards.MANIFEST_NAME).exists()
+    if swapped:
         _swap_in(out, next_dir)
     _clear_strays(out)
     manifest_path = out / shards.MANIFEST_NAME
     if manifest_path.exists():
+        if not force and swapped:
+            raise UserError(f"{out} holds a finished pack again: the replacement an interrupted `pack --force` had "
+                            f"finished is swapped in ({manifest_path}). Stage it, or pass --force to pack again "
+                            "into it.")
         if not force:
             pending = (f" (an unfinished replacement is in {next_dir}: the same command with --force continues it)"
                        if (next_dir / STATE_NAME).exists() else "")
@@ -514,6 +531,27 @@ def _open_output(out: Path, fp: str, force: bool) -> Tuple[Path, Dict[str, objec
     if next_dir.exists():                  # no finished pack left to keep: a replacement of it is moot
         shutil.rmtree(next_dir)
     return out, _load_state(out, fp, force)
+
+
+def interrupted(folder: Path) -> Optional[str]:
+    """What a folder without a manifest holds when a pack into it was cut short, and how to finish it (None when
+    it shows no sign of one).
+
+    Why: the manifest is written last, so a pack killed before then (or a ``--force`` killed while it swapped
+    its finished replacement in) leaves shards and no manifest; "the manifest does not exist" alone sends the
+    user looking for a file that was never written, instead of running the pack again.
+    """
+    if (folder / shards.MANIFEST_NAME).exists() or not folder.is_dir():
+        return None
+    if (folder / NEXT_DIR / shards.MANIFEST_NAME).exists():
+        return (f"{folder} has no manifest: a `summit-jobs pack --force` into it was interrupted while it swapped "
+                f"its finished replacement in (still in {folder / NEXT_DIR}). Run `summit-jobs pack` into {folder} "
+                "again: it completes the swap first")
+    if (folder / STATE_NAME).exists() or (folder / NEXT_DIR).exists() or any(folder.glob("*.tar")):
+        return (f"{folder} has no manifest: a `summit-jobs pack` into it was interrupted before it wrote the "
+                "manifest (its last step). Run the same pack command again: it resumes after the last finished "
+                "shard")
+    return None
 
 
 def _swap_in(out: Path, new: Path) -> None:

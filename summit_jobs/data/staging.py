@@ -40,6 +40,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from summit_jobs.errors import UserError
 from summit_jobs.data.pack import human_bytes
+from summit_jobs.data.pack import interrupted as interrupted_pack
 from summit_jobs.planning.plan import nvme_data_dir  # noqa: F401  (one rule for the NVMe data path)
 from summit_jobs.progress import Progress
 from trainer import shards, units
@@ -61,10 +62,16 @@ MAX_RETRY_DELAY = 3600.0
 
 
 def load_manifest(path: str) -> Tuple[Path, Dict[str, object]]:
+    """The manifest's path and contents; a missing one in a folder an interrupted pack left says so, and how to
+    finish that pack (summit_jobs.data.pack.interrupted)."""
     p = Path(path)
     try:
         return (p / shards.MANIFEST_NAME if p.is_dir() else p), shards.read_manifest(p)
     except shards.ShardError as exc:
+        folder = p if p.is_dir() else p.parent
+        why = interrupted_pack(folder) if not (folder / shards.MANIFEST_NAME).exists() else None
+        if why:
+            raise UserError(f"{exc}: {why}; then stage again.") from None
         raise UserError(f"{exc}. Give --manifest the manifest.json written by `summit-jobs pack`.") from None
 
 
@@ -75,10 +82,14 @@ def check_job_manifest(manifest: str, nodes: int, policy: str) -> None:
     after its wait in the queue. The checks are the staging step's own
     (trainer.stage.check: readable, well formed, enough training shards for a
     partition over ``nodes``). A path that does not exist here names a file on the
-    machine that runs the job, and is left to the job's staging step.
+    machine that runs the job, and is left to the job's staging step, unless its
+    folder is here with the shards of an interrupted pack.
     """
     path = Path(manifest)
     if not path.exists():
+        why = interrupted_pack(path.parent) if path.name == shards.MANIFEST_NAME else None
+        if why:
+            raise UserError(f"--data: manifest {path} does not exist: {why}. Nothing was submitted.")
         return
     try:
         data = shards.read_manifest(path)

@@ -97,7 +97,16 @@ def placement(path: str, profile) -> Optional[str]:
 
 def check_path_text(kind: str, path: str, remote: bool) -> Optional[Check]:
     """A folder path that cannot be probed as given: a ``$`` (left unexpanded by the job script) or, over SSH,
-    a relative path (it would be resolved on this machine)."""
+    a relative path (it would be resolved on this machine), or a name that is not UTF-8 text."""
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        # Bytes of another encoding reach Python as lone surrogates: the path cannot be written into a job
+        # script or a JSON record, and the probe's answer naming it cannot be read back as text.
+        shown = path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+        return Check(FAIL, kind, f"{shown} is not UTF-8 text (its name holds bytes of another encoding)",
+                     "rename the folder to a UTF-8 name, or give another folder (run directories' paths are "
+                     "written into job scripts and JSON records)")
     if "$" in path:
         return Check(FAIL, kind, f"{path} holds a '$'", "expand the variable in your shell and give the real path "
                      "(the job script would not expand it, the trainer would)")

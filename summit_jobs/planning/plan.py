@@ -594,6 +594,29 @@ class Optimisation:
     multigrid: Tuple[Dict[str, object], ...]
 
 
+#: Options whose largest value is the trainer's (trainer.config.MAX_SIZES): (JobOptions field, trainer option).
+SIZED_OPTIONS = (("epochs", "epochs"), ("clips_per_gpu", "batch_per_gpu"), ("num_classes", "num_classes"))
+
+
+def shown_number(value: int) -> str:
+    """A whole number as a one-line message shows it: a typo of hundreds of digits by its head and length."""
+    text = str(value)
+    return text if len(text) <= 24 else f"{text[:12]}... ({len(text)} digits)"
+
+
+def _check_sizes(opts: JobOptions) -> None:
+    """Refuse a count above the trainer's bound before the planner computes with it.
+
+    Why here: the batch, the learning rate and the warm-up are floats made from these counts, and a count of
+    hundreds of digits overflowed that arithmetic (a traceback) or went into the script as if it were a size.
+    """
+    for field_name, trainer_name in SIZED_OPTIONS:
+        value, (high, what) = getattr(opts, field_name), trainer_config.MAX_SIZES[trainer_name]
+        if value is not None and value > high:
+            raise UserError(f"--{field_name.replace('_', '-')} {shown_number(value)} is more than the trainer "
+                            f"takes: give at most {high:,} ({what}).")
+
+
 def _accumulation(opts: JobOptions, nodes: int) -> Tuple[int, int]:
     """Accumulation steps and the virtual node count they stand for."""
     accum = opts.accum_steps
@@ -743,6 +766,7 @@ def optimisation(profile: Profile, opts: JobOptions, nodes: int) -> Optimisation
     if opts.num_classes is not None and opts.num_classes < 0:
         raise UserError(f"--num-classes {opts.num_classes} must be a class count >= 1 (or leave it out for the "
                         "recipe's).")
+    _check_sizes(opts)
     clips = opts.clips_per_gpu if opts.clips_per_gpu is not None else recipe.clips_per_gpu
     if clips < 1:
         raise UserError(f"clips per GPU {clips} must be at least 1.")

@@ -86,7 +86,7 @@ def check_script_values(profile: "Profile") -> None:
 def _check_limits(profile: "Profile") -> None:
     """Raise ValueError naming the key whose value each number's range alone cannot catch: bins whose node
     counts are upside down, queue limits that are not walltimes or name no bin, a warm-up longer than the run,
-    folders that are not absolute, a backbone the trainer does not build, a #BSUB line the plan writes itself,
+    folders that are not absolute (the NVMe's among them), a backbone the trainer does not build, a #BSUB line the plan writes itself,
     a fusion buffer that is no size."""
     from trainer import config as trainer_config   # torch-free: the trainer's choice lists
     for i, b in enumerate(profile.walltime_bins):
@@ -109,6 +109,12 @@ def _check_limits(profile: "Profile") -> None:
     if recipe.arch not in trainer_config.ARCHS:
         raise ValueError(f"recipe.arch = {recipe.arch!r} is not a backbone the trainer builds; use one of "
                          f"{', '.join(trainer_config.ARCHS)}")
+    nvme = profile.node.nvme_path
+    if nvme is not None and not nvme.startswith(("/", "$")):
+        raise ValueError(f"node.nvme_path = {nvme!r} must be an absolute folder on the compute nodes (e.g. "
+                         "/mnt/bb/$USER) or start with a variable their shell expands ($TMPDIR/data): a relative "
+                         "path would be resolved in each job's working folder, and one starting with '-' read as "
+                         "an option")
     for key in ("compute_read_only_prefixes", "node_local_prefixes"):
         for i, prefix in enumerate(getattr(profile, key)):
             if not prefix.startswith("/") or not prefix.strip("/"):
@@ -242,6 +248,10 @@ class Queue:
 
 #: Memory units LSF takes (LSF_UNIT_FOR_LIMITS) and what a memory request counts.
 MEMORY_UNITS = ("KB", "MB", "GB", "TB")
+#: The most memory per node ``--mem`` may ask for, in KB of 1,024 bytes: 1,024 TB, far above any node built
+#: today (the largest shared-memory machines hold tens of TB). Above it the value is a typo, and one of many
+#: digits overflowed the conversion into the scheduler's unit instead of being refused.
+MAX_MEMORY_KB = 1024 ** 4
 MEMORY_PER = ("slot", "host", "job")
 
 

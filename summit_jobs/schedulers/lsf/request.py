@@ -20,7 +20,7 @@ import re
 from typing import List, Optional, Sequence, Tuple
 
 from summit_jobs.errors import UserError
-from summit_jobs.profiles.machines import DIRECTIVE_RE, REQUESTS, Profile
+from summit_jobs.profiles.machines import DIRECTIVE_RE, MAX_MEMORY_KB, REQUESTS, Profile
 from summit_jobs.schedulers import Request
 from summit_jobs.schedulers.lsf.launch import LAUNCHERS
 
@@ -58,12 +58,22 @@ def request_and_launcher(profile: Profile, request: Optional[str], launcher: Opt
 
 
 def parse_mem_kb(text: str) -> int:
-    """KB in a memory size such as 64GB or 500M; a UserError for anything else."""
+    """KB in a memory size such as 64GB or 500M (at most MAX_MEMORY_KB); a UserError for anything else."""
     m = MEM_RE.fullmatch(str(text).strip())
     if not m or float(m.group(1)) <= 0:
         raise UserError(f"--mem {text!r} is not a memory size: write a number and a unit, e.g. 64GB, 500MB "
                         "(memory per node; KB, MB, GB, TB count in 1,024s as LSF does).")
-    return int(math.ceil(float(m.group(1)) * UNIT_KB[m.group(2).upper()]))
+    kb = float(m.group(1)) * UNIT_KB[m.group(2).upper()]
+    if not kb <= MAX_MEMORY_KB:
+        raise UserError(f"--mem {shown_size(text)} is more memory than a node has: give at most "
+                        f"{MAX_MEMORY_KB // UNIT_KB['T']}TB per node, e.g. 64GB.")
+    return int(math.ceil(kb))
+
+
+def shown_size(text: str) -> str:
+    """A size as a one-line message shows it: quoted, a typo of hundreds of digits by its head and length."""
+    text = str(text).strip()
+    return repr(text) if len(text) <= 24 else f"'{text[:12]}...' ({len(text)} characters)"
 
 
 def _memory(profile: Profile, mem: Optional[str], kind: str, nodes: int, slots_per_host: int

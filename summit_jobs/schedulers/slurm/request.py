@@ -17,7 +17,7 @@ import re
 from typing import List, Mapping, Optional, Tuple
 
 from summit_jobs.errors import UserError
-from summit_jobs.profiles.machines import NAME_RE, Profile, parse_hhmm
+from summit_jobs.profiles.machines import MAX_MEMORY_KB, NAME_RE, Profile, parse_hhmm
 from summit_jobs.schedulers import Limit, Request
 from summit_jobs.schedulers.slurm.launch import LAUNCHERS, cpus_per_task
 
@@ -77,6 +77,13 @@ def check_directive(line: str, where: str, owned: Mapping[str, str] = OWNED, wha
     return flag, value
 
 
+def _memory_kib(value: str) -> int:
+    """KiB in Slurm's own --mem form (SLURM_MEM_RE: a whole number and K, M, G or T; M when none, as sbatch
+    reads it)."""
+    unit = value[-1] if value[-1] in UNIT_KIB else "M"
+    return int(value.rstrip("KMGT")) * UNIT_KIB[unit]
+
+
 def _check_values(profile: Profile) -> None:
     """The shapes of the values that reach #SBATCH lines (ValueError naming the key)."""
     slurm = profile.scheduler.slurm
@@ -91,6 +98,9 @@ def _check_values(profile: Profile) -> None:
                      SLURM_MEM_RE: "Slurm's --mem form: a whole number and K, M, G or T (0: all of it)"}[pattern]
             raise ValueError(f"{key} = {value!r} is not allowed: it is printed into job scripts, so it must be "
                              f"{shape}")
+    if slurm.memory is not None and _memory_kib(slurm.memory) > MAX_MEMORY_KB:
+        raise ValueError(f"scheduler.slurm.memory = {slurm.memory!r} is more memory than a node has: give at most "
+                         f"{MAX_MEMORY_KB // UNIT_KIB['T']}T")
     lines = [(f"scheduler.slurm.extra_directives[{i}] =", line, OWNED, "an #SBATCH option")
              for i, line in enumerate(slurm.extra_directives)]
     lines += [(f"scheduler.slurm.step_options[{i}] =", line, STEP_OWNED, "an srun option")
@@ -154,7 +164,8 @@ def qos_limits(profile: Profile, asked: Optional[str]) -> Tuple[Limit, ...]:
 # ---- the request ------------------------------------------------------------------------------------------
 
 def parse_mem(text: str) -> str:
-    """--mem in Slurm's form: 64GB -> 64G, 1.5TB -> 1536G, 0 -> 0 (all the node's memory); a UserError else."""
+    """--mem in Slurm's form: 64GB -> 64G, 1.5TB -> 1536G, 0 -> 0 (all the node's memory); a UserError else,
+    and for more than MAX_MEMORY_KB (a typo of many digits overflowed the conversion)."""
     text = str(text).strip()
     if re.fullmatch(r"0+(?:[KMGT]i?B?)?", text, re.I):
         return "0"
@@ -162,7 +173,12 @@ def parse_mem(text: str) -> str:
     if not m or float(m.group(1)) <= 0:
         raise UserError(f"--mem {text!r} is not a memory size: write a number and a unit, e.g. 64GB, 500MB, or 0 "
                         "for all of the node's memory (memory per node; K, M, G, T count in 1,024s as Slurm does).")
-    kib = int(math.ceil(float(m.group(1)) * UNIT_KIB[m.group(2).upper()]))
+    amount = float(m.group(1)) * UNIT_KIB[m.group(2).upper()]
+    if not amount <= MAX_MEMORY_KB:
+        shown = repr(text) if len(text) <= 24 else f"'{text[:12]}...' ({len(text)} characters)"
+        raise UserError(f"--mem {shown} is more memory than a node has: give at most "
+                        f"{MAX_MEMORY_KB // UNIT_KIB['T']}TB per node, e.g. 64GB, or 0 for all of it.")
+    kib = int(math.ceil(amount))
     unit = next(u for u in "TGMK" if kib % UNIT_KIB[u] == 0)
     return f"{kib // UNIT_KIB[unit]}{unit}"
 
