@@ -148,6 +148,27 @@ def test_a_slurm_profiles_memory_past_the_bound_is_refused_with_its_key(world, t
     assert_one_line_refusal(result, ["scheduler.slurm.memory = '99999999999999999999T'", "at most 1024T"])
 
 
+# ---- walltime and its warning ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("args", [["--walltime", "1"], ["--walltime", "0:01"], ["--walltime", "1",
+                                                                                "--warning-minutes", "1"]])
+def test_a_walltime_with_no_room_for_its_warning_is_refused(world, args):
+    """One minute leaves no warning of 1 minute within the second half: the warning came at the job's start."""
+    for base in (LOCAL, SUMMIT):
+        result = invoke(world, [*base, *args])
+        assert_one_line_refusal(result, [f"--walltime {args[1]}", "warning", "--walltime 2 or more"])
+
+
+def test_the_profiles_warning_shrinks_to_half_a_short_walltime(world):
+    """The profile's default (summit: 10 minutes) is held to half the run: 1 minute of 3, 1 of 2."""
+    for walltime in ("3", "2"):
+        result = invoke(world, [*SUMMIT, "--walltime", walltime])
+        assert result.exit_code == 0, result.output
+        assert "#BSUB -wt 1\n" in result.stdout
+    local = invoke(world, [*LOCAL, "--walltime", "2"])
+    assert local.exit_code == 0 and "#BSUB -wt 1\n" in local.stdout, local.output
+
+
 # ---- doctor: a folder whose name is not UTF-8 ---------------------------------------------------------------
 
 def test_doctor_fails_a_folder_whose_name_is_not_utf8(world, tmp_path):

@@ -499,9 +499,16 @@ def _warning_minutes(profile: Profile, opts: JobOptions, minutes: int) -> int:
     """Warning signal before the run limit: the checkpoint-and-chain hook, at most half the run.
 
     The profile's default shrinks to fit a short job; a value the user gave is refused instead of rewritten,
-    since the job would then train a different time before its warning than the user planned for.
+    since the job would then train a different time before its warning than the user planned for. A walltime
+    with no room for a warning of one minute in its second half is refused: the warning would come at the
+    job's start, which checkpoints and stops it before it trains, so a chain of such links never progresses.
     """
-    limit = max(1, minutes // 2)
+    limit = minutes // 2
+    if limit < 1:
+        given = f"--walltime {opts.walltime}" if opts.walltime is not None else f"the walltime {format_hhmm(minutes)}"
+        raise UserError(f"{given} leaves no room for the warning signal (at least 1 minute before the run limit, "
+                        "at most half the run): it would come at the job's start and stop the job before it "
+                        "trains. Give --walltime 2 or more.")
     warn = opts.warning_minutes
     if warn is None:
         return min(profile.scheduler.warning_minutes, limit)
