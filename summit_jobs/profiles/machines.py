@@ -123,12 +123,12 @@ def _check_limits(profile: "Profile") -> None:
         raise ValueError("environment.python is empty; give the compute nodes' interpreter (python3, a path, "
                          "or auto)")
     _check_scheduler_kind(profile)
-    from summit_jobs.schedulers.lsf.request import OWNED   # here: summit_jobs.schedulers.lsf.request imports this module
+    from summit_jobs.schedulers.lsf.request import owned   # here: summit_jobs.schedulers.lsf.request imports this module
     for i, line in enumerate(profile.scheduler.extra_directives):
-        flag = line.split(" ", 1)[0]
-        if flag in OWNED:
-            raise ValueError(f"scheduler.extra_directives[{i}] = {line!r}: summit-jobs writes {flag} itself (from "
-                             f"{OWNED[flag]}); remove the line")
+        flag, _, value = " ".join(line.split()).partition(" ")
+        why = owned(flag, value)
+        if why:
+            raise ValueError(f"scheduler.extra_directives[{i}] = {line!r}: {why}; remove the line")
     fusion = profile.environment.variables.get("HOROVOD_FUSION_THRESHOLD")
     if fusion is not None and not re.fullmatch(r"[0-9]+", fusion):
         raise ValueError(f"environment.variables.HOROVOD_FUSION_THRESHOLD = {fusion!r} must be a byte count "

@@ -34,6 +34,31 @@ OWNED = {"-J": "--job-name", "-o": "(the run directory's output file)", "-oo": "
          "-w": "--chain", "-wa": "(the warning before the run limit)", "-wt": "--warning-minutes",
          "-gpu": "the profile's scheduler.gpu", "-M": "--mem", "-app": "--app", "-a": "--container",
          "-alloc_flags": "the profile's alloc_flags"}
+#: Options that change how the job is submitted or rerun, and what does it here instead: summit-jobs submits one
+#: batch job per run directory, returns once it is queued, and resumes a run by its chain (the next link starts
+#: from the checkpoint). ``-I`` stands for every interactive form (-Ip, -Is, -IS, -ISp, -ISs, -IX).
+SUBMISSION = {
+    "-K": "makes bsub wait for the job to end, so submit would block for the job's whole run: follow it with "
+          "summit-jobs status RUN --watch",
+    "-I": "runs the job interactively, so submit would block for the job's whole run: summit-jobs submits batch "
+          "jobs; read their output with summit-jobs logs RUN",
+    "-r": "sets whether LSF reruns the job, and summit-jobs resumes a run by its chain: use --chain or "
+          "--until-complete",
+    "-rn": "sets whether LSF reruns the job, and summit-jobs resumes a run by its chain: use --chain or "
+           "--until-complete",
+    "-Q": "sets which exits LSF requeues the job on, and summit-jobs resumes a run by its chain: use --chain or "
+          "--until-complete",
+    "-cwd": "sets the job's working folder, and the job script works in its run directory: give --run-dir",
+    "-pack": "submits the jobs a file describes, and summit-jobs submits one job per run: give the options "
+             "themselves"}
+SUBMISSION.update({flag: "reads the job's options from a file, and summit-jobs writes them into the job script: "
+                         "give the options themselves" for flag in ("-json", "-yaml", "-jsdl", "-jsdl_strict")})
+#: bsub's options that begin with a refused flag and are options of their own (everything else that does is the
+#: refused flag with its value attached, or no bsub option).
+DISTINCT = ("-Jd", "-outdir", "-env", "-eptl", "-ext", "-extsched", "-We", "-network", "-notify", "-ar", "-aps",
+            "-rnc", "-rcacct")
+#: An -R section that sets how slots spread over hosts: the plan's span[ptile=P] says it.
+SPAN_RE = re.compile(r"\bspan\s*\[")
 
 
 def _kind(profile: Profile, asked: Optional[str], choices: Sequence[str], what: str, default: str) -> str:
@@ -108,6 +133,30 @@ def _gpu(profile: Profile) -> List[Tuple[str, str]]:
     return [("-gpu", ":".join(words))]
 
 
+def owned(flag: str, value: str) -> Optional[str]:
+    """Why a ``#BSUB flag value`` line would contradict the plan (the end of a sentence), or None.
+
+    An owned flag, one that changes how the job is submitted or rerun (any interactive ``-I...`` form among
+    them), either with letters attached that make no bsub option of their own (``-qdebug``, ``-Jname``), and an
+    ``-R`` string with a ``span[]`` section (the plan's ptile) are refused.
+    """
+    def why(name: str) -> str:
+        return f"summit-jobs writes {name} itself; set it with {OWNED[name]}" if name in OWNED else \
+            f"{name} {SUBMISSION[name]}"
+
+    if flag.startswith("-I"):
+        return f"{flag} {SUBMISSION['-I']}"
+    if flag in OWNED or flag in SUBMISSION:
+        return why(flag)
+    stem = next((o for o in sorted([*OWNED, *SUBMISSION], key=len, reverse=True) if flag.startswith(o)), None)
+    if stem and flag not in DISTINCT:
+        return f"{flag} is {stem} with its value attached, or no bsub option: {why(stem)}"
+    if flag == "-R" and SPAN_RE.search(value):
+        return ("summit-jobs writes the job's span[] itself (span[ptile=P]: its ranks per node); set it with "
+                "--nodes and the profile's scheduler.slots_per_host, and give -R without span[]")
+    return None
+
+
 def user_directives(lines: Sequence[str], where: str) -> List[Tuple[str, str]]:
     """``-FLAG value`` lines (--bsub-option, the profile's extra_directives): checked, never an owned option."""
     out = []
@@ -118,8 +167,9 @@ def user_directives(lines: Sequence[str], where: str) -> List[Tuple[str, str]]:
                             "with letters, digits and . , : = + / @ % _ - [ ] > < ( ) ! & | (no quotes, $ or ;), "
                             "e.g. -B, -N, -U myreservation, -R select[mem>64000], -sla myclass.")
         flag, _, value = text.partition(" ")
-        if flag in OWNED:
-            raise UserError(f"{where} {line!r}: summit-jobs writes {flag} itself; set it with {OWNED[flag]}.")
+        why = owned(flag, value)
+        if why:
+            raise UserError(f"{where} {line!r}: {why}.")
         out.append((flag, value))
     return out
 

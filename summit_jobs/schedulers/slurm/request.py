@@ -8,13 +8,14 @@ profile's queues, a QOS has caps of its own, GPUs are asked as ``--gpus-per-node
 
 Every value is checked: a directive is a long option and, after ``=``, one word of Slurm's token characters,
 printed without quotes; anything else is refused with the rule named. Options summit-jobs writes itself
-cannot be given again (sbatch takes the last one, which would contradict the plan).
+cannot be given again (sbatch takes the last one, which would contradict the plan), by any name or
+abbreviation, nor can options that change how the job is submitted or rerun.
 """
 from __future__ import annotations
 
 import math
 import re
-from typing import List, Mapping, Optional, Tuple
+from typing import List, Mapping, Optional, Sequence, Tuple
 
 from summit_jobs.errors import UserError
 from summit_jobs.profiles.machines import MAX_MEMORY_KB, NAME_RE, Profile, parse_hhmm
@@ -44,7 +45,30 @@ OWNED = {"--job-name": "--job-name", "--nodes": "--nodes", "--ntasks": "(one ran
          "--mem-per-gpu": "--mem", "--time": "--walltime", "--account": "--project", "--partition": "--queue",
          "--qos": "--qos", "--constraint": "the profile's scheduler.slurm.constraint",
          "--output": "(the run directory's output file)", "--error": "(the run directory's error file)",
-         "--signal": "--warning-minutes", "--dependency": "--chain", "--chdir": "(the run directory)"}
+         "--signal": "--warning-minutes", "--dependency": "--chain", "--chdir": "(the run directory)",
+         # The job's shape counted another way: GPUs or tasks per task, per GPU or per socket contradict one
+         # rank per GPU on the --gpus-per-node GPUs (the job pends, or its ranks get the wrong GPUs).
+         "--ntasks-per-gpu": "(one rank per GPU or CPU slot)",
+         "--gpus-per-task": "the profile's scheduler.slurm.gpus (one rank per GPU)",
+         "--gpus-per-socket": "the profile's scheduler.slurm.gpus", "--tres-per-task": "the profile's scheduler.slurm"}
+#: Other names sbatch and srun take for an owned option.
+ALIASES = {"--tasks-per-node": "--ntasks-per-node"}
+#: Options that change how the job is submitted or rerun, and what does it here instead: summit-jobs submits one
+#: job per run directory, returns once it is queued, and resumes a run by its chain (the next link starts from
+#: the checkpoint), on the cluster that status and cancel ask.
+SUBMISSION = {
+    "--array": "makes several jobs of one script, which would share one run directory while status follows one; "
+               "for jobs that follow each other use --chain",
+    "--requeue": "sets whether Slurm requeues the job, and summit-jobs resumes a run by its chain: use --chain or "
+                 "--until-complete",
+    "--no-requeue": "sets whether Slurm requeues the job, and summit-jobs resumes a run by its chain: use --chain "
+                    "or --until-complete",
+    "--wait": "makes sbatch wait for the job to end, so submit would block for the job's whole run: follow it "
+              "with summit-jobs status RUN --watch",
+    "--clusters": "sends the job to another cluster, where status and cancel do not look: write a profile for "
+                  "that cluster",
+    "--wrap": "replaces the job script summit-jobs writes: run your own program with --command",
+    "--test-only": "makes sbatch check the job without submitting it: use --dry-run"}
 #: Options of the training srun line summit-jobs writes itself (scheduler.slurm.step_options may not repeat them).
 STEP_OWNED = {"--nodes": "--nodes", "--ntasks": "(one rank per GPU or CPU slot)",
               "--ntasks-per-node": "(one rank per GPU or CPU slot)",
@@ -54,26 +78,38 @@ STEP_OWNED = {"--nodes": "--nodes", "--ntasks": "(one rank per GPU or CPU slot)"
 
 # ---- the profile ------------------------------------------------------------------------------------------
 
-def _owned(flag: str, owned: Mapping[str, str]) -> Optional[str]:
-    """The owned option ``flag`` names, also as an abbreviation (sbatch and srun take unambiguous prefixes)."""
-    if flag in owned:
+def _named(flag: str, names: Sequence[str]) -> Optional[str]:
+    """The option of ``names`` that ``flag`` names, also as an abbreviation (sbatch and srun take unambiguous
+    prefixes of their long options: --tasks-per-n, --arr, --no-req)."""
+    if flag in names:
         return flag
-    return next((o for o in owned if len(flag) > 3 and o.startswith(flag)), None)
+    return next((o for o in names if len(flag) > 3 and o.startswith(flag)), None)
 
 
-def check_directive(line: str, where: str, owned: Mapping[str, str] = OWNED, what: str = "an #SBATCH option"
-                    ) -> Tuple[str, str]:
-    """``(option, value)`` of one directive line; a UserError naming ``where`` for any other shape or an owned
-    option."""
+def _refusal(flag: str, owned: Mapping[str, str], submission: Mapping[str, str]) -> Optional[str]:
+    """Why ``flag`` would contradict the plan (the end of a sentence), or None."""
+    name = _named(flag, [*owned, *(a for a, o in ALIASES.items() if o in owned)])
+    if name in ALIASES:
+        return f"{name} is {ALIASES[name]}, which summit-jobs writes itself; set it with {owned[ALIASES[name]]}"
+    if name:
+        return f"summit-jobs writes {name} itself; set it with {owned[name]}"
+    name = _named(flag, list(submission))
+    return f"{name} {submission[name]}" if name else None
+
+
+def check_directive(line: str, where: str, owned: Mapping[str, str] = OWNED, what: str = "an #SBATCH option",
+                    submission: Mapping[str, str] = SUBMISSION) -> Tuple[str, str]:
+    """``(option, value)`` of one directive line; a UserError naming ``where`` for any other shape, an owned
+    option (or its alias or abbreviation), or one that changes how the job is submitted or rerun."""
     text = str(line).strip()
     if not DIRECTIVE_RE.fullmatch(text):
         raise UserError(f"{where} {line!r} is not {what} this tool can write: give '--option' or "
                         "'--option=value' (long options; the value without spaces, quotes, $ or ;), e.g. "
                         "--exclusive, --reservation=myresv, --gpu-bind=closest.")
     flag, _, value = text.partition("=")
-    name = _owned(flag, owned)
-    if name:
-        raise UserError(f"{where} {line!r}: summit-jobs writes {name} itself; set it with {owned[name]}.")
+    why = _refusal(flag, owned, submission)
+    if why:
+        raise UserError(f"{where} {line!r}: {why}.")
     return flag, value
 
 
@@ -101,13 +137,13 @@ def _check_values(profile: Profile) -> None:
     if slurm.memory is not None and _memory_kib(slurm.memory) > MAX_MEMORY_KB:
         raise ValueError(f"scheduler.slurm.memory = {slurm.memory!r} is more memory than a node has: give at most "
                          f"{MAX_MEMORY_KB // UNIT_KIB['T']}T")
-    lines = [(f"scheduler.slurm.extra_directives[{i}] =", line, OWNED, "an #SBATCH option")
+    lines = [(f"scheduler.slurm.extra_directives[{i}] =", line, OWNED, "an #SBATCH option", SUBMISSION)
              for i, line in enumerate(slurm.extra_directives)]
-    lines += [(f"scheduler.slurm.step_options[{i}] =", line, STEP_OWNED, "an srun option")
+    lines += [(f"scheduler.slurm.step_options[{i}] =", line, STEP_OWNED, "an srun option", {})
               for i, line in enumerate(slurm.step_options)]
-    for where, line, owned, what in lines:
+    for where, line, owned, what, submission in lines:
         try:
-            check_directive(line, where, owned, what)
+            check_directive(line, where, owned, what, submission)
         except UserError as exc:
             raise ValueError(str(exc).rstrip(".")) from None
 
