@@ -209,7 +209,7 @@ def test_warning_minutes_above_half_the_walltime_is_refused(cli_env, tmp_path):
 
 
 @pytest.mark.parametrize("walltime,given,wt", [("10", "5", "5"), ("10", None, "5"), ("2:00", None, "10"),
-                                               ("1", "1", "1")])
+                                               ("2", "1", "1")])
 def test_warning_minutes_within_the_limit(cli_env, tmp_path, walltime, given, wt):
     """Half the walltime is allowed; the profile's 10 minutes shrink to fit a short job (its documented default)."""
     extra = ["--warning-minutes", given] if given else []
@@ -357,7 +357,7 @@ def test_the_printed_status_command_is_shell_quoted(tmp_path):
     name = "r x;touch pwned;`touch pwned2`&"
     run_dir = tmp_path / name
     proc = subprocess.run([sys.executable, "-m", "summit_jobs", "submit", "--nodes", "1", "--run-dir", str(run_dir),
-                           "--walltime", "1", "--command", f"{sys.executable} -c pass"], env=env, cwd=tmp_path,
+                           "--walltime", "2", "--command", f"{sys.executable} -c pass"], env=env, cwd=tmp_path,
                           capture_output=True, text=True, timeout=LIMIT_S)
     assert proc.returncode == 0, proc.stderr
     job_id = re.search(r"job (\d+) submitted", proc.stdout).group(1)

@@ -46,6 +46,7 @@ PERLMUTTER: List[Tuple[str, str]] = [
     ("--output=tsm.%j.out", "[SBATCH] filename pattern %j"),
     ("--error=tsm.%j.err", "[SBATCH] filename pattern %j"),
     ("--signal=B:USR2@600", "[SBATCH] --signal=B:sig@secs, the batch shell only"),
+    ("--no-requeue", "[SBATCH] --no-requeue: never requeued (Slurm's JobRequeue=1 would start it again)"),
     ("--qos=regular", "[NERSC-POL] without -q the job would run in debug"),
     ("--constraint=gpu", "[NERSC-LAUNCH] -C gpu"),
 ]
@@ -59,6 +60,7 @@ FRONTIER: List[Tuple[str, str]] = [
     ("--output=tsm.%j.out", "[SBATCH] filename pattern %j; [OLCF-FUG] -o %x-%j.out"),
     ("--error=tsm.%j.err", "[SBATCH] filename pattern %j"),
     ("--signal=B:USR2@600", "[OLCF-FUG] --signal=B:USR1@300 form; [SBATCH] B: the batch shell only"),
+    ("--no-requeue", "[SBATCH] --no-requeue: never requeued (Slurm's JobRequeue=1 would start it again)"),
     ("--partition=batch", "[OLCF-FUG] -p batch, the default partition"),
     ("--constraint=nvme", "[OLCF-FUG] -C nvme for the node-local NVMe"),
 ]
@@ -132,7 +134,9 @@ def test_the_real_sbatch_knows_every_option_of_every_rendered_script(slurm_clust
 #: The shell functions both scripts define: the exit-code file, forwarding signals to a step, waiting for it,
 #: the warning, and the chain's decisions. Lines naming a scheduler's own commands or words are left out.
 FUNCTIONS = ("finish", "forward", "on_warning", "run_step", "newest_checkpoint", "chain_stopped", "next_link")
-SCHEDULER_WORDS = re.compile(r"bsub|bkill|sbatch|scancel|LSB_|SLURM_|\bid=|run limit|time limit|afterany|ended\(")
+#: Functions each scheduler defines in its own words (their bodies differ by design), named in both scripts.
+OWN_FUNCTIONS = ("scheduler_end",)
+SCHEDULER_WORDS = re.compile(r"bsub|bkill|sbatch|Submitted batch job|scancel|LSB_|SLURM_|\bid=|run limit|time limit|afterany|ended\(")
 
 
 def _function(script: str, name: str) -> List[str]:
@@ -162,6 +166,8 @@ def test_the_slurm_script_keeps_the_lsf_scripts_run_directory_exit_code_and_chai
                  'finish "$rc"', 'CHAIN_FILE="$RUN_DIR"/chain.jobs'):
         assert line in lsf and line in slurm, line
     assert 'JOB_ID="${SLURM_JOB_ID:-unknown}"' in slurm and 'JOB_ID="${LSB_JOBID:-unknown}"' in lsf
+    for name in OWN_FUNCTIONS:
+        assert re.search(rf"^{name}\(\) \{{", lsf, re.M) and re.search(rf"^{name}\(\) \{{", slurm, re.M), name
 
 
 def test_a_slurm_run_keeps_its_script_as_job_sbatch_and_a_folder_holding_one_holds_a_run(tmp_path):

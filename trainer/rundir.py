@@ -76,7 +76,8 @@ RUN_CONFIG = "run_config.json"
 CHECKPOINTS = "checkpoints"
 TENSORBOARD = "tensorboard"
 SCORES = "scores"
-EVENT_KINDS = ("launch", "resumed", "stopped", "complete", "already_complete", "chain_stopped")
+EVENT_KINDS = ("launch", "resumed", "stopped", "complete", "already_complete", "chain_stopped",
+               "ended_by_scheduler")
 #: How long ``code_revision`` waits for git (a hung network file system must not hold the start).
 GIT_TIMEOUT_S = 2.0
 

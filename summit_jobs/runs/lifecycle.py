@@ -232,7 +232,7 @@ def _unasked(record: Optional[Dict], jid: str, scheduler, exc: UserError) -> Dic
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     return {"run": (record or {}).get("name", "-"), "job_id": jid, "host": host_key(record),
             "run_dir": (record or {}).get("run_dir"), "exit_code": None, "source": "none", "cancelled": False,
-            "lost": False, "lsf_state": None, "finish_time": None, "state": "UNKNOWN",
+            "lost": False, "restarts": 0, "lsf_state": None, "finish_time": None, "state": "UNKNOWN",
             "reason": f"{scheduler.label} could not be asked about this run's jobs: {first}"}
 
 
@@ -261,9 +261,11 @@ def job_row(record: Optional[Dict], jid: str, where: str, st, code: Optional[int
     (and ``problem``); ``listed_by`` is the scheduler's status command, which rows and reasons name."""
     row: Dict[str, object] = {"run": (record or {}).get("name", "-"), "job_id": jid, "host": where,
                               "run_dir": (record or {}).get("run_dir"), "exit_code": code,
-                              "source": "exit-code file", "cancelled": False, "lost": False, "lsf_state": None, "finish_time": None}
+                              "source": "exit-code file", "cancelled": False, "lost": False, "restarts": 0,
+                              "lsf_state": None, "finish_time": None}
     if st is not None:
-        row.update(state=st.state, lsf_state=st.lsf_state or None, reason=st.reason, finish_time=st.finish_time or None)
+        row.update(state=st.state, lsf_state=st.lsf_state or None, reason=st.reason, finish_time=st.finish_time or None,
+                   restarts=st.restarts)
         if st.finished and code is None:
             row.update(exit_code=st.exit_code, source=listed_by,
                        reason="; ".join(r for r in (st.reason, problem) if r))

@@ -221,7 +221,13 @@ def event_text(e: Dict) -> str:
     if kind == "checkpoint":
         return f"checkpoint at step {step}"
     if kind == "exit":
+        native = SCHEDULER_ENDS.get(str(e.get("native") or ""))
+        if native:
+            return native
         return f"ended with exit code {e.get('code')}" if e.get("code") is not None else "ended"
+    if kind == "ended_by_scheduler":
+        return (f"ended by the scheduler ({e.get('reason')}: a node failure or a preemption); the next link "
+                "resumes from the newest checkpoint")
     if kind == "chain_stopped":
         return f"chain stopped before COMPLETE: {e.get('reason') or 'no reason recorded'}"
     return str(kind)
@@ -236,7 +242,11 @@ def _stop_reason(reason: str) -> str:
 
 
 #: Events that say how a job ended, kept over the bare "ended with exit code" once LSF reports the end.
-FINAL_EVENTS = ("stopped", "complete", "already_complete", "chain_stopped")
+FINAL_EVENTS = ("stopped", "complete", "already_complete", "chain_stopped", "ended_by_scheduler")
+#: Ends a scheduler reports in its own state word (Slurm's), each an event of its own: no exit code tells them.
+SCHEDULER_ENDS = {"NODE_FAIL": "ended by a node failure (NODE_FAIL)", "PREEMPTED": "preempted (PREEMPTED)",
+                  "BOOT_FAIL": "a node failed to boot (BOOT_FAIL)", "DEADLINE": "ended at its deadline (DEADLINE)",
+                  "OUT_OF_MEMORY": "out of memory (OUT_OF_MEMORY)"}
 
 
 def last_event(job: str, files: RunFiles, mine: Sequence[Dict], row: Dict) -> Optional[Dict]:
@@ -253,7 +263,8 @@ def last_event(job: str, files: RunFiles, mine: Sequence[Dict], row: Dict) -> Op
         newest = ckpt
     ended = row.get("state") in ("DONE", "EXIT")
     if ended and (newest is None or newest.get("event") not in FINAL_EVENTS):
-        newest = {"event": "exit", "code": row.get("exit_code"), "time": parse_lsf_time(row.get("finish_time"))}
+        newest = {"event": "exit", "code": row.get("exit_code"), "time": parse_lsf_time(row.get("finish_time")),
+                  "native": row.get("lsf_state")}
     if newest is None:
         return None
     return {"event": newest.get("event"), "text": event_text(newest), "time": newest.get("time")}
@@ -319,17 +330,28 @@ def add_facts(rows: Sequence[Dict], files: RunFiles) -> None:
         steps = steps_per_second(paced)
         row["steps_per_s"] = round(steps, 3) if steps is not None else None
         row["last_event"] = last_event(jid, files, mine, row)
-        row["chain_stopped"] = chain_stop_reason(jid, files)
+        row["chain_stopped"] = chain_stop_reason(jid, files, row)
         row["eta_s"] = _eta(row, paced, total, files.complete)
 
 
-def chain_stop_reason(job: str, files: RunFiles) -> Optional[str]:
+def chain_stop_reason(job: str, files: RunFiles, row: Optional[Dict] = None) -> Optional[str]:
     """Why the chain ended at this link before COMPLETE (its ``chain_stopped`` event), or None: a chain
-    that stops early must never look like one that finished."""
+    that stops early must never look like one that finished.
+
+    A link ended by a signal cannot tell from inside who sent it (a cancel, the run limit's TERMINATE, Slurm's
+    time limit): the scheduler's own end (``row``: its state word and reason, e.g. LSF's TERM_RUNLIMIT or
+    TERM_OWNER, Slurm's TIMEOUT) is added to the job script's words."""
     stops = [e for e in rundir.job_events(files.events, job) if e.get("event") == "chain_stopped"]
     if not stops or files.complete:
         return None
-    return str(stops[-1].get("reason") or "no reason recorded")
+    reason = str(stops[-1].get("reason") or "no reason recorded")
+    row = row or {}
+    native = str(row.get("lsf_state") or "")
+    plain = native in ("", "DONE", "EXIT", "COMPLETED", "FAILED")     # words that say no more than the exit code
+    said = " ".join(w for w in ("" if plain else native, str(row.get("reason") or "")) if w)
+    if said and row.get("state") in ("DONE", "EXIT") and said not in reason:
+        reason += f"; the scheduler says: {said}"
+    return reason
 
 
 def _eta(row: Dict, train: Sequence[Dict], total: Optional[int], complete: bool) -> Optional[float]:
@@ -431,6 +453,9 @@ def notes(rows: Sequence[Dict]) -> List[str]:
     reason, which the table has no room for. A waiting job's reason is in its event column instead."""
     lines = [f"job {r.get('job_id')}: {r.get('reason')}" for r in rows
              if r.get("reason") and r.get("state") != "PEND"]
+    lines += [f"job {r.get('job_id')}: the scheduler started it again {r['restarts']} time"
+              f"{'s' if r['restarts'] > 1 else ''} (a requeue after a node failure or a preemption)"
+              for r in rows if (r.get("restarts") or 0) > 0]
     return lines + [f"job {r.get('job_id')}: the chain stopped before COMPLETE: {r['chain_stopped']}; "
                     f"submit again with the same --run-dir and --until-complete to go on from the last checkpoint"
                     for r in rows if r.get("chain_stopped")]

@@ -58,6 +58,8 @@ class JobStatus:
     #: The folder the job was submitted from (LSF's SUB_CWD, Slurm's WorkDir), "" where the scheduler does not
     #: say: with the name, what tells a run's job from another job that was given its id later.
     work_dir: str = ""
+    #: How often the scheduler started the job again after a failure or a preemption (Slurm's restart count).
+    restarts: int = 0
     #: The state word the scheduler printed, kept when ``state`` is UNKNOWN because the word is not a known one.
     lsf_state: str = ""
 

@@ -101,6 +101,9 @@ class SlurmJob:
     end: str = ""
     nodes: str = ""
     work_dir: str = ""
+    #: How often Slurm started the job again (a requeue after a node failure or a preemption, or scontrol
+    #: requeue): squeue --json's restart_cnt; 0 where the answer does not say.
+    restarts: int = 0
 
 
 def check_ids(job_ids: Sequence[str]) -> List[str]:
@@ -203,7 +206,7 @@ def status(job: SlurmJob) -> JobStatus:
                      reason=reason, submit_time=job.submit,
                      start_time=job.start if state not in ("PEND", "PSUSP") else "",
                      finish_time=job.end if ended else "", exec_host=job.nodes, work_dir=job.work_dir,
-                     lsf_state=job.state)
+                     restarts=job.restarts, lsf_state=job.state)
 
 
 def owner(job: SlurmJob) -> Dict[str, str]:
@@ -285,7 +288,8 @@ def _json_job(rec: Mapping) -> SlurmJob:
         partition=str(rec.get("partition") or ""), reason=str(rec.get("state_reason") or ""),
         exit_code=json_exit_code(rec.get("exit_code")), submit=epoch_text(rec.get("submit_time")),
         start=epoch_text(rec.get("start_time")), end=epoch_text(rec.get("end_time")),
-        nodes=str(rec.get("nodes") or ""), work_dir=str(rec.get("current_working_directory") or ""))
+        nodes=str(rec.get("nodes") or ""), work_dir=str(rec.get("current_working_directory") or ""),
+        restarts=_number(rec.get("restart_cnt")) or 0)
 
 
 def parse_squeue_json(text: str, asked: Sequence[str]) -> Dict[str, SlurmJob]:
