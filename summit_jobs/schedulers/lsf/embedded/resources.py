@@ -24,7 +24,7 @@ GPU_CHOICES = {"mode": ("shared", "exclusive_process"), "mps": ("yes", "no"), "j
 GPU_KEYWORDS = ("num", "mode", "mps", "j_exclusive", "gmodel", "gmem")
 #: Units a memory amount may carry, in KB.
 UNITS_KB = {"KB": 1, "MB": 1024, "GB": 1024 ** 2, "TB": 1024 ** 3}
-AMOUNT_RE = re.compile(r"^(\d+)\s*([KMGT]B?)?$", re.IGNORECASE)
+AMOUNT_RE = re.compile(r"^([0-9]+)\s*([KMGT]B?)?$", re.IGNORECASE)
 RES_SECTION_RE = re.compile(r"\s*([a-z_]+)\[([^\[\]]*)\]\s*")
 HONOURED = "select[mem>X && ncpus>=N], span[ptile=N], span[hosts=1] and rusage[mem=X]"
 MAX_GPUS = 64
@@ -32,6 +32,24 @@ MAX_GPUS = 64
 
 class ResourceError(Exception):
     """A resource request LSF would refuse; the text names the value."""
+
+
+#: What a number of more than 18 digits is read as: larger than every limit of this LSF.
+HUGE = 10 ** 18
+
+
+def whole_number(text: str) -> Optional[int]:
+    """``text`` as a whole number when it is ASCII digits (surrounding blanks allowed), else None.
+
+    Why not ``str.isdecimal`` and ``int``: both take any script's digits (``int('٣')`` is 3), which LSF
+    does not read as a number; and ``int`` of thousands of digits is slow and then refused by Python with
+    a ValueError. A number longer than 18 digits is read as HUGE, beyond every limit, so it is refused
+    by the limit it breaks.
+    """
+    digits = text.strip()
+    if not digits or not all("0" <= c <= "9" for c in digits):
+        return None
+    return int(digits) if len(digits) <= 18 else HUGE
 
 
 def parse_gpu(text: str) -> Dict[str, object]:
@@ -56,10 +74,10 @@ def parse_gpu(text: str) -> Dict[str, object]:
 def _gpu_value(text: str, key: str, value: str) -> object:
     """One keyword's value, checked against what LSF accepts for it."""
     if key == "num":
-        if not value.isdecimal() or not 1 <= int(value) <= MAX_GPUS:
+        if not 1 <= (whole_number(value) or 0) <= MAX_GPUS:
             raise ResourceError(f'-gpu "{text}": num={value!r} must be a whole number of GPUs per host '
                                 f"from 1 to {MAX_GPUS}")
-        return int(value)
+        return int(whole_number(value) or 0)
     if key in GPU_CHOICES:
         if value not in GPU_CHOICES[key]:
             raise ResourceError(f'-gpu "{text}": {key}={value!r} must be one of {"|".join(GPU_CHOICES[key])}')
@@ -74,11 +92,11 @@ def _gpu_value(text: str, key: str, value: str) -> object:
 def memory_kb(text: str, what: str, default_unit: str) -> int:
     """A memory amount in KB: a whole number with an optional unit (KB, MB, GB, TB; K, M, G, T)."""
     m = AMOUNT_RE.fullmatch(str(text).strip())
-    if not m or int(m.group(1)) <= 0:
+    if not m or (whole_number(m.group(1)) or 0) <= 0:
         raise ResourceError(f"{what} {text!r}: give a positive whole number with an optional unit "
                             f"(KB, MB, GB, TB; {default_unit} without one)")
     unit = (m.group(2) or default_unit).upper()
-    return int(m.group(1)) * UNITS_KB[unit if unit.endswith("B") else unit + "B"]
+    return int(whole_number(m.group(1)) or 0) * UNITS_KB[unit if unit.endswith("B") else unit + "B"]
 
 
 #: Resources a ``select[]`` may name here, what each is on a virtual node (IBM's built-in indices).
@@ -110,9 +128,10 @@ def parse_select(res_req: str, body: str) -> List[Tuple[str, str, int]]:
 
 
 def _count(res_req: str, value: str) -> int:
-    if not value.strip().isdecimal():
+    number = whole_number(value)
+    if number is None:
         raise ResourceError(f"-R {res_req!r}: {value!r} is not a whole number")
-    return int(value)
+    return number
 
 
 def select_holds(terms: List[Tuple[str, str, int]], node: Dict[str, int]) -> bool:
@@ -156,9 +175,10 @@ def _span_items(res_req: str, body: str, span: Dict[str, int]) -> Dict[str, int]
         key, _, value = item.partition("=")
         if key not in ("ptile", "hosts") or key in span:
             raise ResourceError(f"-R {res_req!r}: span takes ptile=N or hosts=1")
-        if not value.isdecimal() or int(value) < 1:
+        number = whole_number(value)
+        if number is None or number < 1:
             raise ResourceError(f"-R span[{key}=] {value!r} is not a positive whole number")
-        span[key] = int(value)
+        span[key] = number
     if span.get("hosts", 1) != 1:
         raise ResourceError(f"-R {res_req!r}: this embedded LSF honours span[hosts=1] (all slots on one host), "
                             "not other host counts; use span[ptile=N]")

@@ -345,7 +345,14 @@ def load_job(lsf_home: Path, job_id: int) -> Optional[Dict]:
         data = json.loads((job_dir(lsf_home, job_id) / "job.json").read_bytes())
     except (FileNotFoundError, NotADirectoryError, ValueError):
         return None
-    return data if isinstance(data, dict) else None
+    return data if _well_formed(data) else None
+
+
+def _well_formed(data: object) -> bool:
+    """Whether a record has what every command reads of every job (its id, state and submission time):
+    one that lacks them is treated as damaged, not shown, rather than failing every command of the home."""
+    return isinstance(data, dict) and type(data.get("id")) is int and data.get("state") in ACTIVE + FINISHED \
+        and isinstance(data.get("submit_time"), (int, float))
 
 
 def save_job(lsf_home: Path, job: Dict) -> None:
@@ -434,9 +441,9 @@ def _open_counter_lock(path: Path) -> Optional[int]:
 def _read_id(path: Path) -> int:
     try:
         text = path.read_text().strip()
-    except (FileNotFoundError, NotADirectoryError, UnicodeDecodeError):
+    except (FileNotFoundError, NotADirectoryError, PermissionError, UnicodeDecodeError):
         return 0
-    return int(text) if text.isdecimal() else 0
+    return int(text) if text.isascii() and text.isdecimal() and len(text) <= 18 else 0
 
 
 def peek_job_id(lsf_home: Path, counter: Optional[Path] = None) -> int:
@@ -613,7 +620,7 @@ def signal_job(job: Dict, sig: int, lsf_home: Optional[Path] = None) -> List[int
     for pid in pids:
         try:
             os.kill(pid, sig)
-        except (ProcessLookupError, PermissionError):
+        except OSError:         # gone, not ours, or a number that is no signal (a record of an older bsub)
             pass
     return pids
 

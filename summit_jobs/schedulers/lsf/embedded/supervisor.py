@@ -161,7 +161,8 @@ def _command(lsf_home: Path, job: Dict) -> List[str]:
     if not job["is_script"]:
         return _STARTER + list(job["command"])
     script = jobenv.job_file(lsf_home, job)
-    first = script.read_text().split("\n", 1)[0]
+    with open(script, "rb") as fh:              # bytes: a script need not be UTF-8 (bsub takes any encoding)
+        first = os.fsdecode(fh.readline().rstrip(b"\r\n"))
     if first.startswith("#!"):
         interp = first[2:].strip().split(None, 1)
         return _STARTER + interp + [str(script)] + list(job["command"])

@@ -29,6 +29,7 @@ Options: ``-l``, ``-u USER|all`` and job ids; any other option is refused.
 from __future__ import annotations
 
 import getpass
+import re
 import resource
 import sys
 import time
@@ -171,9 +172,13 @@ def _parse(args: List[str]):
         a = args[i]
         if a == "-l":
             long = True
-        elif a == "-u" and i + 1 < len(args):
+        elif a == "-u":
+            if i + 1 >= len(args) or not args[i + 1].strip():
+                given = f" {args[i + 1]!r}" if i + 1 < len(args) else ""
+                print(f"bacct: -u{given}: give a user name, or all. {USAGE}", file=sys.stderr)
+                return None
             user, i = args[i + 1], i + 1
-        elif a.isdecimal():
+        elif re.fullmatch(r"[0-9]{1,18}", a):
             ids.append(int(a))
         else:
             what = f"option {a!r}" if a.startswith("-") else f"job id {a!r}"
@@ -192,6 +197,8 @@ def select(jobs: List[Dict], user: str, ids: List[int]) -> List[Dict]:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
+    if hasattr(sys.stdout, "reconfigure"):
+        sys.stdout.reconfigure(errors="surrogateescape")     # a job's name is its script's bytes, any encoding
     parsed = _parse(list(sys.argv[1:] if argv is None else argv))
     if parsed is None:
         return 255

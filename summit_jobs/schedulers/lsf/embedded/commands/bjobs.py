@@ -37,6 +37,10 @@ ALIASES = {"id": "jobid", "ugroup": "user_group", "name": "job_name", "descripti
            "group": "job_group", "priority": "job_priority", "cmd": "command", "ask_hosts": "exec_host",
            "eresreq": "effective_resreq", "cresreq": "combined_resreq", "cpu": "cpu_used",
            "runtime": "run_time"}
+#: One ``-o`` item, IBM's ``field_name[:[-][output_width]][:unit_prefix]`` (bjobs -o); a unit may also stand
+#: in the width's place (``mem:MB``).
+_UNIT = r"(?:[KMGTPEZ]B?|S)"
+FIELD_RE = re.compile(rf"([A-Za-z_]+)(?::(?:-?[0-9]{{0,4}}|{_UNIT}))?(?::{_UNIT})?", re.IGNORECASE)
 DEFAULT_TABLE = ("jobid", "user", "stat", "queue", "from_host", "exec_host", "job_name", "submit_time")
 WIDTH = {"jobid": 7, "user": 7, "stat": 5, "queue": 10, "from_host": 11, "exec_host": 11, "job_name": 10,
          "submit_time": 12}
@@ -112,13 +116,24 @@ def values(job: Dict) -> Dict[str, str]:
         "input_file": "", "output_file": str(job.get("out_given") or ""),
         "error_file": str(job.get("err_given") or ""), "sub_cwd": str(job.get("subcwd") or ""),
         "effective_resreq": req, "combined_resreq": req,
-        "warning_action": f"SIG{signal.Signals(job['warn_signal']).name[3:]}" if job.get("warn_signal") else "",
+        "warning_action": _signal_text(job.get("warn_signal")),
         "action_warning_time": f"{job['warn_s'] / state.seconds_per_minute():.0f} min" if job.get("warn_s") else "",
     }
     out.update(_times(job))
     out.update(_hosts(job))
     out.update(_gpu(job))
     return out
+
+
+def _signal_text(number: object) -> str:
+    """The -wa signal as IBM shows it (``SIGUSR2``); a number with no signal (a record an older bsub took
+    it into) as the number, never a failure of every bjobs of the home."""
+    if not number:
+        return ""
+    try:
+        return signal.Signals(int(str(number))).name
+    except ValueError:
+        return str(number)
 
 
 def field_value(job: Dict, name: str) -> str:
@@ -144,13 +159,13 @@ def parse_fields(text: str) -> Tuple[List[str], Optional[str]]:
         delimiter, body = m.group(1), body[:m.start()] + body[m.end():]
     for token in body.replace(",", " ").split():
         name = token.split(":")[0].lower()
-        if name == "all":
-            names += list(FIELDS)
-            continue
-        if name not in FIELDS and name not in ALIASES:
+        if name != "all" and name not in FIELDS and name not in ALIASES:
             raise FormatError(f"{token!r}: Illegal field name in -o (the fields of this embedded LSF: "
                               f"{' '.join(FIELDS)})")
-        names.append(name)
+        if FIELD_RE.fullmatch(token) is None:
+            raise FormatError(f"{token!r}: Illegal field format in -o: give field[:[-][width]][:unit], e.g. "
+                              "jobid:10 or max_mem:12:MB (width in digits 0-9; unit KB, MB, GB, TB, PB, EB or ZB)")
+        names += list(FIELDS) if name == "all" else [name]
     if not names:
         raise FormatError("-o names no field")
     return names, delimiter
@@ -178,6 +193,8 @@ def parse_args(args: List[str]) -> Dict:
                 raise SystemExit(f"bjobs: {a} needs a value")
             if a == "-o":
                 opts["fields"], opts["delimiter"] = parse_fields(args[i + 1])
+            elif not args[i + 1].strip():
+                raise SystemExit("bjobs: -u '': give a user name, or all")
             else:
                 opts["user"] = args[i + 1]
             i += 1
@@ -279,8 +296,31 @@ def _table(names: List[str], selected: List[Dict], noheader: bool, delimiter: Op
         print(" ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip())
 
 
+def _readable(jobs: List[Dict], lsf_home: object) -> List[Dict]:
+    """The records bjobs can show; one line on stderr for each it cannot (left out), never a traceback.
+
+    Why: every bjobs of a home reads every record of it, so one record no bjobs can show (damaged, or
+    written by a supervisor that died halfway) would otherwise break every listing of the home for as
+    long as it is kept, and every client that polls (psij's list()).
+    """
+    shown = []
+    for job in jobs:
+        try:
+            values(job)
+            long_form(job)
+        except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
+            print(f"bjobs: job {job.get('id')}: its record in {lsf_home} cannot be shown "
+                  f"({type(exc).__name__}: {exc}); it is left out", file=sys.stderr)
+            continue
+        shown.append(job)
+    return shown
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
+    if hasattr(sys.stdout, "reconfigure"):
+        # A job's name and command are the script's bytes (any encoding): written back as they came.
+        sys.stdout.reconfigure(errors="surrogateescape")
     try:
         opts = parse_args(args)
     except (SystemExit, FormatError) as exc:
@@ -294,6 +334,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     except OSError as exc:
         print(f"bjobs: embedded LSF state: {describe_os_error(exc)}", file=sys.stderr)
         return 255
+    except state.LsfError as exc:
+        print(f"bjobs: {exc}", file=sys.stderr)
+        return 255
+    jobs = _readable(jobs, lsf_home)
     selected, missing = _select(opts, jobs)
     names = opts["fields"] or list(DEFAULT_TABLE)
     if opts["json"]:

@@ -37,7 +37,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             continue
         if a == "-s" and i + 1 < len(args):
             try:
-                sig = signal_number(args[i + 1])
+                sig = signal_number(args[i + 1], "-s")
             except BsubError as exc:
                 print(f"bkill: {exc}", file=sys.stderr)
                 return 255
@@ -62,7 +62,7 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 def parse_target(text: str) -> Optional[Tuple[int, Optional[int]]]:
     """``12`` (a job, or a whole job array) or ``12[3]`` (one element of an array): (id, index or None)."""
-    m = re.fullmatch(r"(\d+)(?:\[(\d+)\])?", text)
+    m = re.fullmatch(r"([0-9]{1,18})(?:\[([0-9]{1,18})\])?", text)
     if not m or not text.isascii():
         return None
     return int(m.group(1)), (int(m.group(2)) if m.group(2) else None)

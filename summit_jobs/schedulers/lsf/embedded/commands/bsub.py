@@ -52,7 +52,7 @@ FLAG_OPTS = {"-B", "-N", "-rn", "-r", "-x", "-ti"}
 REPEATABLE = {"-R"}
 QUEUE_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
 DEFAULT_QUEUE = "batch"
-#: LSF's longest job name.
+#: LSF's longest job name (IBM: bsub -J).
 MAX_NAME = 4094
 
 
@@ -225,27 +225,46 @@ def directives(script: str) -> List[str]:
     return out
 
 
+#: The longest run limit or warning time taken, in minutes (a century: more is a typo, not a wish).
+MAX_MINUTES = 100 * 366 * 24 * 60
+
+
 def minutes(text: str, what: str) -> int:
-    parts = str(text).split(":")
-    if not (1 <= len(parts) <= 2 and all(p.isdecimal() for p in parts)):
-        raise BsubError(f"{what} {text!r}: give [hours:]minutes")
-    value = int(parts[0]) * 60 + int(parts[1]) if len(parts) == 2 else int(parts[0])
+    """``[hours:]minutes`` in ASCII digits, as LSF reads -W and -wt; positive and at most MAX_MINUTES."""
+    parts = [resources.whole_number(p) if p.strip() == p else None for p in str(text).split(":")]
+    if not (1 <= len(parts) <= 2 and all(p is not None for p in parts)):
+        raise BsubError(f"{what} {_shown(text)!r}: give [hours:]minutes")
+    value = int(parts[0] or 0) * 60 + int(parts[1] or 0) if len(parts) == 2 else int(parts[0] or 0)
     if value <= 0:
         raise BsubError(f"{what} {text!r} must be positive")
+    if value > MAX_MINUTES:
+        raise BsubError(f"{what} {_shown(text)!r}: longer than this embedded LSF takes ({MAX_MINUTES} minutes)")
     return value
 
 
-def signal_number(name: str) -> int:
+#: The signals IBM LSF sends for -wa and bkill -s: by name, or by number from 1 to 31.
+SIGNAL_RANGE = range(1, 32)
+
+
+def signal_number(name: str, what: str = "-wa") -> int:
+    """The signal ``name`` names (``USR2``, ``SIGUSR2``, ``12``), checked to be one LSF sends.
+
+    Why the range: a number the kernel has no signal for (``-wa 65``) would fail the job's supervisor at
+    the warning and lose the job; 0 would silently send nothing; the real-time signals above 31 are no
+    LSF signal.
+    """
     import signal
-    text = name.upper()
-    if text.isdecimal():
-        return int(text)
-    if not text.startswith("SIG"):
-        text = "SIG" + text
-    try:
-        return int(getattr(signal, text))
-    except AttributeError:
-        raise BsubError(f"-wa {name!r} is not a signal name (e.g. USR2)") from None
+    text = str(name).strip().upper()
+    number = resources.whole_number(text)
+    if number is None:
+        try:
+            number = int(signal.Signals[text if text.startswith("SIG") else "SIG" + text])
+        except KeyError:
+            number = None
+    if number not in SIGNAL_RANGE:
+        raise BsubError(f"{what} {_shown(str(name))!r} is not a signal: give a signal name (e.g. USR2) or a number from "
+                        f"{SIGNAL_RANGE[0]} to {SIGNAL_RANGE[-1]}")
+    return int(number)
 
 
 def _user() -> str:
@@ -256,17 +275,22 @@ def _user() -> str:
         return os.environ.get("USER") or str(os.getuid())
 
 
-def check_dependency(opts: Dict[str, object], lsf_home: Path) -> Optional[str]:
-    """The ``-w`` expression, checked: readable, every job in it known; ``-ti`` only with it."""
+def dependency_terms(opts: Dict[str, object]) -> Tuple[Optional[str], List[Tuple[str, int]]]:
+    """The ``-w`` expression and the jobs it names, its syntax checked; ``-ti`` only with it."""
     dependency = str(opts["-w"]).strip() if "-w" in opts else None
     if opts.get("-ti") and not dependency:
         raise BsubError("-ti: use it with -w (it ends the job when its dependency can never be satisfied)")
     if not dependency:
-        return None
+        return None, []
     try:
-        terms = parse_dependency(dependency)
+        return dependency, list(parse_dependency(dependency))
     except DependencyError as exc:
         raise BsubError(f"{dependency}: Dependency condition syntax error: {exc}") from None
+
+
+def check_dependency(opts: Dict[str, object], lsf_home: Path) -> Optional[str]:
+    """The ``-w`` expression, checked: readable, every job in it known (caller holds the home's lock)."""
+    dependency, terms = dependency_terms(opts)
     for _kind, dep_id in terms:
         rec = state.load_job(lsf_home, dep_id)
         if rec is None or state.lsf_id(rec) != dep_id:
@@ -278,9 +302,18 @@ def check_dependency(opts: Dict[str, object], lsf_home: Path) -> Optional[str]:
 
 
 def _whole(text: str, what: str) -> int:
-    if not text.isdecimal() or int(text) < 1:
-        raise BsubError(f"{what} {text!r} is not a positive whole number")
-    return int(text)
+    """A positive whole number in ASCII digits (LSF reads no other script's digits); one beyond 18 digits
+    is read as resources.HUGE, which every limit then refuses."""
+    number = resources.whole_number(text) if text.strip() == text else None
+    if number is None or number < 1:
+        raise BsubError(f"{what} {_shown(text)!r} is not a positive whole number (digits 0-9)")
+    return number
+
+
+def _shown(text: str, most: int = 60) -> str:
+    """A value as a refusal names it: whole when short, its first ``most`` characters and ``...`` when not
+    (a 5,000-digit value would bury the reason)."""
+    return text if len(text) <= most else text[:most] + "..."
 
 
 def _csm_nodes(opts: Dict[str, object], span: Dict[str, int], nodes_total: int, cores: int) -> List[int]:
@@ -295,12 +328,12 @@ def _csm_nodes(opts: Dict[str, object], span: Dict[str, int], nodes_total: int, 
         raise BsubError(f"-R {opts['-R']!r}: span[...] places the slots of -n; give -n without -nnodes")
     nnodes = _whole(str(opts["-nnodes"]), "-nnodes") if "-nnodes" in opts else 1
     if nnodes > nodes_total:
-        raise BsubError(f"-nnodes {nnodes} is larger than the {nodes_total} virtual nodes of this embedded "
+        raise BsubError(f"-nnodes {_shown(str(opts['-nnodes']))} is larger than the {nodes_total} virtual nodes of this embedded "
                         "LSF (SUMMIT_JOBS_LSF_NODES); the job could never start")
     if "-n" in opts:
         slots = _whole(str(opts["-n"]), "-n")
         if slots > nnodes * cores:
-            raise BsubError(f"-n {slots} with -nnodes {nnodes}: {nnodes} virtual node(s) of {cores} cores "
+            raise BsubError(f"-n {_shown(str(opts['-n']))} with -nnodes {nnodes}: {nnodes} virtual node(s) of {cores} cores "
                             "(SUMMIT_JOBS_LSF_CORES) hold fewer slots; the job could never start")
     return [cores] * nnodes
 
@@ -321,15 +354,18 @@ def slot_request(opts: Dict[str, object], nodes_total: int, cores: int) -> Tuple
     if "-n" not in opts or "-nnodes" in opts:
         return "csm", _csm_nodes(opts, span, nodes_total, cores)
     slots = _whole(str(opts["-n"]), "-n")
+    asked = _shown(str(opts["-n"]))
     ptile = slots if span.get("hosts") else span.get("ptile", cores)
     if ptile > cores:
-        raise BsubError(f"-n {slots} with {ptile} slots on one host: a virtual node of this embedded LSF has "
+        per_host = ptile if ptile < resources.HUGE else "far more"
+        raise BsubError(f"-n {asked} with {per_host} slots on one host: a virtual node of this embedded LSF has "
                         f"{cores} cores (SUMMIT_JOBS_LSF_CORES); the job could never start")
-    per_host = [ptile] * (slots // ptile) + ([slots % ptile] if slots % ptile else [])
-    if len(per_host) > nodes_total:
-        raise BsubError(f"-n {slots} at {ptile} slots per host needs {len(per_host)} hosts, but this embedded "
+    hosts = -(-slots // ptile)          # counted before any list is made: -n 600000000 must cost nothing
+    if hosts > nodes_total:
+        needs = hosts if slots < resources.HUGE else "far more"
+        raise BsubError(f"-n {asked} at {ptile} slots per host needs {needs} hosts, but this embedded "
                         f"LSF has {nodes_total} virtual nodes (SUMMIT_JOBS_LSF_NODES); the job could never start")
-    return "generic", per_host
+    return "generic", [ptile] * (slots // ptile) + ([slots % ptile] if slots % ptile else [])
 
 
 def host_resources(opts: Dict[str, object]) -> Dict[str, object]:
@@ -384,11 +420,12 @@ def parse_array(name: Optional[str]) -> Optional[Dict]:
     text = str(name)
     indices: List[int] = []
     for item in m.group(2).split(","):
-        im = re.fullmatch(r"\s*(\d+)(?:\s*-\s*(\d+)(?:\s*:\s*(\d+))?)?\s*", item)
+        im = re.fullmatch(r"\s*([0-9]+)(?:\s*-\s*([0-9]+)(?:\s*:\s*([0-9]+))?)?\s*", item)
         if not im:
             raise BsubError(f'-J "{text}": Bad job name: {item.strip()!r} is not an index range '
                             "(start[-end[:step]], comma-separated)")
-        start, end, step = int(im.group(1)), int(im.group(2) or im.group(1)), int(im.group(3) or 1)
+        start, end, step = (int(resources.whole_number(g) or 0) for g in (im.group(1), im.group(2) or im.group(1),
+                                                                          im.group(3) or "1"))
         if not 1 <= start <= end <= MAX_ARRAY or step < 1:
             raise BsubError(f'-J "{text}": Bad job name: {item.strip()!r}: indices go from 1 to {MAX_ARRAY} '
                             "(MAX_JOB_ARRAY_SIZE), start <= end, step >= 1")
@@ -396,59 +433,82 @@ def parse_array(name: Optional[str]) -> Optional[Dict]:
     if len(set(indices)) != len(indices) or len(indices) > MAX_ARRAY:
         raise BsubError(f'-J "{text}": Bad job name: an index is given twice, or more than {MAX_ARRAY} elements')
     limit = m.group(3)
-    if limit is not None and (not limit.isdecimal() or int(limit) < 1):
+    number = resources.whole_number(limit) if limit is not None and limit.strip() == limit else None
+    if limit is not None and (number is None or number < 1):
         raise BsubError(f'-J "{text}": %{limit}: the job slot limit must be a positive whole number')
-    return {"base": m.group(1), "indices": indices, "end": max(indices), "limit": int(limit) if limit else None}
+    if "[" in m.group(1) or "]" in m.group(1):
+        raise BsubError(f'-J "{text}": Bad job name: brackets belong only around the index list, at the end')
+    return {"base": m.group(1), "indices": indices, "end": max(indices), "limit": number}
 
 
-def build_job(opts: Dict[str, object], command: List[str], script: Optional[str], lsf_home: Path,
-              job_id: int, typed: Optional[List[str]] = None, element: Optional[Tuple[Dict, int, int]] = None
-              ) -> Dict:
-    """The job's record, every option checked; BsubError names the first value refused.
+def check_name(opts: Dict[str, object]) -> Optional[Dict]:
+    """``-J``: at most MAX_NAME characters, not empty, brackets only as a job array's index list; the
+    array it asks for (parse_array), or None.
 
-    ``element``: (the array, its id, this element's index) for an element of a job array: its own
-    record (own id, hidden), shown as ``id[index]``, with ``%J``/``%I`` of its file names filled in.
+    IBM's bsub -J page: a job name holds up to 4094 characters, and ``[`` ``]`` mark a job array; a name
+    LSF cannot read is refused as "Bad job name" rather than kept as typed.
     """
-    cwd = os.getcwd()
-    array, array_id, index = element if element else (None, job_id, 0)
+    if "-J" not in opts:
+        return None
+    name = str(opts["-J"])
+    shown = _shown(name)
+    if not name.strip():
+        raise BsubError(f"-J {name!r}: Bad job name: it is empty")
+    if len(name) > MAX_NAME:
+        raise BsubError(f"-J {shown!r}: Bad job name: {len(name)} characters, LSF's longest job name has "
+                        f"{MAX_NAME}")
+    array = parse_array(name)
+    if array is None and ("[" in name or "]" in name):
+        raise BsubError(f"-J {shown!r}: Bad job name: [ and ] only enclose a job array's index list at the end "
+                        '(-J "name[1-10]")')
+    return array
+
+
+def queue_name(opts: Dict[str, object]) -> str:
+    """``-q``, or the default queue: a queue name is letters, digits, ``_ . -``; an empty one is refused."""
+    if "-q" not in opts:
+        return DEFAULT_QUEUE
+    queue = str(opts["-q"])
+    if not queue:
+        raise BsubError("-q '': No such queue: the queue name is empty (leave -q out for the default queue "
+                        f"{DEFAULT_QUEUE})")
+    if not QUEUE_RE.fullmatch(queue):
+        raise BsubError(f"queue {queue[:60]!r} is not a valid queue name")
+    return queue
+
+
+def job_template(opts: Dict[str, object], command: List[str], script: Optional[str],
+                 typed: Optional[List[str]] = None) -> Dict:
+    """What every record of this bsub holds, every option checked; BsubError names the first value refused.
+
+    It reads no state and takes no lock: bsub checks every value before it waits for a lock, so a
+    refusal never waits for another bsub, and no lock is held while a value is read. What depends on
+    the job's id (``%J`` in file names, the spooled file's name) or on other jobs (-w) comes later
+    (numbered, check_dependency).
+    """
     nodes_total = state.virtual_nodes()
     form, slots = slot_request(opts, nodes_total, state.cores_per_node())
     asked = host_resources(opts)
-    queue = str(opts.get("-q") or DEFAULT_QUEUE)
-    if not QUEUE_RE.fullmatch(queue):
-        raise BsubError(f"queue {queue!r} is not a valid queue name")
+    queue = queue_name(opts)
     limits = time_limits(opts)
-    dependency = check_dependency(opts, lsf_home)
+    dependency, _terms = dependency_terms(opts)
     env_selection(str(opts["-env"]) if "-env" in opts else None, dict(os.environ))   # refused before the id is used
-
-    def out_path(key: str) -> Optional[str]:
-        value = opts.get(key)
-        if value is None:
-            return None
-        text = str(value).replace("%J", str(array_id)).replace("%I", str(index))
-        return os.path.join(cwd, text)
-
-    out = out_path("-oo") or out_path("-o")
-    err = out_path("-eo") or out_path("-e")
+    check_name(opts)
     typed_name = job_name(typed if typed is not None else command, script)
-    name = f"{array['base']}[{index}]" if array else str(opts.get("-J") or typed_name)
-    extra = {"array_id": array_id, "index": index, "array_end": array["end"],
-             "array_limit": array["limit"]} if array else {}
     return {
-        **extra,
-        "id": job_id, "name": name, "command_line": typed_name,
-        "name_given": "-J" in opts, "slots_asked": int(str(opts["-n"])) if "-n" in opts else None,
+        "name": str(opts.get("-J") or typed_name), "command_line": typed_name,
+        "name_given": "-J" in opts, "slots_asked": _whole(str(opts["-n"]), "-n") if "-n" in opts else None,
         "resreq": str(opts.get("-R") or ""),
         "queue": queue, "queue_given": "-q" in opts, "project": opts.get("-P") or opts.get("-G"),
         "form": form, "slots": slots, "nnodes": len(slots), "nodes_total": nodes_total,
-        "cores": state.cores_per_node(), "job_file": f"{int(time.time())}.{job_id}",
-        **limits, "dependency": dependency, "subcwd": cwd, "out": out, "err": err,
+        "cores": state.cores_per_node(),
+        **limits, "dependency": dependency, "subcwd": os.getcwd(),
         "out_given": opts.get("-oo") or opts.get("-o"), "err_given": opts.get("-eo") or opts.get("-e"),
         "out_overwrite": "-oo" in opts, "err_overwrite": "-eo" in opts,
         "command": command, "is_script": script is not None, "shell_command": bool(opts.get("shell_command")),
         "alloc_flags": opts.get("-alloc_flags"),
         "state": "PEND", "pend_reason": "New job is waiting for scheduling",
-        "submit_time": time.time(), "start_time": None, "finish_time": None, "hosts": [],
+        "start_time": None, "finish_time": None, "hosts": [],
         "pid": None, "exit_code": None, "exit_reason": None, "kill_requested": None,
         "warning_sent": None, "supervisor_pid": None,
         "user": _user(),
@@ -456,6 +516,25 @@ def build_job(opts: Dict[str, object], command: List[str], script: Optional[str]
         "kill_grace": state.kill_grace(), "runlimit_grace_s": state.runlimit_grace(),
         "orphan_terminate": bool(opts.get("-ti")), "env_spec": opts.get("-env"), **asked,
     }
+
+
+def numbered(template: Dict, job_id: int, element: Optional[Tuple[Dict, int, int]] = None) -> Dict:
+    """The record of job ``job_id``: the template with what depends on the id filled in.
+
+    ``element``: (the array, its id, this element's index) for an element of a job array: its own
+    record (own id, hidden), shown as ``id[index]``, with ``%J``/``%I`` of its file names filled in.
+    """
+    array, array_id, index = element if element else (None, job_id, 0)
+
+    def path(given: object) -> Optional[str]:
+        if given is None:
+            return None
+        return os.path.join(template["subcwd"], str(given).replace("%J", str(array_id)).replace("%I", str(index)))
+
+    extra = {"array_id": array_id, "index": index, "array_end": array["end"],
+             "array_limit": array["limit"], "name": f"{array['base']}[{index}]"} if array else {}
+    return {**template, **extra, "id": job_id, "job_file": f"{int(time.time())}.{job_id}",
+            "out": path(template["out_given"]), "err": path(template["err_given"]), "submit_time": time.time()}
 
 
 def time_limits(opts: Dict[str, object]) -> Dict[str, object]:
@@ -494,12 +573,15 @@ def one_string_command(rest: List[str]) -> bool:
 
 
 def _text_file(path: str) -> bool:
-    """A job script (read for #BSUB lines and spooled) versus a program to run as the command."""
+    """A job script (read for #BSUB lines and spooled) versus a program to run as the command.
+
+    Text is what has no NUL byte in its first 4 KB (a compiled program always has some), in whatever
+    encoding: a script with a Latin-1 ``é`` in a comment is still a script, its ``#BSUB`` lines honoured.
+    """
     try:
         with open(path, "rb") as fh:
             head = fh.read(4096)
-        head.decode("utf-8")
-    except (OSError, UnicodeDecodeError):
+    except OSError:
         return False
     return b"\0" not in head
 
@@ -543,31 +625,38 @@ def submit(opts: Dict[str, object], command: List[str], script: Optional[str],
            typed: Optional[List[str]] = None) -> Dict:
     """Record the job under the lock (spooled script, private environment) and start its supervisor.
 
-    The job is checked with the id it would get before that id is committed,
-    and a job folder left half-written by a failure is removed, so a refused
-    or failed bsub leaves neither a used-up id nor a partial job behind. The
-    machine-wide id counter (state.machine_ids) is held from the peek to the
-    commit, so a bsub of another LSF home cannot take the same id meanwhile;
-    always after this home's lock, so two bsubs never wait for each other's.
+    Every value is checked first, before any lock (job_template): a refused bsub never waits for
+    another one, and the machine-wide id counter is never held while a value is read. The job's
+    dependency is checked under this home's lock; the id is taken under the machine-wide counter's
+    lock (state.machine_ids), always after the home's, so two bsubs never wait for each other's; it is
+    committed only once the job is recorded, and a job folder left half-written by a failure is removed,
+    so a refused or failed bsub leaves neither a used-up id nor a partial job behind.
     """
+    template = job_template(opts, command, script, typed)
+    array = check_name(opts)
     lsf_home = state.home()
-    with state.locked(lsf_home), state.machine_ids() as counter:
+    with state.locked(lsf_home):
         state.clean_leftovers(lsf_home)
-        job_id = state.peek_job_id(lsf_home, counter)
-        array = parse_array(str(opts["-J"])) if "-J" in opts else None
-        if array is None:
-            jobs = [build_job(opts, command, script, lsf_home, job_id, typed)]
-        else:
-            jobs = [build_job(opts, command, script, lsf_home, job_id + k, typed, (array, job_id, idx))
-                    for k, idx in enumerate(array["indices"])]
-        made: List[Path] = []
+        check_dependency(opts, lsf_home)
+        with state.machine_ids() as counter:
+            job_id = state.peek_job_id(lsf_home, counter)
+            if array is None:
+                jobs = [numbered(template, job_id)]
+            else:
+                jobs = [numbered(template, job_id + k, (array, job_id, idx)) for k, idx in enumerate(array["indices"])]
+            made: List[Path] = []
+            try:
+                for job in jobs:
+                    jdir = state.job_dir(lsf_home, job["id"])
+                    jdir.mkdir(parents=True, exist_ok=False, mode=0o700)
+                    made.append(jdir)
+                    _record(lsf_home, jdir, job, script)
+                state.commit_job_id(lsf_home, jobs[-1]["id"], counter)
+            except BaseException:
+                for jdir in made:
+                    shutil.rmtree(jdir, ignore_errors=True)
+                raise
         try:
-            for job in jobs:
-                jdir = state.job_dir(lsf_home, job["id"])
-                jdir.mkdir(parents=True, exist_ok=False, mode=0o700)
-                made.append(jdir)
-                _record(lsf_home, jdir, job, script)
-            state.commit_job_id(lsf_home, jobs[-1]["id"], counter)
             for job, jdir in zip(jobs, made):
                 job["supervisor_pid"] = _start_supervisor(lsf_home, jdir, job["id"])
                 state.save_job(lsf_home, job)
