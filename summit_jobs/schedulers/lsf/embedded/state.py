@@ -74,6 +74,7 @@ import math
 import os
 import re
 import select
+import shutil
 import signal
 import sys
 import time
@@ -686,8 +687,23 @@ def reap_lost(lsf_home: Path, jobs: List[Dict]) -> None:
             if not end_job_group(job, grace=min(1.0, float(job.get("kill_grace") or 1.0)), lsf_home=lsf_home):
                 continue          # unkillable for now: its nodes stay busy, tried again next time
             mark_lost(lsf_home, job, "; its processes were killed")
+            remove_job_tmp(lsf_home, job)
         else:
             mark_lost(lsf_home, job, "")
+
+
+def remove_job_tmp(lsf_home: Path, job: Dict) -> None:
+    """Remove the job's per-node temporary folders (node_tmp_dir), as LSF removes a job's temporary
+    directory when it ends. The elements of an array share their array's id, so each removes the folders
+    of its own hosts, and the last one the array's folder."""
+    root = job_tmp_root(lsf_home, lsf_id(job))
+    if not job.get("array_id"):
+        shutil.rmtree(root, ignore_errors=True)
+        return
+    for host in job.get("hosts") or []:
+        shutil.rmtree(root / str(host), ignore_errors=True)
+    with contextlib.suppress(OSError):
+        root.rmdir()
 
 
 def fmt_time(ts: Optional[float]) -> str:

@@ -37,7 +37,6 @@ import contextlib
 import json
 import os
 import resource
-import shutil
 import signal
 import subprocess
 import sys
@@ -457,19 +456,6 @@ def _finish(lsf_home: Path, job_id: int, proc: subprocess.Popen, reason: Optiona
         pass
 
 
-def _remove_tmp(lsf_home: Path, job: Dict) -> None:
-    """The job's per-node temporary folders. The elements of an array share their array's id, so each
-    removes the folders of its own hosts, and the last one the array's folder."""
-    root = state.job_tmp_root(lsf_home, state.lsf_id(job))
-    if not job.get("array_id"):
-        shutil.rmtree(root, ignore_errors=True)
-        return
-    for host in job.get("hosts") or []:
-        shutil.rmtree(root / host, ignore_errors=True)
-    with contextlib.suppress(OSError):
-        root.rmdir()
-
-
 def run(lsf_home: Path, job_id: int) -> int:
     job = _pending(lsf_home, job_id)
     if job is None:
@@ -482,7 +468,7 @@ def run(lsf_home: Path, job_id: int) -> int:
     reason, terminated = _supervise(lsf_home, job, proc, usage)
     _finish(lsf_home, job_id, proc, reason, terminated, usage)
     # As LSF removes a job's temporary directory: the virtual nodes' TMPDIR folders go with the job.
-    _remove_tmp(lsf_home, job)
+    state.remove_job_tmp(lsf_home, job)
     if pipe is not None:
         with contextlib.suppress(OSError):
             os.write(pipe, watchdog.FINISHED)

@@ -6,7 +6,8 @@ write end only the supervisor holds. When the supervisor finishes normally it wr
 the watchdog leaves. When the supervisor dies any other way (kill -9, a crash)
 the pipe closes without that byte: the watchdog then ends every process of
 the job (state.job_processes: TERM, KILL after the kill grace), and only once no process of
-the job is left marks the job EXIT, which is what frees its virtual nodes.
+the job is left marks the job EXIT, which is what frees its virtual nodes, and removes the job's
+per-node temporary folders (state.remove_job_tmp), as the supervisor does at a job's end.
 Without it a killed supervisor would leave the script, jsrun and the ranks
 running past the run limit on nodes that bjobs hands to the next job.
 
@@ -38,6 +39,7 @@ def watch(lsf_home: Path, job_id: int, fd: int, pgid: int, grace: float) -> int:
     if word == FINISHED:
         return 0
     ended = state.end_job_group({"id": job_id, "pgid": pgid}, grace, lsf_home)
+    job = None
     try:
         with state.locked(lsf_home):
             job = state.load_job(lsf_home, job_id)
@@ -45,6 +47,10 @@ def watch(lsf_home: Path, job_id: int, fd: int, pgid: int, grace: float) -> int:
                 state.mark_lost(lsf_home, job, "; its processes were killed")
     except OSError:
         pass                             # the state folder is gone: nothing left to record
+    if ended:
+        # What the supervisor would have removed at the job's end: its virtual nodes' TMPDIR folders,
+        # which would otherwise stay in /tmp for good. Without the record, the job's own id names them.
+        state.remove_job_tmp(lsf_home, job if job is not None else {"id": job_id})
     return 0 if ended else 1
 
 
