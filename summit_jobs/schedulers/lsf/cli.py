@@ -89,13 +89,19 @@ def _absolute(path: str) -> Path:
     return Path(os.path.abspath(os.path.expanduser(path)))
 
 
-def _make_home(home: Path) -> None:
-    """The state folder and its jobs folder, private (0700) as the embedded LSF makes them: job records hold
-    the submission environment."""
+def _make_home(home: Path, what: str = "--home") -> None:
+    """The state folder and its jobs folder, private (0700) as the embedded LSF makes them (job records hold
+    the submission environment); a folder of other things is refused, never adopted (lsf.home.prepare)."""
+    from summit_jobs.errors import describe_os_error
+    from summit_jobs.schedulers.lsf import home as lsf_home
     if home.exists() and not home.is_dir():
         raise UserError(f"--home {home} is a file, not a folder: name a folder (it is created if missing).")
-    home.mkdir(parents=True, exist_ok=True, mode=0o700)
-    (home / "jobs").mkdir(exist_ok=True, mode=0o700)
+    try:
+        lsf_home.prepare(home)
+    except lsf_home.NotAHome as exc:
+        raise UserError(f"{what} {home}: {exc.strerror}.") from None
+    except OSError as exc:
+        raise UserError(f"{what} {home}: {describe_os_error(exc)}") from None
 
 
 def _embedded_profile(state: State):
@@ -158,7 +164,7 @@ def setup(state: State, home: Optional[str], environ: Dict[str, str]) -> Setup:
         raise UserError(f"the embedded LSF's commands are in {bin_dir}, whose name has a '{os.pathsep}', which "
                         "PATH cannot hold: install summit-jobs in a folder without one.")
     where = _absolute(home) if home else Path(runs.current_embedded_home())
-    _make_home(where)
+    _make_home(where, "--home" if home else "the embedded LSF's state folder (SUMMIT_JOBS_LSF_HOME or its default)")
     profile = _embedded_profile(state)
     full = hosts.embedded_environment(environ, profile.scheduler.virtual_nodes, profile.node.cores)
     full["PATH"] = _in_front(str(bin_dir), environ.get("PATH", os.defpath))

@@ -82,6 +82,7 @@ from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Tuple
 
 from summit_jobs.schedulers.lsf.home import home_path  # noqa: F401 - the state folder, for this package's modules
+from summit_jobs.schedulers.lsf.home import prepare as prepare_home
 
 LAUNCH_NODE = "batch1"
 FINISHED = ("DONE", "EXIT")
@@ -100,12 +101,9 @@ class LsfError(Exception):
 
 
 def home() -> Path:
-    """The state folder, created private (0700): job records hold the submission environment."""
-    base = home_path()
-    if not base.is_dir():
-        base.mkdir(parents=True, exist_ok=True, mode=0o700)
-    (base / "jobs").mkdir(exist_ok=True, mode=0o700)
-    return base
+    """The state folder, created private (0700): job records hold the submission environment. A folder
+    that is neither empty nor an embedded-LSF home is refused (home.NotAHome, an OSError)."""
+    return prepare_home(home_path())
 
 
 def _env_number(name: str, default: float) -> float:
@@ -383,7 +381,15 @@ def first_id() -> int:
 
 
 def high_water_path(lsf_home: Path) -> Path:
-    """The last id handed out, kept beside the state folder so that deleting the folder cannot reset ids."""
+    """The last id handed out by this home, kept in it: the embedded LSF writes nothing outside its home
+    (a home given as ``/`` or ``~`` must not litter the folder above). Ids still never repeat when the
+    home is deleted: the machine-wide counter (machine_ids) and the time-based floor (first_id) remain."""
+    return lsf_home / "last-job-id"
+
+
+def _old_high_water_path(lsf_home: Path) -> Path:
+    """Where older versions kept the mark: beside the home. Still read, so that their ids are never
+    handed out again; never written."""
     resolved = lsf_home.resolve()
     return resolved.parent / f".{resolved.name}.last-job-id"
 
@@ -457,7 +463,8 @@ def peek_job_id(lsf_home: Path, counter: Optional[Path] = None) -> int:
     """
     seen = [int(e.name) for e in (lsf_home / "jobs").iterdir() if e.name.isdecimal()]
     shared = [_read_id(counter) + 1] if counter is not None else []
-    value = max([_read_id(lsf_home / "next_id"), _read_id(high_water_path(lsf_home)) + 1, first_id()]
+    value = max([_read_id(lsf_home / "next_id"), _read_id(high_water_path(lsf_home)) + 1,
+                 _read_id(_old_high_water_path(lsf_home)) + 1, first_id()]
                 + shared + [s + 1 for s in seen])
     if value > MAX_JOB_ID:
         marks = f"{high_water_path(lsf_home)}" + (f" and {counter}" if counter is not None else "")
