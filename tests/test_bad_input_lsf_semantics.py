@@ -70,12 +70,10 @@ CASES: List[Tuple[List[str], Dict[str, str], List[str]]] = [
     (["-n", "4", "-R", "span[ptile=3]"], {}, ["3 slots on one host", "2 cores", "could never start"]),
     (["-n", "3", "-R", "span[hosts=1]"], {}, ["3 slots on one host", "could never start"]),
     (["-n", "9"], {}, ["-n 9", "needs 5 hosts", "4 virtual nodes"]),
-    # Counts in ASCII digits only, and a count no virtual cluster could hold refused by its arithmetic, before
-    # any list of hosts is made (-n 600000000 took 4.7 GB and seconds; a 20-digit -n was a traceback).
+    # Counts in ASCII digits only, and a count no virtual cluster could hold refused by its arithmetic (the
+    # huge ones, -n 600000000 and a 20-digit -n, in tests/test_lsf_bad_bsub.py, in 1 GiB of address space).
     (["-n", "\u0663"], {}, ["-n '\u0663'", "positive whole number", "digits 0-9"]),
     (["-n", "1e20"], {}, ["-n '1e20'", "positive whole number"]),
-    (["-n", "600000000"], {}, ["-n 600000000", "needs 300000000 hosts", "could never start"]),
-    (["-n", "99999999999999999999"], {}, ["-n 99999999999999999999", "4 virtual nodes", "could never start"]),
     (["-nnodes", "99999999999999999999"], {}, ["-nnodes 99999999999999999999", "could never start"]),
     (["-n", "2", "-R", "span[ptile=\u0662]"], {}, ["span[ptile=] '\u0662'"]),
     (["-W", "\u0663"], {}, ["-W '\u0663'", "[hours:]minutes"]),
@@ -83,7 +81,6 @@ CASES: List[Tuple[List[str], Dict[str, str], List[str]]] = [
     # The -wa signal: a name, or a number from 1 to 31 (a number with no signal failed the job's supervisor
     # at the warning and lost the job; 0 sent nothing).
     (["-wa", "99", "-wt", "1", "-W", "5"], {}, ["-wa '99' is not a signal", "1 to 31"]),
-    (["-wa", "65", "-wt", "1", "-W", "5"], {}, ["-wa '65' is not a signal"]),
     (["-wa", "0", "-wt", "1", "-W", "5"], {}, ["-wa '0' is not a signal"]),
     (["-wa", "32", "-wt", "1", "-W", "5"], {}, ["-wa '32' is not a signal"]),
     (["-wa", "RTMIN", "-wt", "1", "-W", "5"], {}, ["-wa 'RTMIN' is not a signal"]),
@@ -92,7 +89,6 @@ CASES: List[Tuple[List[str], Dict[str, str], List[str]]] = [
     # Queue and job names as IBM's bsub refuses them.
     (["-q", ""], {}, ["-q ''", "No such queue", "empty"]),
     (["-J", ""], {}, ["-J ''", "Bad job name"]),
-    (["-J", "a[[1]]"], {}, ["-J 'a[[1]]'", "Bad job name"]),
     (["-J", "a[b][1]"], {}, ["a[b][1]", "Bad job name"]),
     (["-J", "a]"], {}, ["-J 'a]'", "Bad job name"]),
     (["-J", "a[\u0661-\u0662]"], {}, ["Bad job name", "not an index range"]),
