@@ -4,6 +4,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -147,6 +148,46 @@ def tiny_run(tmp_path_factory) -> Path:
     """A real one-epoch run of the tiny recipe (``<folder>/run``, trained on ``<folder>/data``), built once per
     session for the tests that only read it (tests/test_bad_input_runs.py, tests/test_tensorboard.py)."""
     return shared_folder(tmp_path_factory, "tiny-run", _train_tiny_run)
+
+
+#: What slowdown() times: an interpreter start with the imports every program of the suite begins with (a
+#: client library's script, bsub, parsl's interchange and worker pool all start so).
+SPEED_PROBE = "import json, subprocess"
+#: The probe's wall time on the reference machine (2 cores, nothing else running): slowdown() is 1 there.
+QUIET_PROBE_SECONDS = 0.05
+#: Probes per measurement; the slowest counts (a busy machine's load comes and goes, and a limit set in a
+#: lull would be too short for the burst after it).
+SPEED_SAMPLES = 3
+#: The largest factor slowdown() answers: a limit stretched further would outlast pytest's own timeout
+#: (setup.cfg, 900 s) and a hang would then end the test without its clean-up.
+MAX_SLOWDOWN = 8.0
+
+
+def slowdown(samples: int = SPEED_SAMPLES) -> float:
+    """How many times longer than on a quiet reference machine a program's start takes here now: the longest
+    wall time of ``samples`` interpreter starts (SPEED_PROBE) over QUIET_PROBE_SECONDS, from 1 to
+    MAX_SLOWDOWN.
+
+    Why: a time limit in a test is a guess at how long some work takes, and the same work takes several times
+    longer on a slower machine or while another suite shares the cores; a fixed number fails the busy
+    machine (parsl's blocks outran a fixed run limit beside another ``make test``) or waits for nothing on a
+    quiet one. Measured when a test sets its limits, not once per session: the load changes while the suite
+    runs. The wall time, not the CPU time: what a busy machine takes from a program is its share of the
+    cores."""
+    times = []
+    for _ in range(samples):
+        began = time.perf_counter()
+        subprocess.run([sys.executable, "-c", SPEED_PROBE], check=True)
+        times.append(time.perf_counter() - began)
+    return min(MAX_SLOWDOWN, max(1.0, max(times) / QUIET_PROBE_SECONDS))
+
+
+@pytest.fixture
+def stretch() -> Callable[[float], float]:
+    """Seconds a wait takes on the quiet reference machine -> seconds for it here now: stretched by
+    slowdown(), measured once as the test starts, so that every limit of the test scales alike."""
+    factor = slowdown()
+    return lambda seconds: seconds * factor
 
 
 def run_cli(args, env, cwd=None, input=None, timeout=60):

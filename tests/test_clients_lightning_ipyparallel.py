@@ -9,6 +9,12 @@ LSB_DJOB_RANKFILE; ipyparallel's LSF launchers pipe batch scripts into
 subprocess (with a timeout, so that a hang fails) whose environment is the one
 ``summit-jobs lsf env --home DIR --json`` gives a user's shell, and after every
 job no process of it may be left (LSF's process tracking, conftest_lsf).
+
+Every limit (the LSF minute that Lightning's -W 3 counts in, ipyparallel's
+waits for its controller, client connection and engines, each wait of the
+test) is a quiet machine's figure stretched by the slowdown measured as the
+test starts (conftest.slowdown), so that a busy machine meets the same limits
+in its own time.
 """
 from __future__ import annotations
 
@@ -18,7 +24,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
-from typing import Dict, List
+from typing import Callable, Dict, List
 
 import pytest
 
@@ -26,6 +32,21 @@ from conftest_lsf import BIN, job_processes, proc_alive, require_client, run, su
 from summit_jobs.schedulers.lsf.embedded import state, vnode_ns
 
 PY = sys.executable
+
+# Seconds on the quiet reference machine (2 cores, nothing else running), each a few times what the step
+# takes there; every test stretches them by the slowdown it measures as it starts (the ``stretch`` fixture).
+#: One LSF minute (IBM's): Lightning's job asks -W 3 and takes about 30 s there.
+MINUTE = 60.0
+#: A command of the embedded LSF (bsub, bjobs, bkill, ``summit-jobs lsf env``; a Python start each).
+COMMAND = 15.0
+#: A job's end after it was stopped, and its processes' end after that.
+JOB_END = 20.0
+PROCESSES_END = 10.0
+#: Lightning's two-node DDP job, submitted to ended.
+LIGHTNING_JOB_SECONDS = 100.0
+#: ipyparallel: its controller's connection files, the client's connection, the two engines' registration
+#: and the stop of each launcher's job; the whole client program (about 16 s there).
+IPP_STEP, IPP_RUN = 40.0, 80.0
 
 
 #: Variables of another scheduler or launcher that would make Lightning choose another cluster environment
@@ -35,33 +56,37 @@ DROPPED = {"MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK", "GR
 
 
 @pytest.fixture
-def user_env(tmp_path) -> Dict[str, str]:
+def user_env(tmp_path, stretch) -> Dict[str, str]:
     """A user's environment without the embedded LSF on PATH and without summit-jobs settings; its own data
-    and IPython folders; a kill grace of 1 s so that bkill's SIGINT-SIGTERM-SIGKILL sequence is quick."""
+    and IPython folders; an LSF minute of MINUTE seconds stretched by the measured slowdown; a kill grace of
+    1 s so that bkill's SIGINT-SIGTERM-SIGKILL sequence is quick."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(DROPPED_PREFIXES) and k not in DROPPED}
     env["PATH"] = os.pathsep.join(p for p in env.get("PATH", os.defpath).split(os.pathsep)
                                   if p and Path(p).resolve() != BIN.resolve())
     env.update({"XDG_CONFIG_HOME": str(tmp_path / "xdg-config"), "XDG_DATA_HOME": str(tmp_path / "xdg-data"),
                 "IPYTHONDIR": str(tmp_path / "ipython"), "SUMMIT_JOBS_LSF_KILL_GRACE": "1",
+                "SUMMIT_JOBS_LSF_MINUTE": f"{stretch(MINUTE):.1f}",
                 "OMP_NUM_THREADS": "1"})
     return env
 
 
 @pytest.fixture
-def lsf_shell(tmp_path, user_env):
+def lsf_shell(tmp_path, user_env, stretch):
     """The environment ``summit-jobs lsf env --home DIR --json`` gives a program; every job still live at the
     end of the test is killed, so that a failing test leaves no process behind."""
     home = tmp_path / "lsf"
-    res = run([PY, "-m", "summit_jobs", "lsf", "env", "--home", str(home), "--json"], user_env)
+    res = run([PY, "-m", "summit_jobs", "lsf", "env", "--home", str(home), "--json"], user_env,
+              timeout=stretch(COMMAND))
     assert res.returncode == 0, res.stderr
     env = {**user_env, **json.loads(res.stdout)["environment"]}
     assert env["SUMMIT_JOBS_LSF_HOME"] == str(home)
     yield env
-    live = run(["bjobs", "-noheader", "-o", "jobid"], env).stdout.split()
+    live = run(["bjobs", "-noheader", "-o", "jobid"], env, timeout=stretch(COMMAND)).stdout.split()
     if live:
-        run(["bkill", *sorted(set(live))], env)
+        run(["bkill", *sorted(set(live))], env, timeout=stretch(COMMAND))
     for jid in job_ids(home):
-        wait_for(lambda: not job_processes(jid, str(home)), 30, f"the processes of job {jid} to end")
+        wait_for(lambda: not job_processes(jid, str(home)), stretch(JOB_END + PROCESSES_END),
+                 f"the processes of job {jid} to end")
 
 
 def job_ids(home: Path) -> List[str]:
@@ -70,9 +95,9 @@ def job_ids(home: Path) -> List[str]:
     return sorted(p.name for p in jobs.iterdir()) if jobs.is_dir() else []
 
 
-def assert_no_processes_left(jid: str, env: Dict[str, str]) -> None:
+def assert_no_processes_left(jid: str, env: Dict[str, str], stretch: Callable[[float], float]) -> None:
     home = env["SUMMIT_JOBS_LSF_HOME"]
-    wait_for(lambda: not job_processes(jid, home), 15, f"the processes of job {jid} to end")
+    wait_for(lambda: not job_processes(jid, home), stretch(PROCESSES_END), f"the processes of job {jid} to end")
 
 
 # --------------------------------------------------------------------------------------------------- Lightning
@@ -138,7 +163,8 @@ jsrun -n 2 -r 1 -a 1 -c 1 {python} rank.py {results}
 """
 
 
-def test_lightning_ddp_picks_lsf_environment_and_trains_on_two_nodes(tmp_path, lsf_shell, record_property):
+def test_lightning_ddp_picks_lsf_environment_and_trains_on_two_nodes(tmp_path, lsf_shell, record_property,
+                                                                     stretch):
     lightning = require_client("lightning")
     why = vnode_ns.unavailable()
     if why is not None:
@@ -149,13 +175,13 @@ def test_lightning_ddp_picks_lsf_environment_and_trains_on_two_nodes(tmp_path, l
     results.mkdir()
     (tmp_path / "rank.py").write_text(LIGHTNING_RANK)
     job = LIGHTNING_JOB.format(python=PY, results=results)
-    sub = run(["bsub"], lsf_shell, cwd=str(tmp_path), input=job)
+    sub = run(["bsub"], lsf_shell, cwd=str(tmp_path), input=job, timeout=stretch(COMMAND))
     assert sub.returncode == 0, sub.stderr
     jid = submitted_id(sub.stdout)
-    rec = wait_state(jid, lsf_shell, timeout=170)
+    rec = wait_state(jid, lsf_shell, timeout=stretch(LIGHTNING_JOB_SECONDS))
     out = (tmp_path / f"out.{jid}").read_text()
     assert rec["STAT"] == "DONE", out
-    assert_no_processes_left(jid, lsf_shell)
+    assert_no_processes_left(jid, lsf_shell, stretch)
 
     ranks = [json.loads((results / f"rank.{r}.json").read_text()) for r in (0, 1)]
     for r, rank in enumerate(ranks):
@@ -197,6 +223,7 @@ import json, os, sys
 import ipyparallel as ipp
 
 profile, cluster_id, template = os.path.abspath("profile"), "lsftest", open("engines.tpl").read()
+step = float(sys.argv[1])   # seconds for each wait, from the test's measured slowdown
 # Work-around, ipyparallel 9.2.0: LSFLauncher.start runs bsub with env=os.environ, not with the launcher's
 # get_env(), so IPP_PROFILE_DIR, IPP_CLUSTER_ID (and the engines' LSB_STDOUT_DIRECT) never reach the jobs:
 # the controller then writes its connection files into the default profile and the cluster waits for them
@@ -205,6 +232,9 @@ os.environ.update(IPP_PROFILE_DIR=profile, IPP_CLUSTER_ID=cluster_id, LSB_STDOUT
 cluster = ipp.Cluster(n=2, controller_launcher_class="lsf", engine_launcher_class="lsf", profile_dir=profile,
                       cluster_id=cluster_id)
 cluster.config.LSFEngineSetLauncher.batch_template = template
+cluster.config.LSFControllerLauncher.connection_info_timeout = step
+for launcher in (cluster.config.LSFControllerLauncher, cluster.config.LSFEngineSetLauncher):
+    launcher.stop_timeout = int(step)
 
 
 def where():
@@ -213,8 +243,9 @@ def where():
 
 
 try:
-    client = cluster.start_and_connect_sync(activate=False)
-    client.wait_for_engines(2, timeout=60)
+    cluster.start_cluster_sync()
+    client = cluster.connect_client_sync(timeout=step)
+    client.wait_for_engines(2, timeout=step)
     answers = client[:].apply_sync(where)
     client.close()
     print("RESULT " + json.dumps({"answers": answers, "controller": cluster.controller.job_id,
@@ -226,13 +257,13 @@ print("STOPPED", flush=True)
 
 
 def test_ipyparallel_lsf_launchers_start_two_engines_as_an_array_and_bkill_stops_them(
-        tmp_path, lsf_shell, record_property):
+        tmp_path, lsf_shell, record_property, stretch):
     ipp = require_client("ipyparallel")
     record_property("ipyparallel_version", ipp.__version__)
     (tmp_path / "client.py").write_text(IPP_CLIENT)
     (tmp_path / "engines.tpl").write_text(ENGINE_TEMPLATE)
     try:
-        res = run([PY, "client.py"], lsf_shell, cwd=str(tmp_path), timeout=150)
+        res = run([PY, "client.py", str(stretch(IPP_STEP))], lsf_shell, cwd=str(tmp_path), timeout=stretch(IPP_RUN))
     except subprocess.TimeoutExpired as exc:
         pytest.fail(f"the ipyparallel client hung: {exc.stdout!r} {exc.stderr!r}")
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
@@ -256,16 +287,16 @@ def test_ipyparallel_lsf_launchers_start_two_engines_as_an_array_and_bkill_stops
     # Stopped with bkill: every job ends EXIT, killed by its owner, each array element shown on its own.
     def records() -> List[Dict[str, str]]:
         return json.loads(run(["bjobs", "-a", "-o", "jobid jobindex stat exit_reason job_name", "-json",
-                               controller, engines], lsf_shell).stdout)["RECORDS"]
+                               controller, engines], lsf_shell, timeout=stretch(COMMAND)).stdout)["RECORDS"]
 
     shown = wait_for(lambda: (lambda rs: rs if all(r["STAT"] in ("DONE", "EXIT") for r in rs) else None)(
-        records()), 30, "the controller and both engines to end")
+        records()), stretch(JOB_END), "the controller and both engines to end")
     rows = sorted((r["JOBID"], r["JOBINDEX"], r["JOB_NAME"], r["STAT"], r["EXIT_REASON"]) for r in shown)
     killed = "TERM_OWNER: job killed by owner"
     assert rows == sorted([(controller, "0", "ipcontroller-lsftest", "EXIT", killed),
                            (engines, "1", "ipengine[1]", "EXIT", killed),
                            (engines, "2", "ipengine[2]", "EXIT", killed)]), shown
     for jid in {controller, engines, *job_ids(Path(lsf_shell["SUMMIT_JOBS_LSF_HOME"]))}:
-        assert_no_processes_left(jid, lsf_shell)
+        assert_no_processes_left(jid, lsf_shell, stretch)
     assert not [a for a in answers if proc_alive(a["pid"])], "an engine outlived its job"
     print(f"ipyparallel {ipp.__version__}: engines {answers} of array job {engines}, controller job {controller}")

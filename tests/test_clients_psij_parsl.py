@@ -13,17 +13,25 @@ Each client program runs in its own session under a time limit, so a hang fails
 the test instead of blocking the run, and whatever it left behind is killed.
 After every job: bjobs shows the state IBM would (DONE, or EXIT with its
 TERM_* reason), and no process of the job is left.
+
+Every limit (the LSF minute that the clients' walltimes count in, parsl's
+heartbeats and command timeout, each wait) is a quiet machine's figure
+stretched by the slowdown measured as the test starts (conftest.slowdown):
+beside another suite on two cores, a parsl block took longer than the 10 s
+that its 5-minute walltime was in 2-second minutes, and LSF's run limit killed
+its workers (TERM_RUNLIMIT; parsl reported ManagerLost).
 """
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Dict, List
+from typing import Callable, Dict, List
 
 import pytest
 
@@ -34,17 +42,37 @@ VENV_BIN = str(Path(sys.executable).parent)
 #: Fields bjobs is asked for after a client ran (IBM names, bjobs -o).
 FIELDS = "jobid stat exit_code exit_reason first_host exec_host nreq_slot job_name"
 
+# Seconds on the quiet reference machine (2 cores, nothing else running), each a few times what the step
+# takes there; every test stretches them by the slowdown it measures as it starts (the ``stretch`` fixture).
+#: One LSF minute: parsl's block and psij's job ask -W 5, which must hold their start-up (up to about 6 s there).
+MINUTE = 6.0
+#: A command of the embedded LSF (bsub, bjobs, bkill; a Python start each): parsl's cmd_timeout too.
+COMMAND = 15.0
+#: A job's end after its client ran (bjobs shows DONE or EXIT), and its processes' end after that.
+JOB_END = 20.0
+PROCESSES_END = 10.0
+#: psij: the job running; the job final; the whole client program.
+PSIJ_ACTIVE, PSIJ_FINAL, PSIJ_RUN = 15.0, 30.0, 60.0
+#: parsl: each app's result; the whole client program (start, two apps, clean-up).
+PARSL_RESULT, PARSL_RUN = 45.0, 75.0
+#: parsl's heartbeats (whole seconds, as its worker pool reads them): every second there, and a manager
+#: given up after 20 s of silence.
+HEARTBEAT_PERIOD, HEARTBEAT_THRESHOLD = 1.0, 20.0
+
 
 @pytest.fixture
-def client_env(tmp_path) -> Dict[str, str]:
+def client_env(tmp_path, stretch) -> Dict[str, str]:
     """A user's environment after `summit-jobs lsf env`: the embedded LSF of this test's own home on PATH,
-    the virtual environment's bin folder after it, LSF minutes scaled so kills are quick."""
+    the virtual environment's bin folder after it; LSF minutes of MINUTE seconds stretched by the measured
+    slowdown (a 5-minute walltime holds a busy machine's start-up), and a kill grace of 1 s so that bkill
+    ends a job in seconds."""
     base = {k: v for k, v in os.environ.items() if not k.startswith(("SUMMIT_JOBS_", "LSB_"))}
     base["PATH"] = os.pathsep.join(p for p in base.get("PATH", os.defpath).split(os.pathsep)
                                    if p and Path(p).resolve() != BIN.resolve())
     base.update({"XDG_CONFIG_HOME": str(tmp_path / "xdg-config"), "XDG_DATA_HOME": str(tmp_path / "xdg-data"),
-                 "SUMMIT_JOBS_LSF_MINUTE": "2", "SUMMIT_JOBS_LSF_KILL_GRACE": "1"})
-    res = run([sys.executable, "-m", "summit_jobs", "lsf", "env", "--json", "--home", str(tmp_path / "lsf")], base)
+                 "SUMMIT_JOBS_LSF_MINUTE": f"{stretch(MINUTE):.1f}", "SUMMIT_JOBS_LSF_KILL_GRACE": "1"})
+    res = run([sys.executable, "-m", "summit_jobs", "lsf", "env", "--json", "--home", str(tmp_path / "lsf")], base,
+              timeout=stretch(COMMAND))
     assert res.returncode == 0, res.stderr
     env = {**base, **json.loads(res.stdout)["environment"]}
     first, rest = env["PATH"].split(os.pathsep, 1)
@@ -53,10 +81,11 @@ def client_env(tmp_path) -> Dict[str, str]:
     return env
 
 
-def run_client(source: str, args: List[str], env: Dict[str, str], cwd: Path, timeout: float) -> str:
-    """Run ``source`` as a program of its own session; its stdout. A failure or a hang fails the test, and
-    every process of the session (parsl's interchange, a worker) is killed, as are the home's unfinished
-    jobs."""
+def run_client(source: str, args: List[str], env: Dict[str, str], cwd: Path, timeout: float,
+               command_timeout: float) -> str:
+    """Run ``source`` as a program of its own session; its stdout. A failure or a hang (``timeout``) fails
+    the test, and every process of the session (parsl's interchange, a worker) is killed, as are the home's
+    unfinished jobs."""
     script = cwd / "client.py"
     script.write_text(source)
     proc = subprocess.Popen([sys.executable, str(script), *args], env=env, cwd=str(cwd), text=True,
@@ -69,9 +98,9 @@ def run_client(source: str, args: List[str], env: Dict[str, str], cwd: Path, tim
         pytest.fail(f"the client hung for {timeout}s\n{out[-3000:]}\n{err[-3000:]}")
     finally:
         _kill_group(proc.pid)
-        left = run(["bjobs", "-noheader", "-o", "jobid"], env).stdout.split()
+        left = run(["bjobs", "-noheader", "-o", "jobid"], env, timeout=command_timeout).stdout.split()
         if left:
-            run(["bkill", *left], env)
+            run(["bkill", *left], env, timeout=command_timeout)
     assert proc.returncode == 0, f"client exited {proc.returncode}\n{out[-3000:]}\n{err[-3000:]}"
     return out
 
@@ -91,20 +120,20 @@ def reported(out: str, tag: str) -> Dict:
     return json.loads(line[len(tag) + 1:])
 
 
-def lsf_jobs(env: Dict[str, str]) -> Dict[str, Dict[str, str]]:
+def lsf_jobs(env: Dict[str, str], timeout: float) -> Dict[str, Dict[str, str]]:
     """Every job of the home as `bjobs -a -json` shows it, by job id."""
-    res = run(["bjobs", "-a", "-json", "-o", FIELDS], env)
+    res = run(["bjobs", "-a", "-json", "-o", FIELDS], env, timeout=timeout)
     assert res.returncode == 0, res.stderr
     return {r["JOBID"]: r for r in json.loads(res.stdout)["RECORDS"]}
 
 
-def ended(jid: str, env: Dict[str, str]) -> Dict[str, str]:
+def ended(jid: str, env: Dict[str, str], stretch: Callable[[float], float]) -> Dict[str, str]:
     """The job's bjobs record once it has ended (DONE or EXIT); bjobs is asked when the job's record says
     so, or every second (gated)."""
     return wait_for(gated(lambda: recorded_ended([jid], env),
                           lambda: (lambda r: r if r and r["STAT"] in ("DONE", "EXIT") else None)(
-                              lsf_jobs(env).get(jid))),
-                    30, f"job {jid} to end")
+                              lsf_jobs(env, stretch(COMMAND)).get(jid))),
+                    stretch(JOB_END), f"job {jid} to end")
 
 
 def assert_as_ibm_shows(rec: Dict[str, str], killed: bool) -> None:
@@ -117,8 +146,9 @@ def assert_as_ibm_shows(rec: Dict[str, str], killed: bool) -> None:
         assert rec["EXIT_REASON"].startswith("TERM_OWNER:"), rec
 
 
-def assert_no_processes_left(jid: str, env: Dict[str, str]) -> None:
-    wait_for(lambda: not job_processes(jid, env["SUMMIT_JOBS_LSF_HOME"]), 15, f"the processes of job {jid} to end")
+def assert_no_processes_left(jid: str, env: Dict[str, str], stretch: Callable[[float], float]) -> None:
+    wait_for(lambda: not job_processes(jid, env["SUMMIT_JOBS_LSF_HOME"]), stretch(PROCESSES_END),
+             f"the processes of job {jid} to end")
 
 
 # ---------------------------------------------------------------------------------------------------- psij
@@ -131,7 +161,7 @@ import psij
 from psij import Job, JobAttributes, JobSpec, JobState, ResourceSpecV1
 from psij.executors.batch.lsf import LsfExecutorConfig, LsfJobExecutor
 
-mode, work = sys.argv[1], Path(sys.argv[2])
+mode, work, limits = sys.argv[1], Path(sys.argv[2]), json.loads(sys.argv[3])
 config = LsfExecutorConfig(work_directory=work / "psij", queue_polling_interval=1, initial_queue_polling_delay=0,
                            keep_files=True)
 
@@ -188,10 +218,10 @@ job = Job(spec)
 executor.submit(job)
 listed_while_running = []
 if mode == "cancel":
-    job.wait(target_states=[JobState.ACTIVE], timeout=timedelta(seconds=30))
+    job.wait(target_states=[JobState.ACTIVE], timeout=timedelta(seconds=limits["active"]))
     listed_while_running = lister.list()      # bjobs -a -noheader -o jobid -u USER
     executor.cancel(job)
-status = job.wait(timeout=timedelta(seconds=60))
+status = job.wait(timeout=timedelta(seconds=limits["final"]))
 listed = lister.list()
 script = next((work / "psij").rglob(job.id + ".job")).read_text()
 print("PSIJ " + json.dumps({"native_id": job.native_id, "state": status.state.name if status else None,
@@ -201,23 +231,25 @@ print("PSIJ " + json.dumps({"native_id": job.native_id, "state": status.state.na
 '''
 
 
-def psij_run(mode: str, env: Dict[str, str], tmp_path: Path) -> Dict:
+def psij_run(mode: str, env: Dict[str, str], tmp_path: Path, stretch: Callable[[float], float]) -> Dict:
     work = tmp_path / "work"
     work.mkdir()
-    return reported(run_client(PSIJ_CLIENT, [mode, str(work)], env, work, timeout=120), "PSIJ")
+    limits = json.dumps({"active": stretch(PSIJ_ACTIVE), "final": stretch(PSIJ_FINAL)})
+    return reported(run_client(PSIJ_CLIENT, [mode, str(work), limits], env, work, timeout=stretch(PSIJ_RUN),
+                               command_timeout=stretch(COMMAND)), "PSIJ")
 
 
-def test_psij_job_completes_through_lsf(client_env, tmp_path):
+def test_psij_job_completes_through_lsf(client_env, tmp_path, stretch):
     """A psij job of one node is submitted with bsub, polled with bjobs, and COMPLETED; its output names the
     job's first host and LSB_JOBID; psij's script carries -env all and both -nnodes 1 and -n 1."""
     require_client("psij")
-    got = psij_run("complete", dict(client_env, SUBMIT_SIDE="from the submitting shell"), tmp_path)
+    got = psij_run("complete", dict(client_env, SUBMIT_SIDE="from the submitting shell"), tmp_path, stretch)
     jid = got["native_id"]
     assert (got["state"], got["exit_code"]) == ("COMPLETED", 0), got
     assert got["seen"][-1] == "COMPLETED" and "QUEUED" in got["seen"], got["seen"]
     for directive in ("#BSUB -env all", "#BSUB -nnodes 1", "#BSUB -n 1"):
         assert directive in got["script"].splitlines(), got["script"]
-    rec = ended(jid, client_env)
+    rec = ended(jid, client_env, stretch)
     assert rec["STAT"] == "DONE" and rec["FIRST_HOST"], rec
     assert_as_ibm_shows(rec, killed=False)
     work = tmp_path / "work"
@@ -226,39 +258,39 @@ def test_psij_job_completes_through_lsf(client_env, tmp_path):
     assert any(line.startswith("#BSUB -env") and "PSIJ_GIVEN" in line for line in got["script"].splitlines())
     assert (work / "job.out").read_text().split() == [f"host={rec['FIRST_HOST']}", f"jobid={jid}"]
     assert got["listed"] == [jid], got["listed"]            # list(): the user's jobs, finished ones included
-    assert_no_processes_left(jid, client_env)
+    assert_no_processes_left(jid, client_env, stretch)
 
 
-def test_psij_cancel_ends_the_job(client_env, tmp_path):
+def test_psij_cancel_ends_the_job(client_env, tmp_path, stretch):
     """psij's cancel() runs bkill on a running job: LSF ends it EXIT with TERM_OWNER, and psij reports the
     job final. psij-python's LSF executor maps every EXIT to FAILED (its _STATE_MAP has no CANCELED), so
     FAILED with LSF's reason as the message is what psij can report for a cancelled LSF job."""
     require_client("psij")
-    got = psij_run("cancel", client_env, tmp_path)
+    got = psij_run("cancel", client_env, tmp_path, stretch)
     jid = got["native_id"]
     assert "ACTIVE" in got["seen"], got["seen"]
     assert got["listed_while_running"] == [jid] and got["listed"] == [jid], got
     assert got["state"] in ("CANCELED", "FAILED"), got
-    rec = ended(jid, client_env)
+    rec = ended(jid, client_env, stretch)
     assert rec["STAT"] == "EXIT", rec
     assert_as_ibm_shows(rec, killed=True)
     if got["state"] == "FAILED":
         assert got["message"] == rec["EXIT_REASON"], got
-    assert_no_processes_left(jid, client_env)
+    assert_no_processes_left(jid, client_env, stretch)
 
 
-def test_psij_nonzero_exit_is_failed_with_its_code(client_env, tmp_path):
+def test_psij_nonzero_exit_is_failed_with_its_code(client_env, tmp_path, stretch):
     """A psij job whose program exits 3 is FAILED with exit code 3 (psij's own exit-code file). Its LSF job
     script records the code and ends 0, so LSF shows DONE, as IBM would."""
     require_client("psij")
-    got = psij_run("fail", client_env, tmp_path)
+    got = psij_run("fail", client_env, tmp_path, stretch)
     jid = got["native_id"]
     assert (got["state"], got["exit_code"]) == ("FAILED", 3), got
     assert (tmp_path / "work" / "job.err").read_text() == "failing\n"
-    rec = ended(jid, client_env)
+    rec = ended(jid, client_env, stretch)
     assert rec["STAT"] == "DONE", rec
     assert_as_ibm_shows(rec, killed=False)
-    assert_no_processes_left(jid, client_env)
+    assert_no_processes_left(jid, client_env, stretch)
 
 
 # ---------------------------------------------------------------------------------------------------- parsl
@@ -272,8 +304,8 @@ from parsl.executors import HighThroughputExecutor
 from parsl.launchers import JsrunLauncher
 from parsl.providers import LSFProvider
 
-layout, run_dir = sys.argv[1], sys.argv[2]
-common = dict(init_blocks=1, min_blocks=0, max_blocks=1, walltime="00:05:00", cmd_timeout=30)
+layout, run_dir, limits = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+common = dict(init_blocks=1, min_blocks=0, max_blocks=1, walltime="00:05:00", cmd_timeout=limits["command"])
 if layout == "nnodes":
     provider = LSFProvider(nodes_per_block=1, **common)
 elif layout == "slots":
@@ -282,7 +314,8 @@ elif layout == "slots":
 else:
     provider = LSFProvider(nodes_per_block=2, launcher=JsrunLauncher(), **common)
 htex = HighThroughputExecutor(label="lsf_htex", address="127.0.0.1", max_workers_per_node=1, cores_per_worker=1,
-                              heartbeat_period=1, heartbeat_threshold=10, poll_period=10, provider=provider)
+                              heartbeat_period=limits["heartbeat_period"],
+                              heartbeat_threshold=limits["heartbeat_threshold"], poll_period=10, provider=provider)
 config = Config(executors=[htex], run_dir=run_dir, strategy_period=1)
 
 
@@ -300,8 +333,8 @@ def shell(path):
 start = time.time()
 parsl.load(config)
 try:
-    py = where(41).result(timeout=90)
-    rc = shell(os.path.join(run_dir, "bash.out")).result(timeout=60)
+    py = where(41).result(timeout=limits["result"])
+    rc = shell(os.path.join(run_dir, "bash.out")).result(timeout=limits["result"])
     with open(os.path.join(run_dir, "bash.out")) as fh:
         words = fh.read().split()
     print("PARSL " + json.dumps({"python": py, "bash_rc": rc, "bash": words, "jobs": sorted(provider.resources),
@@ -317,7 +350,7 @@ print("CLEANED " + json.dumps({"seconds": time.time() - start}), flush=True)
     ("slots", ["#BSUB -n 4", '#BSUB -R "span[ptile=2]"']),
     ("jsrun", ["#BSUB -nnodes 2"]),
 ])
-def test_parsl_lsfprovider_runs_apps(client_env, tmp_path, layout, directives):
+def test_parsl_lsfprovider_runs_apps(client_env, tmp_path, stretch, layout, directives):
     """parsl's LSFProvider under a HighThroughputExecutor runs a python_app and a bash_app in an LSF block:
     (nnodes) the default CSM header, the worker on the launch node; (slots) request_by_nodes=False and
     bsub < script, -n 4 span[ptile=2] on two virtual nodes; (jsrun) JsrunLauncher, one worker pool per
@@ -325,7 +358,11 @@ def test_parsl_lsfprovider_runs_apps(client_env, tmp_path, layout, directives):
     require_client("parsl")
     run_dir = tmp_path / "runinfo"
     started = time.time()
-    out = run_client(PARSL_CLIENT, [layout, str(run_dir)], client_env, tmp_path, timeout=150)
+    limits = {"command": math.ceil(stretch(COMMAND)), "result": stretch(PARSL_RESULT),
+              "heartbeat_period": math.ceil(stretch(HEARTBEAT_PERIOD)),
+              "heartbeat_threshold": math.ceil(stretch(HEARTBEAT_THRESHOLD))}
+    out = run_client(PARSL_CLIENT, [layout, str(run_dir), json.dumps(limits)], client_env, tmp_path,
+                     timeout=stretch(PARSL_RUN), command_timeout=stretch(COMMAND))
     wall = time.time() - started
     got, cleaned = reported(out, "PARSL"), reported(out, "CLEANED")
     assert got["python"]["answer"] == 42 and got["bash_rc"] == 0, got
@@ -336,7 +373,7 @@ def test_parsl_lsfprovider_runs_apps(client_env, tmp_path, layout, directives):
     assert len(scripts) == 1, scripts
     lines = scripts[0].read_text().splitlines()
     assert all(d in lines for d in directives), lines
-    rec = ended(jid, client_env)
+    rec = ended(jid, client_env, stretch)
     assert_as_ibm_shows(rec, killed=True)
     hosts = [pair.split("*")[1] for pair in rec["EXEC_HOST"].split(":")]
     if layout == "nnodes":
@@ -348,6 +385,6 @@ def test_parsl_lsfprovider_runs_apps(client_env, tmp_path, layout, directives):
     else:
         assert "jsrun -n 2 -r 1" in "\n".join(lines)
         assert got["python"]["host"] in hosts[1:] and got["python"]["host"] != rec["FIRST_HOST"], (got, rec)
-    assert_no_processes_left(jid, client_env)
+    assert_no_processes_left(jid, client_env, stretch)
     print(f"parsl {layout}: results after {got['seconds']:.1f}s, cleaned up after {cleaned['seconds']:.1f}s, "
-          f"test client {wall:.1f}s")
+          f"test client {wall:.1f}s; slowdown {stretch(1.0):.1f}, run limit {5 * stretch(MINUTE):.0f}s")
