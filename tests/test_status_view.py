@@ -29,6 +29,7 @@ from typing import Dict, List, Optional
 
 import pytest
 
+from conftest import slowdown
 from conftest_lsf import cli, gated, lsf_environment, run, run_recorded_ended, submitted_id, wait_for
 from trainer_utils import REPO, make_dataset
 
@@ -60,7 +61,11 @@ def data(tmp_path_factory) -> Path:
 def submit_chain(base: Path, data: Path, name: str = LONG_NAME) -> Chain:
     """``submit --chain 2`` of the real trainer; a plain ``status --watch`` (a pipe, as in a log) follows it
     from the start, for the test of what a log gets."""
-    env = lsf_environment(base, minute=8.0)
+    # The LSF minute grows with the machine's measured slowness: the tests below need each link to train
+    # through an epoch, and a busy machine trains slower (at load 8, 8-second minutes left one epoch unfinished).
+    factor = slowdown()
+    env = lsf_environment(base, minute=8.0 * factor)
+    env["SUMMIT_JOBS_TEST_SLOWDOWN"] = str(factor)
     env["OMP_NUM_THREADS"] = "1"
     for var in ("COLUMNS", "LINES", "NO_COLOR"):
         env.pop(var, None)
@@ -108,7 +113,8 @@ def chain(tmp_path_factory, data):
 
 @pytest.fixture(scope="module")
 def finished(chain) -> Chain:
-    wait_for(gated(lambda: run_recorded_ended(chain.run_dir, chain.env), lambda: ended(chain)), timeout=240,
+    wait_for(gated(lambda: run_recorded_ended(chain.run_dir, chain.env), lambda: ended(chain)),
+             timeout=240 * float(chain.env["SUMMIT_JOBS_TEST_SLOWDOWN"]),
              what="the chain to end")
     chain.plain_watch.wait(timeout=60)
     return chain
@@ -193,7 +199,7 @@ def test_watch_redraws_in_place_in_tmux_until_the_chain_ends(chain, data, tmp_pa
     screens: List[str] = []
     try:
         tmux.start([sys.executable, "-m", "summit_jobs", "status", "--watch", "--interval", "1", str(live.run_dir)])
-        deadline = time.time() + 240
+        deadline = time.time() + 240 * float(live.env["SUMMIT_JOBS_TEST_SLOWDOWN"])
         ended_line = None
         while time.time() < deadline and ended_line is None:
             screen = tmux.screen()
@@ -329,6 +335,34 @@ def test_a_chain_until_complete_may_have_more_links_while_its_last_one_is_open()
     blank = {"job_id": "9", "state": "RUN"}     # a job named by its id, of no run recorded here
     statusview.blank_facts(blank)
     assert statusview.cells(blank, T0)["LINK"] == "-" and blank["more_links"] is False
+
+
+def test_the_chain_state_is_never_wrong_between_two_looks():
+    """A look whose scheduler answer listed links 1-2, both ended, while the run's files (read after) already
+    name link 3, which link 2's script queued before it finished: between links, never stopped or ended."""
+    plan = {"until_complete": True, "max_links": 20}
+
+    def state(rows, ids, events=(), complete=False):
+        rows = [dict(r) for r in rows]
+        statusview.add_facts(rows, statusview.RunFiles(plan=plan, chain_ids=list(ids), events=list(events),
+                                                       complete=complete))
+        assert len({r["chain"] for r in rows}) == 1
+        return rows[0]["chain"]
+
+    ended = [{"job_id": "1", "state": "DONE", "exit_code": 0, "source": "exit-code file"},
+             {"job_id": "2", "state": "DONE", "exit_code": 0, "source": "exit-code file"}]
+    assert state(ended, ["1", "2", "3"]) == "between links"
+    assert state(ended[:1] + [dict(ended[1], state="RUN", exit_code=None)], ["1", "2"]) == "running"
+    assert state(ended, ["1", "2"], complete=True) == "complete"
+    stop = {"event": "chain_stopped", "job": "2", "reason": "link 2 ended (exit 1) before the warning signal",
+            "time": T0}
+    assert state(ended, ["1", "2"], [stop]) == "stopped: link 2 ended (exit 1) before the warning signal"
+    gone = ended[:1] + [{"job_id": "2", "state": "UNKNOWN", "exit_code": None, "source": "none",
+                         "reason": "gone from bjobs and no exit-code file"}]
+    assert state(gone, ["1", "2"]).startswith("stopped: link 2 (job 2) ended without its script finishing")
+    assert state(ended, ["1", "2"]).startswith("stopped: link 2 (job 2) ended with exit code 0 and queued no next")
+    plan.pop("until_complete")
+    assert state(ended, ["1", "2"]) == "ended"
 
 
 def test_lsf_times_and_ages():

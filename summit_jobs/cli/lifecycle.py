@@ -102,7 +102,7 @@ def _watch(state: State, pairs, hosts_: lifecycle.Hosts, view: "_StatusView", wa
             if [r["job_id"] for r in again] != [r["job_id"] for r in rows]:
                 rows = again
         view.show(rows)
-        if not watch or all(_ended(r) for r in rows):
+        if not watch or (all(_ended(r) for r in rows) and not any(r.get("chain") == "between links" for r in rows)):
             return rows
         time.sleep(max(0.2, interval))
 

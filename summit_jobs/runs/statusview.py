@@ -332,6 +332,44 @@ def add_facts(rows: Sequence[Dict], files: RunFiles) -> None:
         row["last_event"] = last_event(jid, files, mine, row)
         row["chain_stopped"] = chain_stop_reason(jid, files, row)
         row["eta_s"] = _eta(row, paced, total, files.complete)
+    state = chain_state(rows, files)
+    for row in rows:
+        row["chain"] = state
+
+
+#: Job states in which a link is still the scheduler's to run (it may yet queue the next one).
+OPEN_STATES = ("PEND", "PROV", "RUN", "PSUSP", "USUSP", "SSUSP", "WAIT")
+
+
+def chain_state(rows: Sequence[Dict], files: RunFiles) -> str:
+    """The run as one word that is never wrong between two looks: ``complete``, ``running`` (a job of it is
+    pending or running), ``between links`` (its last link ended through its script and queued the next, which
+    the scheduler's answer did not list yet), ``stopped: WHY`` (a chain that will not go on), or ``ended``
+    (a run that is no chain until complete, every job ended).
+
+    Why the files decide: the job script writes the next link into chain.jobs, then its exit-code file; the
+    rows were read first, the run's files after, so a link the files know and the rows do not was queued."""
+    if files.complete:
+        return "complete"
+    if any(r.get("state") in OPEN_STATES for r in rows):
+        return "running"
+    known = {str(r.get("job_id")) for r in rows}
+    queued = [j for j in files.chain_ids if j not in known]
+    if queued:
+        return "between links"
+    if not files.plan.get("until_complete"):
+        return "ended"
+    last = next((r for r in reversed(rows) if str(r.get("job_id")) in files.chain_ids[-1:]), None)
+    if last is None:
+        return "stopped: the chain's last link is unknown to the scheduler and to the run's files"
+    if last.get("chain_stopped"):
+        return f"stopped: {last['chain_stopped']}"
+    if last.get("source") != "exit-code file" or last.get("exit_code") is None:
+        why = last.get("reason") or last.get("state")
+        return (f"stopped: link {last.get('link')} (job {last.get('job_id')}) ended without its script finishing "
+                f"({why}), so no next link was queued")
+    return (f"stopped: link {last.get('link')} (job {last.get('job_id')}) ended with exit code {last['exit_code']} "
+            "and queued no next link, without saying why (its output may)")
 
 
 def chain_stop_reason(job: str, files: RunFiles, row: Optional[Dict] = None) -> Optional[str]:
@@ -369,6 +407,7 @@ def blank_facts(row: Dict) -> None:
                 "last_event", "chain_stopped"):
         row.setdefault(key, None)
     row.setdefault("more_links", False)
+    row.setdefault("chain", None)
 
 
 def signature(rows: Sequence[Dict]) -> Tuple:
