@@ -8,7 +8,8 @@ except in CI (CI=true, SUMMIT_JOBS_REQUIRE_SLURM=1), where they fail.
 
 The helpers read a job the way the Slurm scheduler will: ``squeue --json`` while Slurm's controller keeps the
 job (22.05's squeue --json lists every job whatever -j says, so the helper picks the id), ``sacct --json``
-once slurmdbd has its final record (sent a moment after the job ends).
+once slurmdbd has its final record (sent a moment after the job ends). Their time limits are a quiet
+machine's seconds stretched by the measured slowdown (``stretched``, conftest.slowdown).
 """
 from __future__ import annotations
 
@@ -22,6 +23,21 @@ from typing import Dict, Iterable, List, Optional
 import pytest
 
 from summit_jobs.schedulers.slurm.localcluster import ClusterError, LocalSlurmCluster, check_can_run, members
+
+#: How long a slowdown measurement serves ``stretched``: the helpers run many times in a test, and each
+#: measurement costs three interpreter starts.
+SLOWDOWN_TTL = 30.0
+_measured = {"at": float("-inf"), "factor": 1.0}
+
+
+def stretched(seconds: float) -> float:
+    """``seconds`` on the quiet reference machine, stretched by conftest.slowdown() as measured within the
+    last SLOWDOWN_TTL seconds, so that a busy machine gets the time its daemons and jobs need there."""
+    from conftest import slowdown   # conftest imports this module: imported once conftest is loaded
+    if time.monotonic() - _measured["at"] > SLOWDOWN_TTL:
+        _measured.update(factor=slowdown(), at=time.monotonic())
+    return seconds * _measured["factor"]
+
 
 #: The states after which a job does not run again (squeue's and sacct's words).
 ENDED = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE",
@@ -52,7 +68,7 @@ def slurm_cluster(tmp_path_factory) -> LocalSlurmCluster:
             pytest.fail(f"SUMMIT_JOBS_REQUIRE_SLURM=1 but {reason}")
         pytest.skip(reason)
     cluster = LocalSlurmCluster(tmp_path_factory.mktemp("slurm"), cpus=4, accounting=True)
-    cluster.start(timeout=60)
+    cluster.start(timeout=stretched(30))
     yield cluster
     cluster.stop()
     # The database is the one large thing (about 80 MB); the logs stay for a failure's post-mortem.
@@ -61,14 +77,17 @@ def slurm_cluster(tmp_path_factory) -> LocalSlurmCluster:
 
 def squeue_job(cluster: LocalSlurmCluster, job_id: str) -> Optional[Dict]:
     """The job's record in ``squeue --json`` (None when the controller no longer knows it)."""
-    out = cluster.run(["squeue", "--json", "--states=all"], timeout=30)
+    out = cluster.run(["squeue", "--json", "--states=all"], timeout=stretched(15))
     assert out.returncode == 0, out.stderr
     return next((j for j in json.loads(out.stdout)["jobs"] if str(j["job_id"]) == str(job_id)), None)
 
 
-def wait_job(cluster: LocalSlurmCluster, job_id: str, states: Iterable[str] = ENDED, timeout: float = 60) -> Dict:
-    """Poll squeue until the job is in one of ``states``; its record. Fails with the last state seen."""
+def wait_job(cluster: LocalSlurmCluster, job_id: str, states: Iterable[str] = ENDED,
+             timeout: Optional[float] = None) -> Dict:
+    """Poll squeue until the job is in one of ``states``; its record. Fails with the last state seen after
+    ``timeout`` seconds (default: 60 on a quiet machine, stretched)."""
     states = tuple(states)
+    timeout = stretched(60) if timeout is None else timeout
     deadline = time.monotonic() + timeout
     job = None
     while time.monotonic() < deadline:
@@ -80,16 +99,18 @@ def wait_job(cluster: LocalSlurmCluster, job_id: str, states: Iterable[str] = EN
                          f"{job and (job['job_state'], job['state_reason'])}")
 
 
-def sacct_job(cluster: LocalSlurmCluster, job_id: str, timeout: float = 30) -> Dict:
+def sacct_job(cluster: LocalSlurmCluster, job_id: str, timeout: Optional[float] = None) -> Dict:
     """The job's record in ``sacct --json`` once slurmdbd has its final one: the ended state, name and nodes
     that squeue shows. Until then sacct may show nothing, or a placeholder that slurmdbd made from a step's
-    record that came first (seen on 22.05: name "allocation", the batch host only, PENDING, then COMPLETED)."""
+    record that came first (seen on 22.05: name "allocation", the batch host only, PENDING, then COMPLETED).
+    ``timeout``: for each of the two (default: 30 s on a quiet machine, stretched)."""
+    timeout = stretched(30) if timeout is None else timeout
     final = wait_job(cluster, job_id, timeout=timeout)
     want = (final["job_state"], final["name"], final["nodes"])
     deadline = time.monotonic() + timeout
     seen = None
     while time.monotonic() < deadline:
-        out = cluster.run(["sacct", "--json", "-j", str(job_id)], timeout=30)
+        out = cluster.run(["sacct", "--json", "-j", str(job_id)], timeout=stretched(15))
         assert out.returncode == 0, out.stderr
         jobs = [j for j in json.loads(out.stdout)["jobs"] if str(j["job_id"]) == str(job_id)]
         seen = jobs and (jobs[0]["state"]["current"], jobs[0]["name"], jobs[0]["nodes"])
@@ -101,7 +122,7 @@ def sacct_job(cluster: LocalSlurmCluster, job_id: str, timeout: float = 30) -> D
 
 def sbatch(cluster: LocalSlurmCluster, *args: str, cwd=None) -> str:
     """Submit with ``sbatch --parsable``; the job id."""
-    out = cluster.run(["sbatch", "--parsable", *args], cwd=cwd, timeout=30)
+    out = cluster.run(["sbatch", "--parsable", *args], cwd=cwd, timeout=stretched(15))
     assert out.returncode == 0, out.stderr
     return out.stdout.strip().split(";")[0]
 
