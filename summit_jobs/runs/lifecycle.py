@@ -201,6 +201,7 @@ def collect(state, pairs, hosts_: Hosts) -> List[Dict[str, object]]:
             groups.setdefault(host_key(record), []).append((record, jid))
     rows: List[Dict[str, object]] = []
     failed: List[UserError] = []
+    disks: Dict[str, Optional[str]] = {}
     for key, items in groups.items():
         try:
             host = hosts_.get(items[0][0])
@@ -220,6 +221,13 @@ def collect(state, pairs, hosts_: Hosts) -> List[Dict[str, object]]:
             row = job_row(record, jid, host.label, None if other else st, code, problem, listed_by)
             if other:
                 _lost(row, other)
+            elif record is not None and row["state"] in FINAL and code is None:
+                where = str(record["run_dir"])
+                if where not in disks:      # one df a run directory
+                    disks[where] = full_disk(host, where)
+                full = disks[where]
+                if full:
+                    row["reason"] = f"{full}; {row.get('reason') or ''}".rstrip("; ")
             mark_cancelled(row, None if other else st, record)
             rows.append(row)
     if failed and len(failed) == len(groups):
@@ -234,6 +242,24 @@ def _unasked(record: Optional[Dict], jid: str, scheduler, exc: UserError) -> Dic
             "run_dir": (record or {}).get("run_dir"), "exit_code": None, "source": "none", "cancelled": False,
             "lost": False, "restarts": 0, "lsf_state": None, "finish_time": None, "state": "UNKNOWN",
             "reason": f"{scheduler.label} could not be asked about this run's jobs: {first}"}
+
+
+#: Free space below which a run directory's file system counts as full (a job's last writes need a few KiB).
+FULL_BELOW_KIB = 64
+
+
+def full_disk(host, run_dir: str) -> Optional[str]:
+    """"no space left on ..." where the run directory's file system is full, else None.
+
+    Why: a job whose disk filled up cannot write its exit-code file, its events or even its output there, so
+    status has nothing else to say why it ended; ``df -Pk`` (POSIX output) on the run's host tells."""
+    res = host.run(["df", "-Pk", run_dir])
+    lines = res.stdout.strip().splitlines() if res.rc == 0 else []
+    words = lines[-1].split() if len(lines) >= 2 else []
+    if len(words) < 6 or not words[3].isdecimal() or int(words[3]) >= FULL_BELOW_KIB:
+        return None
+    return (f"no space left on {words[5]} (the run directory's file system: {words[3]} KiB free), so the job "
+            "could not record how it ended")
 
 
 def _another_job(host, record: Optional[Dict], st, label: str) -> Optional[str]:
