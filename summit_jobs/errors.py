@@ -26,6 +26,7 @@ _FIXES = {
     errno.ENOENT: "check the path",
     errno.ENOTDIR: "a part of the path is a file, not a folder: check the path",
     errno.EISDIR: "the path is a folder where a file was expected: check the path",
+    errno.ENOTEMPTY: "name a new or empty folder",
 }
 
 
