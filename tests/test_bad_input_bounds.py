@@ -92,6 +92,21 @@ BOUNDS = [
     ("shard-size-400-digits", ["pack", "src", "out", "--shard-size", DIGITS_400],
      ["size '999999999999...' (400 characters)", "at most 1TB"]),
     ("shard-size-past-bound", ["pack", "src", "out", "--shard-size", "2TB"], ["size '2TB'", "at most 1TB"]),
+    ("fusion-threshold-400-digits", [*LOCAL, "--engine", "horovod", "--fusion-threshold", DIGITS_400],
+     ["'--fusion-threshold'", "0<=x<=1099511627776"]),
+    ("avg-interval-400-digits", [*LOCAL, "--avg-interval", DIGITS_400], ["'--avg-interval'", "-1<=x<=10000000"]),
+    ("total-steps-400-digits", [*LOCAL, "--command", "true", "--total-steps", DIGITS_400],
+     ["'--total-steps'", "1<=x<=1000000000000"]),
+    ("lr-1e300", [*LOCAL, "--lr", "1e300"], ["'--lr'", "<= 1000"]),
+    ("scaling-epochs-400-digits", ["--machine", "summit", "scaling", "--epochs", DIGITS_400], ["'--epochs'", "x<=10000"]),
+    ("scaling-batch-400-digits", ["--machine", "summit", "scaling", "--per-node-batch", DIGITS_400],
+     ["'--per-node-batch'", "x<=1000000"]),
+    ("scaling-hours-1e308", ["--machine", "summit", "scaling", "--single-node-hours", "1e308"],
+     ["'--single-node-hours'", "<= 1e+07"]),
+    ("scaling-clips-400-digits", ["--machine", "summit", "scaling", "--train-clips", DIGITS_400], ["'--train-clips'"]),
+    ("scaling-params-400-digits", ["--machine", "summit", "scaling", "--params", DIGITS_400], ["'--params'"]),
+    ("scaling-fusion-400-digits", ["--machine", "summit", "scaling", "--fusion-bytes", DIGITS_400],
+     ["'--fusion-bytes'"]),
 ]
 
 

@@ -256,10 +256,13 @@ def _finite(lo: float, hi: float = math.inf, lo_open: bool = False, hi_open: boo
     return ok
 
 
+#: The largest learning rate: the recipe's is about 0.2 at 1,536 GPUs and LARS's base rates stay below 100; a
+#: larger one (1e300 was accepted) is a slip that diverges in the first step.
+MAX_LR = 1000.0
 #: Float options: (check, what the value must be). argparse's float() takes 'nan', 'inf' and '1e999'; a NaN
 #: learning rate trains for hours on NaN weights, so they are refused here with the option and its value.
 FLOATS: Dict[str, Tuple[Callable[[float], bool], str]] = {
-    "lr": (_finite(0, lo_open=True), "a finite learning rate above 0 (leave it out for "
+    "lr": (_finite(0, MAX_LR, lo_open=True), f"a learning rate above 0 and at most {MAX_LR:,} (leave it out for "
            f"{LR_PER_8_CLIPS} per 8 clips of the global batch)"),
     "warmup_epochs": (_finite(0), "a finite number of epochs, 0 or more"),
     "momentum": (_finite(0, 1, hi_open=True), "at least 0 and below 1 (the recipe: 0.9)"),

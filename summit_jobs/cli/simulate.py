@@ -176,20 +176,31 @@ def _single_node_hours(profile, epochs: int, train_clips: int) -> float:
                     "measured time to train on one node), or set performance.clips_per_second_per_gpu.")
 
 
+#: scaling's bounds: far above any real run (the paper: 100 epochs, 240,000 clips, 24 M parameters, 48 clips per
+#: node, 49.9 single-node hours), low enough that the projection's float arithmetic cannot overflow.
+MAX_EPOCHS = 10_000
+MAX_TRAIN_CLIPS = 10 ** 10
+MAX_PARAMS = 10 ** 13
+MAX_FUSION_BYTES = 2 ** 40
+MAX_PER_NODE_BATCH = 10 ** 6
+MAX_SINGLE_NODE_HOURS = 10 ** 7
+
+
 @cli.command("scaling")
 @click.option("--nodes-list", default="1,8,16,32,64,128,256,384,512,1024", show_default=True,
               help="Comma-separated node counts to project.")
-@click.option("--single-node-hours", type=FiniteFloat(0, low_open=True),
+@click.option("--single-node-hours", type=FiniteFloat(0, low_open=True, high=MAX_SINGLE_NODE_HOURS),
               help="Measured time to train on one node. Default: the profile's performance.single_node_hours "
                    "(Summit: the paper's 49 h 55 min for 100 epochs), else derived from its clips per second "
                    "per GPU and GPUs per node.")
-@click.option("--per-node-batch", type=whole(1),
+@click.option("--per-node-batch", type=whole(1, MAX_PER_NODE_BATCH),
               help="Clips per node per iteration at scale. Default: the profile's GPUs per node x the recipe's "
                    "clips per GPU (Summit: 6 x 8 = 48).")
-@click.option("--epochs", type=whole(1), default=100, show_default=True)
-@click.option("--train-clips", type=whole(1), help="Training clips per epoch (default: Kinetics-400's).")
-@click.option("--params", type=whole(1), help="Model parameters (default: ResNet-50 TSM, 400 classes).")
-@click.option("--fusion-bytes", type=whole(0), help="Horovod fusion buffer (default: the profile's threshold).")
+@click.option("--epochs", type=whole(1, MAX_EPOCHS), default=100, show_default=True)
+@click.option("--train-clips", type=whole(1, MAX_TRAIN_CLIPS), help="Training clips per epoch (default: Kinetics-400's).")
+@click.option("--params", type=whole(1, MAX_PARAMS), help="Model parameters (default: ResNet-50 TSM, 400 classes).")
+@click.option("--fusion-bytes", type=whole(0, MAX_FUSION_BYTES),
+              help="Horovod fusion buffer (default: the profile's threshold).")
 @click.option("--compare-paper", is_flag=True, help="Add the paper's Table 3 times and the deviation.")
 @click.option("--png", metavar="FILE", help="Also plot time-to-train and efficiency to this PNG.")
 @click.option("--json", "as_json", is_flag=True)

@@ -183,7 +183,7 @@ def _allocation_options() -> list:
                           "shell would, never run by one). Chains, staging, status and logs apply; see "
                           "docs/user-command.md for the contract (checkpoint and exit 0 on SIGUSR2, a "
                           "COMPLETE file when done)."),
-        click.option("--total-steps", type=whole(1), metavar="N",
+        click.option("--total-steps", type=whole(1, 10 ** 12), metavar="N",
                      help="With --command: the steps your program trains in all, for status to show step/N "
                           "and an ETA from the metrics.jsonl records it writes."),
     ]
@@ -212,7 +212,7 @@ def _trainer_options() -> list:
     return [
         click.option("--epochs", type=whole(1), help="Training epochs. Default: the recipe's (100)."),
         click.option("--clips-per-gpu", type=whole(1), help="Clips per GPU per step. Default: the recipe's (8)."),
-        click.option("--lr", type=FiniteFloat(0, low_open=True),
+        click.option("--lr", type=FiniteFloat(0, low_open=True, high=tc.MAX_LR),
                      help="Learning rate. Default: 0.00125 per 8 clips of global batch."),
         click.option("--warmup-epochs", type=FiniteFloat(0), help="Linear warm-up epochs. Default: the recipe's (5)."),
         click.option("--engine", type=click.Choice(tc.ENGINES), help="Gradient exchange engine."),
@@ -225,11 +225,11 @@ def _trainer_options() -> list:
                      help="LARS for very large batches (BN parameters and biases excluded)."),
         click.option("--optimizer-sync", type=click.Choice(tc.OPTIMIZER_SYNCS), default=tc.OPTIMIZER_SYNCS[0],
                      show_default=True, help="Synchronous SGD, or AAVG model averaging with adaptive batch size."),
-        click.option("--avg-interval", type=whole(-1), default=tc.AVG_INTERVAL_EPOCH, show_default=True,
+        click.option("--avg-interval", type=whole(-1, 10 ** 7), default=tc.AVG_INTERVAL_EPOCH, show_default=True,
                      help="AAVG: local steps between averaging rounds (-1: once per epoch)."),
         click.option("--compression", type=click.Choice(tc.COMPRESSIONS), default=tc.COMPRESSIONS[0],
                      show_default=True, help="Gradient compression for the allreduce (bf16: DDP only)."),
-        click.option("--fusion-threshold", type=whole(0), metavar="BYTES",
+        click.option("--fusion-threshold", type=whole(0, 2 ** 40), metavar="BYTES",
                      help="Horovod tensor-fusion buffer (HOROVOD_FUSION_THRESHOLD). Default: the profile's."),
         click.option("--preset", type=click.Choice(tuple(tc.PRESETS)),
                      help="A named recipe of trainer options, each written into the script; options you give "
