@@ -2,7 +2,9 @@
 
 Import the fixtures into a test module with ``from conftest_lsf import ...``.
 Time in the embedded LSF is scaled (SUMMIT_JOBS_LSF_MINUTE) so minute-based
-limits take seconds.
+limits take seconds. The helpers' time limits (``run``, ``wait_for``, ``wait_state``) are given as a quiet
+machine's seconds and stretched by the machine's measured slowdown (``stretched``), so that a busy machine
+gets the time its jobs need there and a quiet one waits for nothing longer.
 """
 from __future__ import annotations
 
@@ -16,6 +18,9 @@ from pathlib import Path
 from typing import Callable, Dict, Iterable, List, Optional, Set
 
 import pytest
+
+# The slowdown measured at most every SLOWDOWN_TTL seconds, one cache for the LSF and the Slurm helpers.
+from slurm_cluster import stretched  # noqa: F401  (re-exported for the test modules)
 
 REPO = Path(__file__).resolve().parent.parent
 BIN = REPO / "summit_jobs" / "schedulers" / "lsf" / "embedded" / "bin"
@@ -101,9 +106,23 @@ def template_dir(tmp_path, program) -> Path:
     return write_template(tmp_path / "templates", program)
 
 
+#: The longest a stretched limit of these helpers gets: below pytest's own timeout (setup.cfg, 900 s), so that
+#: a hang ends in the helper's message and the test's clean-up runs. A caller that passes a limit it has
+#: stretched already (the ``stretch`` fixture) is stretched twice; this bounds that too.
+LIMIT_CEILING = 600.0
+
+
+def limit(seconds: float) -> float:
+    """``seconds`` on a quiet machine -> the limit here now: stretched by the measured slowdown, at most
+    LIMIT_CEILING (unless ``seconds`` asks for more itself)."""
+    return max(min(stretched(seconds), LIMIT_CEILING), seconds)
+
+
 def run(argv: List[str], env: Dict[str, str], cwd=None, input: Optional[str] = None,
         timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run(argv, env=env, cwd=cwd, input=input, capture_output=True, text=True, timeout=timeout)
+    """Run a command and capture its output; ``timeout``: a quiet machine's seconds (stretched, ``limit``)."""
+    return subprocess.run(argv, env=env, cwd=cwd, input=input, capture_output=True, text=True,
+                          timeout=limit(timeout))
 
 
 def cli(args: List[str], env: Dict[str, str], **kw) -> subprocess.CompletedProcess:
@@ -111,18 +130,28 @@ def cli(args: List[str], env: Dict[str, str], **kw) -> subprocess.CompletedProce
 
 
 def bjobs_state(job_id: str, env: Dict[str, str]) -> Dict[str, str]:
+    """bjobs -json's record of the job. A bjobs that gives no record fails the test with its exit status and
+    both of its outputs (a bare JSON error said nothing of why)."""
     res = run(["bjobs", "-a", "-o", "jobid stat exit_code exit_reason pend_reason", "-json", str(job_id)], env)
-    return json.loads(res.stdout)["RECORDS"][0]
+    try:
+        return json.loads(res.stdout)["RECORDS"][0]
+    except (ValueError, KeyError, IndexError, TypeError) as exc:
+        raise AssertionError(f"bjobs -json {job_id} gave no record ({type(exc).__name__}: {exc}); exit status "
+                             f"{res.returncode}, stdout {res.stdout[-1000:]!r}, stderr {res.stderr[-2000:]!r}"
+                             ) from None
 
 
 def wait_for(predicate: Callable[[], object], timeout: float = 30, what: str = "condition") -> object:
-    deadline = time.time() + timeout
+    """``predicate``'s first true value, asked every 0.1 s for ``timeout`` seconds of a quiet machine
+    (stretched by the measured slowdown, ``limit``)."""
+    allowed = limit(timeout)
+    deadline = time.time() + allowed
     while time.time() < deadline:
         value = predicate()
         if value:
             return value
         time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+    raise AssertionError(f"timed out after {allowed:.1f}s ({timeout:g}s on a quiet machine) waiting for {what}")
 
 
 def recorded_job(job_id: str, env: Dict[str, str]) -> Optional[Dict]:
@@ -193,7 +222,8 @@ def gated(cheap: Callable[[], Optional[bool]], costly: Callable[[], object],
 
 def wait_state(job_id: str, env: Dict[str, str], states=("DONE", "EXIT"), timeout: float = 40) -> Dict[str, str]:
     """bjobs' record of the job once bjobs shows it in one of ``states`` (bjobs asked when the job's own
-    record shows one of them, or at least every ASK_EVERY seconds)."""
+    record shows one of them, or at least every ASK_EVERY seconds); ``timeout``: a quiet machine's seconds,
+    stretched by wait_for."""
     def cheap() -> Optional[bool]:
         recorded = recorded_state(job_id, env)
         return None if recorded is None else recorded in states

@@ -30,6 +30,8 @@ from typing import Dict, Iterator, Optional
 
 import pytest
 
+from conftest_lsf import limit, stretched
+
 SSHD = shutil.which("sshd") or ("/usr/sbin/sshd" if os.path.exists("/usr/sbin/sshd") else None)
 KEYGEN = shutil.which("ssh-keygen")
 
@@ -54,11 +56,12 @@ class Sshd:
 
 def remote_lsf_env(base: Path, **extra: str) -> Dict[str, str]:
     """What the login node's shell gives a session: the embedded LSF on PATH, its own state folder,
-    scaled minutes; ``extra`` adds test variables."""
+    scaled minutes (2 s on a quiet machine, stretched by the measured slowdown: a walltime of 10 LSF minutes
+    outlasts a busy machine's round trips before a cancel); ``extra`` adds test variables."""
     import sys
     bin_dir = Path(__file__).resolve().parent.parent / "summit_jobs" / "schedulers" / "lsf" / "embedded" / "bin"
     return {"PATH": f"{bin_dir}:/usr/local/bin:/usr/bin:/bin", "SUMMIT_JOBS_PYTHON": sys.executable,
-            "SUMMIT_JOBS_LSF_HOME": str(base / "lsf"), "SUMMIT_JOBS_LSF_MINUTE": "2",
+            "SUMMIT_JOBS_LSF_HOME": str(base / "lsf"), "SUMMIT_JOBS_LSF_MINUTE": f"{stretched(2.0):.2f}",
             "SUMMIT_JOBS_LSF_KILL_GRACE": "1",
             # The code under test on both sides of the connection (a worktree's, not the installed one).
             **({"PYTHONPATH": os.environ["PYTHONPATH"]} if os.environ.get("PYTHONPATH") else {}), **extra}
@@ -71,7 +74,7 @@ def _free_port(address: str = "127.0.0.1") -> int:
 
 
 def _keygen(path: Path) -> None:
-    subprocess.run([KEYGEN, "-q", "-t", "ed25519", "-N", "", "-f", str(path)], check=True, timeout=30)
+    subprocess.run([KEYGEN, "-q", "-t", "ed25519", "-N", "", "-f", str(path)], check=True, timeout=limit(30))
 
 
 def _config(folder: Path, port: int, address: str, user: str, options: Dict[str, str]) -> Path:
@@ -90,12 +93,12 @@ def _config(folder: Path, port: int, address: str, user: str, options: Dict[str,
 def sign_host_key(folder: Path, ca: Path, principal: str, validity: str = "-5m:+1h") -> Path:
     """An OpenSSH host certificate for the server's key, signed by the CA key ``ca``."""
     subprocess.run([KEYGEN, "-q", "-s", str(ca), "-I", "test-host", "-h", "-n", principal, "-V", validity,
-                    str(folder / "ssh_host_ed25519_key.pub")], check=True, timeout=30, capture_output=True)
+                    str(folder / "ssh_host_ed25519_key.pub")], check=True, timeout=limit(30), capture_output=True)
     return folder / "ssh_host_ed25519_key-cert.pub"
 
 
 def _wait_ready(proc: subprocess.Popen, folder: Path, address: str, port: int) -> None:
-    deadline = time.time() + 20
+    deadline = time.time() + limit(20)
     while True:
         if proc.poll() is not None:
             raise RuntimeError(f"sshd exited: {(folder / 'sshd.log').read_text()}")
@@ -144,10 +147,10 @@ def start_sshd(folder: Path, remote_env: Dict[str, str], *, address: str = "127.
     finally:
         proc.terminate()
         try:
-            proc.wait(timeout=10)
+            proc.wait(timeout=limit(10))
         except subprocess.TimeoutExpired:
             proc.kill()
-            proc.wait(timeout=10)
+            proc.wait(timeout=limit(10))
         log.close()
 
 

@@ -9,8 +9,8 @@ import sys
 import time
 from pathlib import Path
 
-from conftest_lsf import (bjobs_state, cli, lsf_env, program, recorded_state, run, submitted_id,  # noqa: F401
-                          template_dir, wait_for, wait_state)
+from conftest_lsf import (bjobs_state, cli, lsf_env, program, recorded_state, run, stretched,  # noqa: F401
+                          submitted_id, template_dir, wait_for, wait_state)
 from summit_jobs.schedulers.lsf.embedded.state import node_names
 
 #: The virtual nodes' host names on this machine: vnode1... where tasks get host names, else 127.1.0.1...
@@ -38,10 +38,12 @@ def status_rows(env, target):
 
 def test_end_to_end_pend_run_done_logs_and_exit_code(tmp_path, lsf_env, template_dir):
     env = dict(lsf_env, PROG_SLEEP="2")
-    # Occupy every virtual node so the job must wait: PEND is observed for sure.
+    # Occupy every virtual node so the job must wait: PEND is observed for sure. The blocker's run limit (10
+    # LSF minutes, stretched) outlasts a busy machine's submit and status; the test releases it long before.
     blocker = tmp_path / "blocker.sh"
     blocker.write_text("#!/bin/bash\nwhile [ ! -e release ]; do sleep 0.1; done\n")
-    jb = submitted_id(run(["bsub", "-nnodes", "4", "-W", "10", "-o", "blocker.%J.out", str(blocker)], env, cwd=tmp_path).stdout)
+    jb = submitted_id(run(["bsub", "-nnodes", "4", "-W", f"{stretched(10):.0f}", "-o", "blocker.%J.out",
+                           str(blocker)], env, cwd=tmp_path).stdout)
     wait_state(jb, env, ("RUN",), timeout=20)
 
     ids, run_dir = submit(env, template_dir, tmp_path / "runs", trainer_args=["--extra", "two words"])
@@ -56,7 +58,7 @@ def test_end_to_end_pend_run_done_logs_and_exit_code(tmp_path, lsf_env, template
         assert "virtual nodes" in rows[0]["reason"]
         seen.append("PEND")
         (tmp_path / "release").write_text("")
-        deadline, asked = time.time() + 40, 0.0
+        deadline, asked = time.time() + stretched(40), 0.0
         while time.time() < deadline:
             # status is asked when the job's record has moved on from the state last seen (or every second)
             if recorded_state(jid, env) == seen[-1] and time.time() - asked < 1.0:
@@ -70,7 +72,7 @@ def test_end_to_end_pend_run_done_logs_and_exit_code(tmp_path, lsf_env, template
                 break
             time.sleep(0.2)
         assert seen == ["PEND", "RUN", "DONE"], seen
-        out, err = follow.communicate(timeout=30)
+        out, err = follow.communicate(timeout=stretched(30))
     finally:
         follow.kill()
     assert follow.returncode == 0, err
@@ -112,14 +114,17 @@ def test_checkpoint_and_chain(tmp_path, lsf_env, template_dir):
         "elif glob.glob('ckpt.*'):\n"
         "    sys.exit(0)\n"
         "deadline = time.time()"))
-    env = dict(lsf_env, PROG_SLEEP="60", SUMMIT_JOBS_LSF_MINUTE="3")   # warning 3 s after the start
+    # The warning comes one LSF minute after the start: 3 s on a quiet machine, stretched by the measured
+    # slowdown so that the ranks have set their USR2 handler by then.
+    minute = round(stretched(3.0), 1)
+    env = dict(lsf_env, PROG_SLEEP=f"{20 * minute:.0f}", SUMMIT_JOBS_LSF_MINUTE=str(minute))
     t0 = time.time()
     ids, run_dir = submit(env, template_dir, tmp_path / "runs", "--walltime", "2", "--chain", "3", nodes="1",
                           name="chain")
     assert len(ids) == 3
     for jid in ids:
         assert wait_state(jid, env, timeout=40)["STAT"] == "DONE"
-    assert time.time() - t0 < 30
+    assert time.time() - t0 < 10 * minute
     first, second, third = ids
     assert sorted(p.name for p in run_dir.glob("ckpt.*")) == [f"ckpt.{first}.0", f"ckpt.{first}.1"]
     assert "resumed and finished" in (run_dir / f"chain.{second}.out").read_text()
@@ -155,8 +160,10 @@ def test_status_never_reads_a_vanished_job_as_success(tmp_path, lsf_env, templat
 
 
 def test_cancel_kills_a_chain_without_starting_later_links(tmp_path, lsf_env, template_dir):
-    # A kill interval long enough that the script records the step's end before any KILL reaches it.
-    env = dict(lsf_env, PROG_SLEEP="60", SUMMIT_JOBS_LSF_KILL_GRACE="10")
+    # A kill interval long enough that the script records the step's end before any KILL reaches it; a walltime
+    # of 10 LSF minutes (stretched) that no warning ends before the cancel, on a busy machine too.
+    env = dict(lsf_env, PROG_SLEEP="60", SUMMIT_JOBS_LSF_KILL_GRACE="10",
+               SUMMIT_JOBS_LSF_MINUTE=f"{stretched(2.0):.2f}")
     ids, run_dir = submit(env, template_dir, tmp_path / "runs", "--walltime", "10", "--chain", "2", nodes="1",
                           name="cx")
     wait_state(ids[0], env, ("RUN",), timeout=20)

@@ -16,7 +16,7 @@ from typing import Dict
 import pytest
 
 from badinput import assert_refused
-from conftest_lsf import (job_processes, lsf_environment, run, submitted_id, wait_for, wait_state)
+from conftest_lsf import (job_processes, limit, lsf_environment, run, submitted_id, wait_for, wait_state)
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +50,7 @@ def test_a_refusal_waits_for_no_lock_and_allocates_nothing(home, tmp_path, args,
         fcntl.flock(fd, fcntl.LOCK_EX)
         started = time.monotonic()
         res = subprocess.run(["bsub", *args, "/bin/true"], env=home, cwd=tmp_path, capture_output=True, text=True,
-                             timeout=120, preexec_fn=_small_address_space)
+                             timeout=limit(120), preexec_fn=_small_address_space)
         took = time.monotonic() - started
     finally:
         os.close(fd)
@@ -91,17 +91,17 @@ def test_a_script_that_is_not_utf8_is_read_as_bytes_from_a_file_and_from_stdin(h
     script = tmp_path / "latin1.lsf"
     script.write_bytes(LATIN1)
     from_file = submitted_id(run(["bsub", str(script)], home, cwd=tmp_path).stdout)
-    res = subprocess.run(["bsub"], env=home, cwd=tmp_path, input=LATIN1, capture_output=True, timeout=60)
+    res = subprocess.run(["bsub"], env=home, cwd=tmp_path, input=LATIN1, capture_output=True, timeout=limit(60))
     from_stdin = submitted_id(res.stdout.decode())
     for jid in (from_file, from_stdin):
         assert wait_state(jid, home)["STAT"] == "DONE"
         out = tmp_path / f"latin.{jid}.out"
         assert out.read_bytes() == b"caf\xe9 caf\xe9\n"
         wait_for(lambda: not job_processes(jid, home["SUMMIT_JOBS_LSF_HOME"]), 15, f"job {jid}'s processes to end")
-    table = subprocess.run(["bjobs", "-a", from_file, from_stdin], env=home, capture_output=True, timeout=60)
+    table = subprocess.run(["bjobs", "-a", from_file, from_stdin], env=home, capture_output=True, timeout=limit(60))
     assert table.returncode == 0 and table.stdout.count(b"caf\xe9") == 2, table
     for argv in (["bjobs", "-l", from_stdin], ["bacct", "-l", from_file]):
-        shown = subprocess.run(argv, env=home, capture_output=True, timeout=60)
+        shown = subprocess.run(argv, env=home, capture_output=True, timeout=limit(60))
         assert shown.returncode == 0 and b"caf\xe9" in shown.stdout and b"Traceback" not in shown.stderr, shown
     records = json.loads(run(["bjobs", "-a", "-json", "-o", "jobid job_name", from_file], home).stdout)["RECORDS"]
     assert records[0]["JOB_NAME"].encode("utf-8", "surrogateescape") == b"caf\xe9"

@@ -20,7 +20,8 @@ from typing import Dict
 
 import pytest
 
-from conftest_lsf import BIN, job_processes, require_client, run, submitted_id, wait_for, wait_state
+from conftest_lsf import (BIN, job_processes, require_client, run, stretched, submitted_id, wait_for,
+                         wait_state)
 
 BASH = shutil.which("bash")
 pytestmark = pytest.mark.skipif(BASH is None, reason="needs bash")
@@ -213,27 +214,33 @@ DASK_SCRIPT = r"""
 import sys
 from dask_jobqueue import LSFCluster
 from distributed import Client
+workers_s, result_s = float(sys.argv[2]), float(sys.argv[3])
 cluster = LSFCluster(cores=1, memory="1GB", walltime="00:10", processes=1, use_stdin=True,
                      log_directory=sys.argv[1], scheduler_options={"host": "127.0.0.1"})
 try:
     cluster.scale(1)
     with Client(cluster) as client:
-        client.wait_for_workers(1, timeout=120)
-        print("ANSWER", client.submit(lambda x: x + 1, 41).result(timeout=60))
+        client.wait_for_workers(1, timeout=workers_s)
+        print("ANSWER", client.submit(lambda x: x + 1, 41).result(timeout=result_s))
 finally:
     cluster.close()
 """
 
 
 def test_dask_jobqueue_lsfcluster_runs_a_task_through_lsf_env(user_env, tmp_path):
-    """dask-jobqueue's LSFCluster, unchanged, submits its worker with bsub and gets a result back."""
+    """dask-jobqueue's LSFCluster, unchanged, submits its worker with bsub and gets a result back. The LSF
+    minute and the client's waits are stretched by the measured slowdown: the worker's walltime of 10 LSF
+    minutes must hold a busy machine's start of a dask worker (the minute costs nothing here: the worker
+    ends by bkill)."""
     require_client("dask_jobqueue")
+    user_env = dict(user_env, SUMMIT_JOBS_LSF_MINUTE=f"{stretched(2.0):.2f}")
     home = tmp_path / "lsf"
     (tmp_path / "dask_client.py").write_text(DASK_SCRIPT)
     (tmp_path / "logs").mkdir()
+    waits = (f"{stretched(120):.0f}", f"{stretched(60):.0f}")
     script = f"""
 eval "$({summit_jobs('lsf', 'env', '--home', str(home))})"
-{shlex.join((sys.executable, "dask_client.py", str(tmp_path / "logs")))}
+{shlex.join((sys.executable, "dask_client.py", str(tmp_path / "logs"), *waits))}
 """
     res = bash(script, user_env, tmp_path, timeout=240)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]

@@ -14,7 +14,7 @@ from typing import Dict, List
 
 import pytest
 
-from conftest_lsf import bjobs_state, lsf_env, run, submitted_id, wait_for, wait_state  # noqa: F401
+from conftest_lsf import bjobs_state, lsf_env, run, stretched, submitted_id, wait_for, wait_state  # noqa: F401
 
 #: A rank that records its pid (and the job's process group) and then sleeps far past any limit.
 RANK = r'''
@@ -43,7 +43,8 @@ def job_record(env: Dict[str, str], job_id: str) -> Dict:
 
 
 def start_long_job(tmp_path: Path, env: Dict[str, str]) -> tuple:
-    """A 4-node job (every virtual node): script -> jsrun -> 4 sleeping ranks; returns (id, pids)."""
+    """A 4-node job (every virtual node): script -> jsrun -> 4 sleeping ranks; returns (id, pids). Its run limit
+    (30 LSF minutes, stretched) outlasts the test on a busy machine too."""
     pids = tmp_path / "pids"
     pids.mkdir()
     (tmp_path / "rank.py").write_text(RANK)
@@ -51,7 +52,7 @@ def start_long_job(tmp_path: Path, env: Dict[str, str]) -> tuple:
     script.write_text(textwrap.dedent(f"""\
         #!/bin/bash
         #BSUB -nnodes 4
-        #BSUB -W 30
+        #BSUB -W {stretched(30):.0f}
         #BSUB -o long.%J.out
         echo $$ > {pids}/script
         jsrun -n 4 -r 1 -c 1 {sys.executable} {tmp_path / 'rank.py'} {pids}
@@ -99,7 +100,7 @@ def test_killed_supervisor_takes_the_whole_job_with_it(tmp_path, lsf_env, also_k
     if also_kill_watchdog:
         bjobs_state(jid, env)          # the reconciliation runs in bjobs
     wait_for(lambda: not any(alive(p) for p in pids), 10, "every process of the job to end")
-    assert time.time() - t0 < 8
+    assert time.time() - t0 < stretched(8)
     rec = wait_state(jid, env, timeout=10)
     assert rec["STAT"] == "EXIT" and "supervisor process is gone" in rec["EXIT_REASON"]
     assert wait_state(checker, env, timeout=20)["STAT"] == "DONE"
@@ -265,7 +266,9 @@ def submit_run(tmp_path: Path, env: Dict[str, str], program: str, name: str, *ex
 def test_cancelled_job_is_exit_and_cancelled_even_when_the_trainer_exits_0(tmp_path, lsf_env):
     from conftest_lsf import cli
     # A kill interval long enough that the INT's clean exit reaches the script before any TERM or KILL.
-    env = dict(lsf_env, PROG_SLEEP="60", SUMMIT_JOBS_LSF_KILL_GRACE="10")
+    # Its walltime (10 LSF minutes, stretched) brings no warning before the cancel, on a busy machine too.
+    env = dict(lsf_env, PROG_SLEEP="60", SUMMIT_JOBS_LSF_KILL_GRACE="10",
+               SUMMIT_JOBS_LSF_MINUTE=f"{stretched(2.0):.2f}")
     ids, run_dir = submit_run(tmp_path, env, CLEAN_ON_TERM, "gentle", "--walltime", "10")
     jid = ids[0]
     out = run_dir / f"gentle.{jid}.out"
@@ -308,6 +311,6 @@ def test_cancel_never_kills_another_runs_job_that_got_the_same_id(tmp_path, lsf_
     res = cli(["cancel", run_dir.name], env)
     assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
     assert f"job(s) {new} were not killed" in res.stderr and str(other) in res.stderr
-    time.sleep(0.5)
+    time.sleep(stretched(0.5))                     # a kill, had there been one, has landed by now
     assert bjobs_state(new, env)["STAT"] == "RUN"
     run(["bkill", new], env)

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest_lsf import (PROGRAM, bjobs_state, cli, lsf_environment, run, submitted_id, wait_for,
-                          wait_state, write_template)
+from conftest_lsf import (PROGRAM, bjobs_state, cli, lsf_environment, run, stretched, submitted_id,
+                          wait_for, wait_state, write_template)
 from summit_jobs.schedulers.lsf.embedded.state import node_names
 
 #: The virtual nodes' host names on this machine: vnode1... where tasks get host names, else 127.1.0.1...
@@ -49,7 +49,9 @@ def test_end_to_end_over_ssh(world):
     env, base = world["env"], world["base"]
     blocker = base / "blocker.sh"
     blocker.write_text("#!/bin/bash\nwhile [ ! -e release ]; do sleep 0.1; done\n")
-    jb = submitted_id(run(["bsub", "-nnodes", "4", "-W", "10", "-o", "/dev/null", str(blocker)], env, cwd=base).stdout)
+    # Its run limit (10 LSF minutes, stretched) outlasts a busy machine's submit over SSH; released long before.
+    jb = submitted_id(run(["bsub", "-nnodes", "4", "-W", f"{stretched(10):.0f}", "-o", "/dev/null", str(blocker)],
+                          env, cwd=base).stdout)
     wait_for(lambda: bjobs_state(jb, env)["STAT"] == "RUN", 20, "the blocker to run")
 
     res = cli(["--machine", "viassh", "submit", "--nodes", "2", "--job-name", "remote",
@@ -65,7 +67,7 @@ def test_end_to_end_over_ssh(world):
     seen = [status_rows(env, run_dir.name)[0]["state"]]
     assert seen == ["PEND"]
     (base / "release").write_text("")
-    deadline = time.time() + 40
+    deadline = time.time() + stretched(40)
     while time.time() < deadline and seen[-1] not in ("DONE", "EXIT", "UNKNOWN"):
         state = status_rows(env, jid)[0]["state"]
         if state != seen[-1]:

@@ -14,8 +14,8 @@ import json
 import subprocess
 
 import pytest
-from conftest_lsf import (bjobs_state, cli, lsf_env, program, run, submitted_id, template_dir,  # noqa: F401
-                          wait_for, wait_state)
+from conftest_lsf import (bjobs_state, cli, limit, lsf_env, program, run, stretched, submitted_id,  # noqa: F401
+                          template_dir, wait_for, wait_state)
 from test_data_faults import blobs
 
 from badinput import assert_refused
@@ -91,11 +91,12 @@ def test_a_manifest_spoilt_after_submission_fails_the_job_naming_the_manifest(tm
                                                                                spoil):
     blobs(tmp_path / "pfs", 2, 0.01, seed=2)
     manifest = tmp_path / "pfs" / "manifest.json"
-    # Occupy every virtual node, so the job waits in the queue while its manifest is spoilt.
+    # Occupy every virtual node, so the job waits in the queue while its manifest is spoilt (the blocker's run
+    # limit, 10 LSF minutes stretched, outlasts a busy machine's submit; the test releases it long before).
     blocker = tmp_path / "blocker.sh"
     blocker.write_text("#!/bin/bash\nwhile [ ! -e release ]; do sleep 0.1; done\n")
-    jb = submitted_id(run(["bsub", "-nnodes", "4", "-W", "10", "-o", "blocker.%J.out", str(blocker)], lsf_env,
-                          cwd=tmp_path).stdout)
+    jb = submitted_id(run(["bsub", "-nnodes", "4", "-W", f"{stretched(10):.0f}", "-o", "blocker.%J.out",
+                           str(blocker)], lsf_env, cwd=tmp_path).stdout)
     try:
         wait_for(lambda: bjobs_state(jb, lsf_env)["STAT"] == "RUN", 20, "the blocker to run")
         r = _submit(lsf_env, template_dir, tmp_path / "run", manifest)
@@ -119,9 +120,9 @@ def test_stage_check_alone_copies_nothing_and_names_the_manifest(tmp_path):
     blobs(tmp_path / "pfs", 2, 0.01, seed=4)
     manifest = tmp_path / "pfs" / "manifest.json"
     base = [__import__("sys").executable, "-m", "trainer.stage", "check", "--manifest", str(manifest)]
-    ok = subprocess.run(base + ["--nodes", "2"], capture_output=True, text=True, timeout=60)
+    ok = subprocess.run(base + ["--nodes", "2"], capture_output=True, text=True, timeout=limit(60))
     assert ok.returncode == 0 and ok.stderr == "", ok.stderr
-    bad = subprocess.run(base + ["--nodes", "3"], capture_output=True, text=True, timeout=60)
+    bad = subprocess.run(base + ["--nodes", "3"], capture_output=True, text=True, timeout=limit(60))
     assert bad.returncode == 1 and bad.stderr.count("\n") == 1, bad.stderr
     assert bad.stderr.startswith(f"trainer.stage check: error: manifest {manifest}: partition over 3 nodes")
     assert sorted(p.name for p in (tmp_path / "pfs").iterdir()) == ["manifest.json", "train-00000.tar",

@@ -25,7 +25,8 @@ from typing import Dict, List
 
 import pytest
 
-from conftest_lsf import bjobs_state, job_processes, lsf_env, run, submitted_id, wait_for, wait_state  # noqa: F401
+from conftest_lsf import (bjobs_state, job_processes, lsf_env, run, stretched, submitted_id,  # noqa: F401
+                          wait_for, wait_state)
 from summit_jobs.schedulers.lsf.embedded import state, vnode_ns
 
 PY = sys.executable
@@ -261,7 +262,7 @@ def test_a_node_held_under_its_address_is_not_given_out_again_under_its_name(tmp
     wait_for(lambda: bjobs_state(blocker, lsf_env)["STAT"] == "RUN", 20, "the blocker to run")
     second = submitted_id(run(["bsub", "-nnodes", "1", "-o", str(tmp_path / "second.out"), "true"], lsf_env,
                               cwd=tmp_path).stdout)
-    time.sleep(1.5)
+    time.sleep(stretched(1.5))                 # a scheduling pass, had it given the node out, has run by now
     rec = bjobs_state(second, lsf_env)
     assert rec["STAT"] == "PEND" and rec["PEND_REASON"].startswith("Not enough virtual nodes free"), rec
     release.write_text("")
