@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from badinput import assert_refused, run_module
+from slurm_cluster import stretched   # a quiet machine's seconds -> here, now
 
 FILE_CASES = [
     # (case, file text, needles: each must be in the one error line; "{cfg}" is the file's path)
@@ -122,6 +123,6 @@ def test_bad_setting_in_the_environment(cli_env, tmp_path, variable, value, need
     machine = [] if variable == "SUMMIT_JOBS_MACHINE" else ["--machine", "summit"]
     project = [] if variable == "SUMMIT_JOBS_PROJECT" else ["--project", "A"]
     proc = run_module("summit_jobs", [*machine, "submit", "--nodes", "1", *project, "--dry-run"], env, cwd=tmp_path,
-                      timeout=20)
+                      timeout=stretched(20))
     assert_refused(proc, needles)
     assert not (tmp_path / "X").exists()

@@ -18,6 +18,7 @@ import yaml
 
 from badinput import assert_refused
 from conftest import REPO, run_cli
+from slurm_cluster import stretched   # a quiet machine's seconds -> here, now
 
 #: (key path, bad value, words the refusal must hold besides the file's path). Numbers name their range.
 CASES = [
@@ -155,7 +156,7 @@ def test_a_bad_profile_value_is_refused(cli_env, tmp_path, path, value, needles)
     profile.write_text(yaml.safe_dump(_set(dict(base, name="bad"), path, value)))
     env = dict(cli_env, SUMMIT_JOBS_MACHINES_PATH=str(folder))
     proc = run_cli(["--machine", "bad", "submit", "--nodes", "2", "--project", "ABC123", "--dry-run"], env,
-                   cwd=tmp_path, timeout=20)
+                   cwd=tmp_path, timeout=stretched(20))
     assert_refused(proc, [str(profile), *needles], prefix="summit-jobs: error: machine profile ")
     assert len(proc.stderr.splitlines()) == 1, proc.stderr
     assert "#BSUB" not in proc.stdout and not (tmp_path / "X").exists()
@@ -163,7 +164,7 @@ def test_a_bad_profile_value_is_refused(cli_env, tmp_path, path, value, needles)
 
 @pytest.mark.parametrize("name", sorted(p.stem for p in (REPO / "envs").glob("*.yaml")))
 def test_every_shipped_profile_is_within_its_ranges(cli_env, tmp_path, name):
-    proc = run_cli(["--machine", name, "config"], cli_env, cwd=tmp_path, timeout=20)
+    proc = run_cli(["--machine", name, "config"], cli_env, cwd=tmp_path, timeout=stretched(20))
     assert proc.returncode == 0, proc.stderr
 
 
@@ -223,5 +224,5 @@ def test_the_brief_examples_name_key_file_and_range(cli_env, tmp_path):
     text = (REPO / "envs" / "lsf-gpu.yaml").read_text()
     (folder / "mysite.yaml").write_text(text.replace("name: lsf-gpu", "name: mysite").replace("gpus: 4", "gpus: -1"))
     env = dict(cli_env, SUMMIT_JOBS_MACHINES_PATH=str(folder))
-    proc = run_cli(["--machine", "mysite", "machines"], env, cwd=tmp_path, timeout=20)
+    proc = run_cli(["--machine", "mysite", "machines"], env, cwd=tmp_path, timeout=stretched(20))
     assert_refused(proc, [f"{folder / 'mysite.yaml'}: 'node.gpus' = -1 is out of range: give a number >= 0."])

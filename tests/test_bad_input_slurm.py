@@ -13,6 +13,7 @@ import yaml
 
 from badinput import assert_refused
 from conftest import REPO, run_cli
+from slurm_cluster import stretched   # a quiet machine's seconds -> here, now
 from test_bad_input_profile import _set
 
 #: (key path, bad value, words the refusal must hold besides the file's path).
@@ -102,7 +103,8 @@ def test_a_bad_slurm_profile_value_is_refused(cli_env, tmp_path, path, value, ne
     profile = folder / "bad.yaml"
     profile.write_text(yaml.safe_dump(_profile_data(path, value)))
     env = dict(cli_env, SUMMIT_JOBS_MACHINES_PATH=str(folder))
-    proc = run_cli(["--machine", "bad", "submit", "--nodes", "2", "--dry-run"], env, cwd=tmp_path, timeout=20)
+    proc = run_cli(["--machine", "bad", "submit", "--nodes", "2", "--dry-run"], env, cwd=tmp_path,
+                   timeout=stretched(20))
     assert_refused(proc, [str(profile), *needles], prefix="summit-jobs: error: machine profile ")
     assert len(proc.stderr.splitlines()) == 1, proc.stderr
     assert "#SBATCH" not in proc.stdout and not (tmp_path / "X").exists()
@@ -110,7 +112,7 @@ def test_a_bad_slurm_profile_value_is_refused(cli_env, tmp_path, path, value, ne
 
 @pytest.mark.parametrize("name,args,needles", OPTION_CASES, ids=[c[0] for c in OPTION_CASES])
 def test_a_bad_option_on_a_slurm_machine_is_refused(cli_env, tmp_path, name, args, needles):
-    proc = run_cli([*SUBMIT, *args], cli_env, cwd=tmp_path, timeout=20)
+    proc = run_cli([*SUBMIT, *args], cli_env, cwd=tmp_path, timeout=stretched(20))
     assert_refused(proc, needles, prefix="summit-jobs: error: ")
     assert len(proc.stderr.splitlines()) == 1, proc.stderr
     assert "#SBATCH" not in proc.stdout and not (tmp_path / "pwned").exists()
@@ -119,7 +121,7 @@ def test_a_bad_option_on_a_slurm_machine_is_refused(cli_env, tmp_path, name, arg
 def test_the_profile_the_cases_spoil_plans_as_it_is(cli_env, tmp_path):
     """Each case above fails for its one spoilt value: the unspoilt profile and options plan."""
     proc = run_cli([*SUBMIT, "--qos", "debug", "--sbatch-option", "--gpu-bind=closest", "--mem", "1.5TB"], cli_env,
-                   cwd=tmp_path, timeout=20)
+                   cwd=tmp_path, timeout=stretched(20))
     assert proc.returncode == 0, proc.stderr
     header = [line for line in proc.stdout.splitlines() if line.startswith("#SBATCH")]
     assert {"#SBATCH --qos=debug", "#SBATCH --gpu-bind=closest", "#SBATCH --mem=1536G",
