@@ -25,9 +25,9 @@ def test_a_link_ended_by_the_run_limit_is_said_to_be_so(tmp_path, stretch):
                "--command", f"{sys.executable} -c '{STUBBORN}'"], env)
     assert res.returncode == 0, res.stderr
     (jid,) = json.loads(res.stdout)["job_ids"]
-    record = wait_state(jid, env, timeout=stretch(60))
+    record = wait_state(jid, env, timeout=60)
     assert record["STAT"] == "EXIT", record
-    wait_for(lambda: (run_dir / f"exitcode.{jid}").exists(), stretch(30), "the job script's exit-code file")
+    wait_for(lambda: (run_dir / f"exitcode.{jid}").exists(), 30, "the job script's exit-code file")
     rows = json.loads(cli(["status", "--json", str(run_dir)], env).stdout)
     assert [r["job_id"] for r in rows] == [jid], rows
     stop = rows[0]["chain_stopped"]

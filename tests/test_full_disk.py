@@ -43,7 +43,7 @@ def small_disk(tmp_path):
             subprocess.run(["umount", "-l", str(where)])
 
 
-def test_a_job_that_fills_its_disk_leaves_no_temporary_file_and_status_says_so(tmp_path, small_disk, stretch):
+def test_a_job_that_fills_its_disk_leaves_no_temporary_file_and_status_says_so(tmp_path, small_disk):
     env = lsf_environment(tmp_path)
     run_dir = small_disk / "run"
     (tmp_path / "fill.py").write_text(FILL)
@@ -51,7 +51,7 @@ def test_a_job_that_fills_its_disk_leaves_no_temporary_file_and_status_says_so(t
                "--command", f"{sys.executable} {tmp_path / 'fill.py'}"], env)
     assert res.returncode == 0, res.stderr
     (jid,) = json.loads(res.stdout)["job_ids"]
-    assert wait_state(jid, env, timeout=stretch(60))["STAT"] in ("EXIT", "DONE")
+    assert wait_state(jid, env, timeout=60)["STAT"] in ("EXIT", "DONE")
     left = sorted(p.name for p in run_dir.iterdir())
     assert not [n for n in left if n.startswith(".exitcode.")], left
     assert f"exitcode.{jid}" not in left, left

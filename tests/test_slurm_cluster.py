@@ -229,3 +229,12 @@ def test_stop_never_takes_the_machines_namespace_for_a_nodes():
     would then kill every process of the machine."""
     assert localcluster.own_namespace(os.getpid()) == ""
     assert localcluster.own_namespace(1) == ""
+
+
+def test_a_folder_too_long_for_slurmstepds_sockets_is_refused_before_anything_starts(tmp_path):
+    """slurmstepd puts a step's socket in the node's spool folder, and a socket path has at most 107 bytes: a
+    longer cluster folder started every daemon and then failed each job's launch; now it is refused at once."""
+    deep = tmp_path / ("d" * 60) / ("e" * 40)
+    with pytest.raises(ClusterError, match=r"too long for slurmstepd's sockets .* give a folder of at most \d+"):
+        LocalSlurmCluster(deep)
+    assert not deep.exists()

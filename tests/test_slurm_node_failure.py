@@ -14,7 +14,10 @@ does when a node stops answering: NODE_FAIL, Reason=NodeDown), and then:
 from __future__ import annotations
 
 import json
+import shutil
 import sys
+import tempfile
+from pathlib import Path
 import pytest
 
 from conftest_lsf import cli, lsf_environment, wait_for
@@ -52,13 +55,18 @@ def cluster(tmp_path):
         if required():
             pytest.fail(f"SUMMIT_JOBS_REQUIRE_SLURM=1 but {reason}")
         pytest.skip(reason)
-    own = LocalSlurmCluster(tmp_path / "slurm", cpus=2)
+    # A short folder: slurmstepd's sockets live in it, and a socket path has at most 107 bytes.
+    root = Path(tempfile.mkdtemp(prefix="sj-nodefail-"))
+    own = LocalSlurmCluster(root, cpus=2)
     own.start(timeout=stretched(30))
-    yield own
-    own.stop()
+    try:
+        yield own
+    finally:
+        own.stop()
+        shutil.rmtree(root, ignore_errors=True)
 
 
-def test_a_failed_node_ends_the_link_unrequeued_and_the_chain_resumes(cluster, tmp_path, stretch):
+def test_a_failed_node_ends_the_link_unrequeued_and_the_chain_resumes(cluster, tmp_path):
     env = cluster.env(dict(lsf_environment(tmp_path, minute=60), OMP_NUM_THREADS="1"))
     (tmp_path / "prog.py").write_text(PROGRAM)
     run_dir = tmp_path / "run"
@@ -67,26 +75,26 @@ def test_a_failed_node_ends_the_link_unrequeued_and_the_chain_resumes(cluster, t
               env, timeout=120)
     assert res.returncode == 0, res.stderr
     (first,) = json.loads(res.stdout)["job_ids"]
-    wait_for(lambda: (run_dir / "checkpoints" / "ckpt-000000001.pt").exists(), stretch(60),
+    wait_for(lambda: (run_dir / "checkpoints" / "ckpt-000000001.pt").exists(), 60,
              "the 4 ranks of link 1 to start and rank 0 to checkpoint")
 
     down = cluster.run(["scontrol", "update", "NodeName=node2", "State=DOWN", "Reason=summit-jobs-test"])
     assert down.returncode == 0, down.stderr
     chain = run_dir / "chain.jobs"
-    wait_for(lambda: chain.exists() and chain.read_text().strip(), stretch(60), "link 1 to queue link 2")
+    wait_for(lambda: chain.exists() and chain.read_text().strip(), 60, "link 1 to queue link 2")
     (second,) = chain.read_text().split()
     job = wait_for(lambda: (lambda j: j if j and j["job_state"] == "NODE_FAIL" else None)(squeue_job(cluster, first)),
-                   stretch(30), f"job {first} to end NODE_FAIL")
+                   30, f"job {first} to end NODE_FAIL")
     assert job["restart_cnt"] == 0 and not job["requeue"], job
     assert not cluster_job_processes(cluster, first) or wait_for(
-        lambda: not cluster_job_processes(cluster, first), stretch(30), f"every process of job {first} to end")
+        lambda: not cluster_job_processes(cluster, first), 30, f"every process of job {first} to end")
     outs = list(run_dir.glob(f"*.{first}.out"))
     assert len(outs) == 1, outs
     text = outs[0].read_text()
     assert "rank 0: training" in text and "the scheduler ended link 1 (NodeDown" in text, text
 
     cluster.run(["scontrol", "update", "NodeName=node2", "State=RESUME"])
-    wait_for(lambda: (run_dir / f"exitcode.{second}").exists(), stretch(90), f"link 2 (job {second}) to end")
+    wait_for(lambda: (run_dir / f"exitcode.{second}").exists(), 90, f"link 2 (job {second}) to end")
     assert (run_dir / "COMPLETE").exists()
     assert (run_dir / f"exitcode.{second}").read_text().strip() == "0"
 
@@ -96,4 +104,4 @@ def test_a_failed_node_ends_the_link_unrequeued_and_the_chain_resumes(cluster, t
     assert rows[first]["lsf_state"] == "NODE_FAIL" and rows[first]["restarts"] == 0, rows[first]
     assert "node failure" in rows[first]["last_event"]["text"], rows[first]
     assert rows[second]["state"] == "DONE", rows[second]
-    wait_for(lambda: not cluster_job_processes(cluster, second), stretch(30), f"every process of job {second} to end")
+    wait_for(lambda: not cluster_job_processes(cluster, second), 30, f"every process of job {second} to end")

@@ -28,19 +28,19 @@ def _submit(env, tmp_path: Path, name: str, *args: str) -> list:
     return [str(j) for j in json.loads(res.stdout)["job_ids"]]
 
 
-def test_ids_a_wiped_scheduler_gave_to_another_run_are_never_shown_as_this_runs(tmp_path, stretch):
+def test_ids_a_wiped_scheduler_gave_to_another_run_are_never_shown_as_this_runs(tmp_path):
     env = dict(lsf_environment(tmp_path), SUMMIT_JOBS_LSF_FIRST_ID="700", PROG_SLEEP="300")
     alpha = _submit(env, tmp_path, "alpha", "--chain", "2")
     assert alpha == ["700", "701"]
     out = tmp_path / "runs" / "alpha" / "alpha.700.out"
-    wait_for(lambda: out.exists() and "RANK" in out.read_text(), stretch(60), "alpha's first link to start")
+    wait_for(lambda: out.exists() and "RANK" in out.read_text(), 60, "alpha's first link to start")
     assert run(["bkill", "701"], env).returncode == 0       # pending: it never runs
     assert run(["bkill", "700"], env).returncode == 0
     for jid in alpha:
-        assert wait_state(jid, env, timeout=stretch(40))["STAT"] == "EXIT"
+        assert wait_state(jid, env, timeout=40)["STAT"] == "EXIT"
     assert not (tmp_path / "runs" / "alpha" / "exitcode.701").exists()
     for jid in alpha:        # nothing of alpha's jobs is left to see its home go
-        wait_for(lambda j=jid: not job_processes(j, env["SUMMIT_JOBS_LSF_HOME"]), stretch(30),
+        wait_for(lambda j=jid: not job_processes(j, env["SUMMIT_JOBS_LSF_HOME"]), 30,
                  f"every process of job {jid} to end")
 
     home = Path(env["SUMMIT_JOBS_LSF_HOME"])
@@ -49,7 +49,7 @@ def test_ids_a_wiped_scheduler_gave_to_another_run_are_never_shown_as_this_runs(
     beta = _submit(env | {"PROG_SLEEP": "0"}, tmp_path, "beta", "--chain", "2")
     assert beta == alpha
     for jid in beta:
-        assert wait_state(jid, env, timeout=stretch(40))["STAT"] == "DONE"
+        assert wait_state(jid, env, timeout=40)["STAT"] == "DONE"
 
     res = cli(["status", "--json", str(tmp_path / "runs" / "alpha")], env)
     assert res.returncode == 0, res.stderr
@@ -72,7 +72,7 @@ def test_ids_a_wiped_scheduler_gave_to_another_run_are_never_shown_as_this_runs(
     assert "LSF's job 701 (beta) was submitted from" in res.stderr and "NOT killed" in res.stderr, res.stderr
 
     for jid in beta:
-        wait_for(lambda j=jid: not job_processes(j, env["SUMMIT_JOBS_LSF_HOME"]), stretch(30),
+        wait_for(lambda j=jid: not job_processes(j, env["SUMMIT_JOBS_LSF_HOME"]), 30,
                  f"every process of job {jid} to end")
     rows = json.loads(cli(["status", "--json", str(tmp_path / "runs" / "beta")], env).stdout)
     assert [(r["job_id"], r["state"], r["lost"]) for r in rows] == [("700", "DONE", False), ("701", "DONE", False)]

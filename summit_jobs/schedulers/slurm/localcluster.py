@@ -70,6 +70,10 @@ DAEMON_NAMES = ("slurmctld", "slurmscriptd", "slurmd")
 #: The daemons that run under a namespace init of their own (the others share the machine's namespaces).
 NAMESPACED = ("slurmctld", "node")
 MODULE = "summit_jobs.schedulers.slurm.localcluster"
+#: The longest Unix socket path (sockaddr_un's sun_path, less its NUL), and a job id of the length the
+#: cluster's sockets are checked for (a few million jobs).
+MAX_SOCKET_PATH = 107
+MAX_SOCKET_JOB_ID = 9_999_999
 #: Linux constants (sched.h, sys/mount.h, sys/prctl.h).
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUTS = 0x04000000
@@ -235,6 +239,13 @@ class LocalSlurmCluster:
         if nodes < 1 or cpus < 1:
             raise ClusterError(f"a cluster needs at least 1 node of at least 1 CPU (asked: {nodes} x {cpus})")
         self.root = Path(root).resolve()
+        # slurmstepd's socket for a step: SPOOL/<node>_<job>.<step>, at most 107 bytes (sockaddr_un); a longer
+        # folder let the nodes start and then failed every job ("Unix socket path ... is too long").
+        longest = len(str(self.root / "node" / "spool" / f"node{nodes}_{MAX_SOCKET_JOB_ID}.4294967291"))
+        if longest > MAX_SOCKET_PATH:
+            raise ClusterError(f"the cluster folder {self.root} is too long for slurmstepd's sockets ({longest} "
+                               f"> {MAX_SOCKET_PATH} bytes): give a folder of at most "
+                               f"{len(str(self.root)) - (longest - MAX_SOCKET_PATH)} characters, e.g. under /tmp")
         self.nodes = [f"node{i}" for i in range(1, nodes + 1)]
         self.cpus = cpus
         self.memory_mb = memory_mb
