@@ -4,6 +4,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Callable, Iterator
@@ -125,6 +126,18 @@ def _pack_two_streams(root: Path) -> None:
     for args in steps:
         r = run_cli(args, env, timeout=300)
         assert r.returncode == 0, r.stderr
+
+
+@pytest.fixture
+def short_dir() -> Iterator[Path]:
+    """A folder with a short path under /tmp: a Slurm test cluster's sockets live in it, and a socket path has
+    at most 107 bytes (pytest's own folders, e.g. /tmp/pytest-of-root/pytest-155/popen-gw1/<test name>, are too
+    long for a cluster inside them)."""
+    folder = Path(tempfile.mkdtemp(prefix="sj-"))
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

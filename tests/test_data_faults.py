@@ -321,7 +321,8 @@ def test_pack_force_killed_during_the_swap_is_completed_by_the_next_run(frames, 
     for e in new["shards"][: len(new["shards"]) // 2]:
         os.replace(out / ".pack-next" / e["name"], out / e["name"])
     r = run_cli(["pack", str(src), str(out), *PACK_OPTS], env)
-    assert r.returncode == 2 and "already exists" in r.stderr, r.stderr    # finished, and not packed again
+    # finished, and not packed again: the message says the interrupted replacement was swapped in
+    assert r.returncode == 2 and "holds a finished pack again" in r.stderr and "--force" in r.stderr, r.stderr
     same_as_reference(out, ref)
     assert_reads_completely(out, new)
     assert not leftovers(out)

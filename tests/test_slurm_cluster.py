@@ -182,9 +182,9 @@ needs_slurm = pytest.mark.skipif(unavailable_reason() is not None, reason=str(un
 
 
 @needs_slurm
-def test_stop_leaves_no_process_mount_or_namespace(tmp_path):
+def test_stop_leaves_no_process_mount_or_namespace(tmp_path, short_dir):
     """A cluster of its own (no accounting), stopped while a job runs on both nodes."""
-    cluster = LocalSlurmCluster(tmp_path / "c")
+    cluster = LocalSlurmCluster(short_dir / "c")
     began = time.monotonic()
     cluster.start(timeout=stretched(30))
     started = time.monotonic() - began
@@ -206,10 +206,10 @@ def test_stop_leaves_no_process_mount_or_namespace(tmp_path):
 
 
 @needs_slurm
-def test_a_daemon_that_fails_is_named_with_its_log(tmp_path, monkeypatch):
+def test_a_daemon_that_fails_is_named_with_its_log(short_dir, monkeypatch):
     real = localcluster.slurm_conf
     monkeypatch.setattr(localcluster, "slurm_conf", lambda c: real(c) + "NoSuchSlurmOption=1\n")
-    cluster = LocalSlurmCluster(tmp_path / "c")
+    cluster = LocalSlurmCluster(short_dir / "c")
     with pytest.raises(ClusterError) as failed:
         cluster.start(timeout=stretched(20))
     message = str(failed.value)
@@ -217,11 +217,11 @@ def test_a_daemon_that_fails_is_named_with_its_log(tmp_path, monkeypatch):
     assert not processes_mentioning(cluster.root)
 
 
-def test_a_caller_that_is_not_root_is_told_so(tmp_path, monkeypatch):
+def test_a_caller_that_is_not_root_is_told_so(short_dir, monkeypatch):
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
     with pytest.raises(ClusterError, match="needs root"):
-        LocalSlurmCluster(tmp_path / "c").start()
-    assert not (tmp_path / "c").exists()
+        LocalSlurmCluster(short_dir / "c").start()
+    assert not (short_dir / "c").exists()
 
 
 def test_stop_never_takes_the_machines_namespace_for_a_nodes():

@@ -110,7 +110,7 @@ def output(run_dir: Path, name: str) -> str:
 
 
 def test_srun_and_torchrun_train_to_the_weights_of_the_embedded_lsf(slurm_cluster, env, tmp_path, data):
-    lsf_run = tmp_path / "lsf"
+    lsf_run = tmp_path / "lsf-run"
     lsf_job = submit(env, lsf_run, *TRAINER, "--walltime", "30", "--job-name", "jsrun", "--",
                      *_trainer_args(data), machine="local")
     runs = {launcher: tmp_path / launcher for launcher in ("srun", "torchrun")}

@@ -68,11 +68,11 @@ def test_each_step_runs_slurmstepd_through_the_clusters_script(slurm_cluster):
     assert cmdline[-3:] == [b"-d", str(slurm_cluster.stepd).encode(), b""], cmdline
 
 
-def test_a_machine_without_unshare_is_told_which_package(tmp_path, monkeypatch):
+def test_a_machine_without_unshare_is_told_which_package(short_dir, monkeypatch):
     real = localcluster.find_program
     monkeypatch.setattr(localcluster.os, "geteuid", lambda: 0)
     monkeypatch.setattr(localcluster, "find_program",
                         lambda name: None if name == "unshare" else real(name) or f"/usr/sbin/{name}")
     with pytest.raises(ClusterError, match=r"^unshare is not installed .*apt-get install -y util-linux$"):
-        LocalSlurmCluster(tmp_path / "c").start()
-    assert not (tmp_path / "c").exists()
+        LocalSlurmCluster(short_dir / "c").start()
+    assert not (short_dir / "c").exists()

@@ -33,7 +33,12 @@ def test_ids_a_wiped_scheduler_gave_to_another_run_are_never_shown_as_this_runs(
     alpha = _submit(env, tmp_path, "alpha", "--chain", "2")
     assert alpha == ["700", "701"]
     out = tmp_path / "runs" / "alpha" / "alpha.700.out"
-    wait_for(lambda: out.exists() and "RANK" in out.read_text(), 60, "alpha's first link to start")
+    try:
+        wait_for(lambda: out.exists() and "RANK" in out.read_text(), 60, "alpha's first link to start")
+    except AssertionError as late:       # what LSF and the job said, for a start that never came
+        shown = run(["bjobs", "-l", "700"], env)
+        logs = {p.name: p.read_text(errors="replace")[-2000:] for p in out.parent.glob("alpha.700.*")}
+        raise AssertionError(f"{late}\nbjobs -l 700: {shown.stdout}{shown.stderr}\nlogs: {logs}") from None
     assert run(["bkill", "701"], env).returncode == 0       # pending: it never runs
     assert run(["bkill", "700"], env).returncode == 0
     for jid in alpha:
