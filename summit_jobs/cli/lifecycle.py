@@ -270,7 +270,8 @@ def _owned(host, record: Dict, ids: List[str]) -> Tuple[List[str], List[str]]:
             continue
         job = found[jid]
         why = job.get("ERROR") or lifecycle.foreign(host, record, jid, job.get("JOB_NAME") or "",
-                                                     (job.get("SUB_CWD") or "").strip(), scheduler.label)
+                                                     (job.get("SUB_CWD") or "").strip(), scheduler.label,
+                                                     job.get("SUBMIT_TIME") or "")
         if why:
             click.echo(f"job {jid}: NOT killed: {why}", err=True)
             others.append(jid)

@@ -18,6 +18,7 @@ checkpointed and exited 0 on the kill's TERM.
 """
 from __future__ import annotations
 
+import re
 import sys
 import time
 from typing import Callable, Dict, List, Optional, Tuple, TypeVar
@@ -266,7 +267,7 @@ def _another_job(host, record: Optional[Dict], st, label: str) -> Optional[str]:
     """Why the job ``st`` the scheduler lists under a run's id is another job (foreign), or None."""
     if record is None or st is None or not (st.work_dir or st.name):
         return None
-    return foreign(host, record, st.job_id, st.name, st.work_dir.strip(), label)
+    return foreign(host, record, st.job_id, st.name, st.work_dir.strip(), label, st.submit_time)
 
 
 def _lost(row: Dict[str, object], why: str) -> None:
@@ -310,15 +311,28 @@ def job_row(record: Optional[Dict], jid: str, where: str, st, code: Optional[int
     return row
 
 
-def foreign(host, record: Dict, jid: str, name: str, work_dir: str, label: str) -> Optional[str]:
+#: How much earlier than the run's record a job of the run may say it was submitted: the scheduler's clock is
+#: the controller's and LSF shows minutes only, the record's clock the submitting machine's.
+SUBMIT_SKEW = 300
+
+
+def foreign(host, record: Dict, jid: str, name: str, work_dir: str, label: str,
+            submit_time: str = "") -> Optional[str]:
     """Why the job the scheduler (``label``) lists under ``jid`` is not the run's, or None when it is.
 
     Why: ids repeat (a controller restarted without its state, an id counter wrapped around, a site's id range
-    reused), so an id alone does not make a job the run's. The job's submission folder must be the run
-    directory (every job script of a run is submitted from there); where the scheduler does not say, its name
-    must be the run's job name.
+    reused), so an id alone does not make a job the run's. A job submitted before the run's record was
+    written is not the run's (submit_time, where the scheduler and the record both say when). The job's
+    submission folder must be the run directory (every job script of a run is submitted from there); where
+    the scheduler does not say, its name must be the run's job name.
     """
     run_dir = str(record["run_dir"]).rstrip("/") or "/"
+    began = str(record.get("first_created") or record.get("created") or "")
+    created = record_time(began)
+    submitted = scheduler_time(submit_time, time.time())
+    if created is not None and submitted is not None and submitted < created - SUBMIT_SKEW:
+        return (f"{label}'s job {jid} ({name or 'no name'}) was submitted {submit_time.strip()}, before this run "
+                f"was created ({began})")
     if work_dir:
         if _same_folder(host, work_dir, run_dir):
             return None
@@ -329,6 +343,47 @@ def foreign(host, record: Dict, jid: str, name: str, work_dir: str, label: str) 
         return None
     return (f"{label}'s job {jid} is named {name!r}, not {mine!r}, and {label} does not say where it was "
             "submitted from")
+
+
+_MONTHS = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")
+_LSF_TIME_RE = re.compile(r"^([A-Za-z]{3})\s+(\d{1,2})\s+(\d{1,2}):(\d{2})(?::(\d{2}))?(?:\s+(\d{4}))?(?:\s+[A-Z])?$")
+_ISO_TIME_RE = re.compile(r"^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})$")
+
+
+def record_time(text: str) -> Optional[float]:
+    """The epoch of a run record's ``created`` (``2026-12-07T12:01:02+0000``); None when it is not one."""
+    import datetime
+    try:
+        return datetime.datetime.strptime(text.strip(), "%Y-%m-%dT%H:%M:%S%z").timestamp()
+    except ValueError:
+        return None
+
+
+def scheduler_time(text: str, now: float) -> Optional[float]:
+    """The epoch of a submit time as the schedulers print it, in this machine's local time: Slurm's
+    ``2026-12-07T12:01:02``, LSF's ``Dec  7 12:01`` (with ``:SS``, a year under LSB_DISPLAY_YEAR, or a one-letter
+    mark after it). LSF's form without a year is taken in the year that does not put it more than a day after
+    ``now``. None for anything else (``-``, empty, another format): no time, no check."""
+    text = (text or "").strip()
+    m = _ISO_TIME_RE.match(text)
+    if m:
+        fields = [int(g) for g in m.groups()]
+        year = None
+    else:
+        m = _LSF_TIME_RE.match(text)
+        if not m or m.group(1).lower() not in _MONTHS:
+            return None
+        year = int(m.group(6)) if m.group(6) else None
+        fields = [year or time.localtime(now).tm_year, _MONTHS.index(m.group(1).lower()) + 1, int(m.group(2)),
+                  int(m.group(3)), int(m.group(4)), int(m.group(5) or 0)]
+    try:
+        when = time.mktime((*fields, 0, 0, -1))
+        if m.re is _LSF_TIME_RE and year is None and when > now + 86400:
+            fields[0] -= 1
+            when = time.mktime((*fields, 0, 0, -1))
+    except (OverflowError, ValueError):
+        return None
+    return when
 
 
 def _same_folder(host, cwd: str, run_dir: str) -> bool:

@@ -92,6 +92,7 @@ def create(host: Host, plan, profile, script: str, *, force: bool, ssh: Optional
     run_dir = plan.run_dir
     join = host.join
     previous: List[str] = []
+    first_created = ""
     if _holds_a_run(host, run_dir):
         if not force:
             raise UserError(f"{host.label}:{run_dir} already holds a run. Pick another --run-dir (or let the "
@@ -100,8 +101,10 @@ def create(host: Host, plan, profile, script: str, *, force: bool, ssh: Optional
         old = host.read_text(join(run_dir, RECORD))
         if old:
             try:
-                previous = list(json.loads(old).get("job_ids") or [])
-            except ValueError:
+                before = json.loads(old)
+                previous = list(before.get("job_ids") or [])
+                first_created = str(before.get("first_created") or before.get("created") or "")
+            except (ValueError, AttributeError):
                 previous = []
     try:
         host.makedirs(run_dir)
@@ -118,6 +121,10 @@ def create(host: Host, plan, profile, script: str, *, force: bool, ssh: Optional
         "submit_mode": plan.submit_mode, "chain": plan.chain, "job_name": plan.job_name,
         "job_ids": previous, "previous_job_ids": previous, "lsf_home": embedded_home(host),
     }
+    if previous and first_created:
+        # when the run's first jobs were submitted: status checks that a job under one of the run's ids was not
+        # submitted before the run existed (ids are reused), and the previous jobs count from here
+        record["first_created"] = first_created
     host.write_file(join(run_dir, plan.script_name), script, force=force)
     host.write_file(join(run_dir, "plan.json"), json.dumps(plan.to_dict(), indent=2, default=str), force=force)
     import yaml  # here, not at the top: only writing a run's record needs it

@@ -25,7 +25,7 @@ BSUB_RE = re.compile(r"Job <(\d+)> is submitted to (?:default )?queue <([^>]+)>"
 STATUS_FIELDS = ("jobid", "stat", "queue", "job_name", "exit_code", "exit_reason", "pend_reason",
                  "submit_time", "start_time", "finish_time", "exec_host", "sub_cwd")
 #: What cancel asks before it kills: whose job an id names now (LSF 10.1 ``-o`` fields).
-OWNER_FIELDS = ("jobid", "stat", "job_name", "sub_cwd")
+OWNER_FIELDS = ("jobid", "stat", "job_name", "sub_cwd", "submit_time")
 #: Job ids per bjobs call: one call for a whole chain or run list, bounded for the command line.
 BATCH = 200
 #: Lines LSF's commands print while its master daemon is busy or out of reach, before the real answer.
@@ -193,7 +193,7 @@ def parse_bjobs_json(text: str, asked: Sequence[str] = ()) -> Tuple[Dict[str, Jo
 
 
 def parse_bjobs_owner(text: str, asked: Sequence[str] = ()) -> Dict[str, Dict[str, str]]:
-    """The records of ``bjobs -o "jobid stat job_name sub_cwd" -json`` by job id (not-found ids left out).
+    """The records of ``bjobs -o "jobid stat job_name sub_cwd submit_time" -json`` by job id (not-found ids left out).
 
     A job bjobs answered with an error instead is ``{"JOBID": id, "ERROR": text}``:
     cancel must not kill what it cannot check, nor give up on the others.

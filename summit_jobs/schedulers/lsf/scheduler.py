@@ -117,7 +117,7 @@ class LsfScheduler:
         return found, missing
 
     def owners(self, host, job_ids: Sequence[str]) -> Dict[str, Mapping[str, str]]:
-        """``bjobs -o "jobid stat job_name sub_cwd" -json`` in batches."""
+        """``bjobs -o "jobid stat job_name sub_cwd submit_time" -json`` in batches."""
         from summit_jobs.schedulers.lsf import client
         found: Dict[str, Mapping[str, str]] = {}
         for batch in client.batches(list(job_ids)):

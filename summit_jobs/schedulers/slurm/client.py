@@ -211,8 +211,10 @@ def status(job: SlurmJob) -> JobStatus:
 
 def owner(job: SlurmJob) -> Dict[str, str]:
     """What cancel checks before it kills, under the names LSF's records use: the job's name and its working
-    folder (Slurm's WorkDir: where sbatch ran unless the script moved it with --chdir)."""
-    return {"JOBID": job.job_id, "STAT": job.state, "JOB_NAME": job.name, "SUB_CWD": job.work_dir}
+    folder (Slurm's WorkDir: where sbatch ran unless the script moved it with --chdir), and when it was
+    submitted."""
+    return {"JOBID": job.job_id, "STAT": job.state, "JOB_NAME": job.name, "SUB_CWD": job.work_dir,
+            "SUBMIT_TIME": job.submit}
 
 
 # -- sbatch ------------------------------------------------------------------------------------------------
