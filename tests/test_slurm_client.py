@@ -175,7 +175,7 @@ def test_sacct_p_allocation_lines():
                    "3": ("EXIT", "CANCELLED", 0, "cancelled by uid 0", "node1"),
                    "4": ("EXIT", "FAILED", 3, "", "node1")}
     assert client.owner(jobs["1"]) == {"JOBID": "1", "STAT": "COMPLETED", "JOB_NAME": "two-nodes",
-                                       "SUB_CWD": "/tmp/summit-slurm-capture"}
+                                       "SUB_CWD": "/tmp/summit-slurm-capture", "SUBMIT_TIME": "2026-11-27T21:07:11"}
 
 
 def test_sacct_with_header_and_step_lines_reads_the_same():
