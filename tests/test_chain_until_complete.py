@@ -11,6 +11,8 @@ import json
 from pathlib import Path
 
 from conftest_lsf import cli, gated, lsf_env, run_recorded_ended, wait_for, write_template  # noqa: F401
+from conftest_lsf import run as lsf_run
+from summit_jobs.schedulers.lsf.embedded import state as lsf_state
 
 STAND_IN = r'''
 import glob, os, signal, sys, time
@@ -96,13 +98,76 @@ def test_chain_stops_at_the_link_cap(lsf_env, tmp_path):
 def test_cancel_reaches_the_links_the_chain_queued(lsf_env, tmp_path):
     env, run_dir, first = _run(lsf_env, tmp_path, steps=400)
     wait_for(lambda: (run_dir / "chain.jobs").exists(), timeout=60, what="the first link to queue the next")
+    queued_before = (run_dir / "chain.jobs").read_text().split()
     res = cli(["cancel", str(run_dir)], env, timeout=60)
     assert res.returncode == 0, res.stderr
-    queued = (run_dir / "chain.jobs").read_text().split()
-    for jid in queued:
-        assert f"job {jid}:" in res.stdout
+    assert (run_dir / "CANCELLED").exists()
+    for jid in first + queued_before:
+        assert f"job {jid}:" in res.stdout, res.stdout
     rows = _settled(env, run_dir)
-    assert rows[-1]["state"] == "EXIT" and rows[-1].get("cancelled"), rows
+    # a link the dying link queued while the cancel ran was killed by cancel or by the link, or ended at its
+    # start: the chain goes no further, and nothing after the cancel trained
+    assert all(r["state"] == "EXIT" or r["job_id"] in first + queued_before for r in rows), rows
+    assert rows[-1]["state"] == "EXIT", rows
+    assert not (run_dir / "COMPLETE").exists()
+
+
+#: A site's bsub that queues the next link only once summit-jobs cancel has begun (its marker is there) and a
+#: second has passed: the cancel has read the chain's links by then.
+BSUB_AFTER_CANCEL = '''bsub() {
+  while [ ! -e "$RUN_DIR/CANCELLED" ]; do sleep 0.1; done
+  sleep 1
+  command bsub "$@"
+}
+'''
+
+
+def test_a_link_queued_while_cancel_runs_never_trains_and_a_resubmission_does(lsf_env, tmp_path):
+    """The race of a cancel with a link that is queueing the next one: the link's bsub returns after the
+    cancel has read the chain. The new link is killed (by the dying link, which sees the marker, or by the
+    cancel, which reads the chain again) and never runs; a link started with the marker there ends at once;
+    a submission into the run directory again (--force) removes the marker and trains."""
+    _with_site_bsub(tmp_path, BSUB_AFTER_CANCEL)
+    # a kill grace longer than the site's bsub: the dying link's script outlives its INT and TERM (ignored while
+    # it queues) and finishes queueing, as a link on a real LSF does within its 10 s JOB_TERMINATE_INTERVAL
+    env, run_dir, first = _run(dict(lsf_env, SUMMIT_JOBS_LSF_KILL_GRACE="4"), tmp_path, steps=400)
+    wait_for(lambda: list(run_dir.glob(f"*.{first[0]}.out")) and "checkpointed" in "".join(
+        p.read_text() for p in run_dir.glob(f"*.{first[0]}.out")), timeout=60,
+        what="the first link to checkpoint and start queueing the next")
+    res = cli(["cancel", str(run_dir)], env, timeout=60)
+    assert res.returncode == 0 and f"job {first[0]}: being killed" in res.stdout, res.stdout + res.stderr
+    wait_for(lambda: (run_dir / "chain.jobs").exists(), timeout=30, what="the dying link's bsub")
+    rows = _settled(env, run_dir)
+    (second,) = (run_dir / "chain.jobs").read_text().split()
+    assert [r["job_id"] for r in rows] == [first[0], second], rows
+    assert rows[1]["state"] == "EXIT", rows
+    record = lsf_state.load_job(Path(env["SUMMIT_JOBS_LSF_HOME"]), int(second))
+    assert record is not None and not record.get("start_time"), record          # killed before it ran
+    events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+    by_link = [e for e in events if e["event"] == "chain_stopped" and "cancelled" in e["reason"]]
+    assert by_link or f"job {second}:" in res.stdout, (events, res.stdout)
+    assert not list(run_dir.glob(f"*.{second}.out")), "the link queued after the cancel ran"
+
+    # a link that starts with the marker there (the job script submitted by hand) ends at once, and says why
+    started = lsf_run(["bsub", "-J", "by-hand", "-o", str(run_dir / "by-hand.%J.out"), str(run_dir / "job.lsf")],
+                      env, cwd=run_dir)
+    assert started.returncode == 0, started.stderr
+    third = started.stdout.split("<")[1].split(">")[0]
+    wait_for(lambda: (run_dir / f"exitcode.{third}").exists(), timeout=60, what="the hand-submitted link to end")
+    assert (run_dir / f"exitcode.{third}").read_text() == "130\n"
+    events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+    assert any(e["event"] == "chain_stopped" and e["job"] == third and "before job" in e["reason"]
+               for e in events), events
+
+    # submitted again into the run directory: no marker, and the run trains to COMPLETE
+    again = cli(["submit", "--nodes", "1", "--json", "--template-dir", str(tmp_path / "templates"), "--run-dir",
+                 str(run_dir), "--walltime", "0:03", "--warning-minutes", "1", "--until-complete", "--force"],
+                dict(env, PROG_STEPS="2"), timeout=60)
+    assert again.returncode == 0, again.stderr
+    assert not (run_dir / "CANCELLED").exists()
+    (fourth,) = [str(j) for j in json.loads(again.stdout)["job_ids"]]
+    wait_for(lambda: (run_dir / f"exitcode.{fourth}").exists(), timeout=60, what="the resubmitted link to end")
+    assert (run_dir / f"exitcode.{fourth}").read_text() == "0\n" and (run_dir / "COMPLETE").exists()
 
 
 def test_the_plan_says_how_many_links_to_expect(tmp_path):

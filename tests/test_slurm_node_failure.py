@@ -22,6 +22,7 @@ import pytest
 
 from conftest_lsf import cli, lsf_environment, wait_for
 from slurm_cluster import cluster_job_processes, required, squeue_job, stretched, unavailable_reason
+from summit_jobs.schedulers.slurm import localcluster
 from summit_jobs.schedulers.slurm.localcluster import LocalSlurmCluster
 
 #: Each rank: on a run that holds a checkpoint, write COMPLETE (rank 0) and end; else checkpoint and wait.
@@ -48,15 +49,14 @@ time.sleep(3600)
 '''
 
 
-@pytest.fixture
-def cluster(tmp_path):
+def _own_cluster(prefix: str):
     reason = unavailable_reason()
     if reason:
         if required():
             pytest.fail(f"SUMMIT_JOBS_REQUIRE_SLURM=1 but {reason}")
         pytest.skip(reason)
     # A short folder: slurmstepd's sockets live in it, and a socket path has at most 107 bytes.
-    root = Path(tempfile.mkdtemp(prefix="sj-nodefail-"))
+    root = Path(tempfile.mkdtemp(prefix=prefix))
     own = LocalSlurmCluster(root, cpus=2)
     own.start(timeout=stretched(30))
     try:
@@ -64,6 +64,31 @@ def cluster(tmp_path):
     finally:
         own.stop()
         shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def cluster():
+    yield from _own_cluster("sj-nodefail-")
+
+
+#: The partition whose jobs preempt the default partition's (a higher PriorityTier, preempt/partition_prio).
+URGENT = "urgent"
+
+
+@pytest.fixture
+def preempting_cluster(monkeypatch):
+    """A cluster as a site that preempts configures it: PreemptType=preempt/partition_prio with the most common
+    PreemptMode, REQUEUE (slurm.conf(5): "preempts jobs by requeuing them (if possible) or canceling them"),
+    and a partition of a higher priority tier on the same nodes."""
+    real = localcluster.slurm_conf
+
+    def with_preemption(cluster: LocalSlurmCluster) -> str:
+        text = real(cluster).replace("SchedulerParameters=", "PreemptType=preempt/partition_prio\n"
+                                     "PreemptMode=REQUEUE\nSchedulerParameters=", 1)
+        return text + (f"PartitionName={URGENT} Nodes={','.join(cluster.nodes)} PriorityTier=10 "
+                       "MaxTime=INFINITE State=UP\n")
+    monkeypatch.setattr(localcluster, "slurm_conf", with_preemption)
+    yield from _own_cluster("sj-preempt-")
 
 
 def test_a_failed_node_ends_the_link_unrequeued_and_the_chain_resumes(cluster, tmp_path):
@@ -103,5 +128,53 @@ def test_a_failed_node_ends_the_link_unrequeued_and_the_chain_resumes(cluster, t
     rows = {r["job_id"]: r for r in json.loads(res.stdout)}
     assert rows[first]["lsf_state"] == "NODE_FAIL" and rows[first]["restarts"] == 0, rows[first]
     assert "node failure" in rows[first]["last_event"]["text"], rows[first]
+    assert rows[second]["state"] == "DONE", rows[second]
+    wait_for(lambda: not cluster_job_processes(cluster, second), 30, f"every process of job {second} to end")
+
+
+def test_a_preempted_link_is_not_requeued_and_the_chain_resumes_after_the_preemptor(preempting_cluster, tmp_path):
+    """A job of the urgent partition takes both nodes from a chain's running link: Slurm cannot requeue it
+    (--no-requeue), so it ends PREEMPTED; the link's script saw the preemption and queued link 2, which runs
+    once the urgent job is done, resumes from the checkpoint and completes. Status shows the preemption."""
+    cluster = preempting_cluster
+    env = cluster.env(dict(lsf_environment(tmp_path, minute=60), OMP_NUM_THREADS="1"))
+    (tmp_path / "prog.py").write_text(PROGRAM)
+    run_dir = tmp_path / "run"
+    res = cli(["--machine", "local-slurm", "submit", "--nodes", "2", "--run-dir", str(run_dir), "--json",
+               "--until-complete", "--walltime", "0:30", "--command", f"{sys.executable} {tmp_path / 'prog.py'}"],
+              env, timeout=120)
+    assert res.returncode == 0, res.stderr
+    (first,) = json.loads(res.stdout)["job_ids"]
+    wait_for(lambda: (run_dir / "checkpoints" / "ckpt-000000001.pt").exists(), 60,
+             "the 4 ranks of link 1 to start and rank 0 to checkpoint")
+
+    urgent = cluster.run(["sbatch", "--parsable", "-p", URGENT, "-N2", "-o", "/dev/null", "--wrap", "sleep 3"],
+                         cwd=tmp_path)
+    assert urgent.returncode == 0, urgent.stderr
+    chain = run_dir / "chain.jobs"
+    try:
+        wait_for(lambda: chain.exists() and chain.read_text().strip(), 60, "link 1 to queue link 2")
+    except AssertionError as late:
+        logs = {p.name: p.read_text(errors="replace")[-3000:] for p in run_dir.glob(f"*.{first}.*")}
+        raise AssertionError(f"{late}\njob {first}: {squeue_job(cluster, first)}\nurgent: "
+                             f"{squeue_job(cluster, urgent.stdout.strip())}\nlogs: {logs}") from None
+    (second,) = chain.read_text().split()
+    job = wait_for(lambda: (lambda j: j if j and j["job_state"] == "PREEMPTED" else None)(squeue_job(cluster, first)),
+                   30, f"job {first} to end PREEMPTED")
+    assert job["restart_cnt"] == 0 and not job["requeue"], job
+    wait_for(lambda: not cluster_job_processes(cluster, first), 30, f"every process of job {first} to end")
+    outs = list(run_dir.glob(f"*.{first}.out"))
+    assert len(outs) == 1, outs
+    text = outs[0].read_text()
+    assert "rank 0: training" in text and "the scheduler ended link 1 (" in text, text
+
+    wait_for(lambda: (run_dir / f"exitcode.{second}").exists(), 90, f"link 2 (job {second}) to end")
+    assert (run_dir / "COMPLETE").exists()
+    assert (run_dir / f"exitcode.{second}").read_text().strip() == "0"
+    res = cli(["status", "--json", str(run_dir)], env, timeout=60)
+    assert res.returncode == 0, res.stderr
+    rows = {r["job_id"]: r for r in json.loads(res.stdout)}
+    assert rows[first]["lsf_state"] == "PREEMPTED" and rows[first]["restarts"] == 0, rows[first]
+    assert "preempt" in rows[first]["last_event"]["text"], rows[first]
     assert rows[second]["state"] == "DONE", rows[second]
     wait_for(lambda: not cluster_job_processes(cluster, second), 30, f"every process of job {second} to end")

@@ -72,6 +72,10 @@ CHAIN = "chain.jobs"
 METRICS = "metrics.jsonl"
 EVENTS = "events.jsonl"
 COMPLETE = "COMPLETE"
+#: Written by ``summit-jobs cancel`` before it kills a run's jobs: a chain's link that queues the next one
+#: while the cancel runs kills it, and a link that starts anyway ends at once. Submitting into the run
+#: directory again removes it.
+CANCELLED = "CANCELLED"
 RUN_CONFIG = "run_config.json"
 CHECKPOINTS = "checkpoints"
 TENSORBOARD = "tensorboard"

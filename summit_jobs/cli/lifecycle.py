@@ -215,20 +215,36 @@ def cancel_cmd(state: State, target: str) -> None:
     """Kill a run's jobs (all links of a chain) or one job.
 
     The last links of a chain are killed first, so that killing a running link
-    does not release the next one. Jobs that already finished are fine.
+    does not release the next one. Jobs that already finished are fine. A whole
+    run gets a CANCELLED file first: a link that queues the next one while the
+    cancel runs kills it, and a link queued anyway ends when it starts.
+    Submitting into the run directory again (--force) removes the file.
     """
+    from summit_jobs.runs import records as runs
     pairs = lifecycle.targets(state, target)
     hosts_ = lifecycle.Hosts(state)
     refused: List[str] = []
     refused_in: Optional[Dict] = None       # the run record of a refused job: its scheduler names the way out
     try:
-        for record, ids in lifecycle.with_links(pairs, hosts_):
+        for record, ids in pairs:
             host = hosts_.get(record)
-            mine, skipped = (ids, []) if record is None else _owned(host, record, ids)
-            refused += skipped
-            refused_in = record if skipped else refused_in
-            if mine:
-                _kill(host, record, mine)
+            whole_run = record is not None and ids == [str(j) for j in record.get("job_ids") or []]
+            if whole_run:
+                # before the chain's links are read: a link that queues the next one after this kills it, and a
+                # link queued all the same ends when it starts (the chain's job script checks the marker)
+                _mark_cancelled(host, record)
+            seen: List[str] = []
+            while True:        # links a dying link queued while this ran are read again, until none is new
+                every = runs.with_chain_links(host, record, ids) if whole_run else ids
+                todo = [j for j in every if j not in seen]
+                if not todo:
+                    break
+                seen += todo
+                mine, skipped = (todo, []) if record is None else _owned(host, record, todo)
+                refused += skipped
+                refused_in = record if skipped else refused_in
+                if mine:
+                    _kill(host, record, mine)
     finally:
         hosts_.close()
     if refused:
@@ -236,6 +252,18 @@ def cancel_cmd(state: State, target: str) -> None:
         raise UserError(f"job(s) {', '.join(refused)} were not killed: {scheduler.label} now gives those ids to "
                         "other jobs, or could not say whose they are (see above). Nothing of another run is "
                         f"touched; kill a job by its id with {scheduler.cancel_command} if you are sure.")
+
+
+def _mark_cancelled(host, record: Dict) -> None:
+    """Write the run's cancel marker (trainer.rundir.CANCELLED); a run directory that cannot take it is said,
+    and the jobs are killed all the same."""
+    from trainer import rundir
+    path = host.join(str(record["run_dir"]), rundir.CANCELLED)
+    try:
+        host.write_file(path, f"summit-jobs cancel at {time.strftime('%Y-%m-%dT%H:%M:%S%z')}\n", force=True)
+    except (OSError, UserError) as exc:
+        click.echo(f"summit-jobs: warning: could not write {path} ({exc}); a link the chain queues while its jobs "
+                   "are killed may run", err=True)
 
 
 def _kill(host, record: Optional[Dict], ids: List[str]) -> None:

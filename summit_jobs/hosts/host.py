@@ -117,6 +117,10 @@ class Host:
     def makedirs(self, path: str) -> None:
         raise NotImplementedError
 
+    def remove(self, path: str) -> None:
+        """Remove the file ``path``; one that is not there is fine."""
+        raise NotImplementedError
+
     def exists(self, path: str) -> bool:
         raise NotImplementedError
 
@@ -183,6 +187,12 @@ class LocalHost(Host):
 
     def makedirs(self, path) -> None:
         os.makedirs(path, exist_ok=True)
+
+    def remove(self, path) -> None:
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
 
     def exists(self, path) -> bool:
         return os.path.exists(path)
@@ -509,6 +519,14 @@ class SshHost(Host):
             with sftp.open(tmp, "w") as fh:
                 fh.write(text.encode())
             sftp.posix_rename(tmp, path)
+
+    def remove(self, path) -> None:
+        sftp = self._sftp_client()
+        with self._guard(f"removing {path}"):
+            try:
+                sftp.remove(path)
+            except FileNotFoundError:       # paramiko's SFTP "no such file" is an OSError with ENOENT
+                pass
 
     def makedirs(self, path) -> None:
         sftp = self._sftp_client()

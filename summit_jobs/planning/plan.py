@@ -176,6 +176,9 @@ class Plan:
     compression: str = trainer_config.COMPRESSIONS[0]
     multigrid: Tuple[Dict[str, object], ...] = ()
     complete_marker: str = COMPLETE_MARKER
+    #: Written by cancel (trainer.rundir.CANCELLED): the chain's links check it before they run and after they
+    #: queue the next link.
+    cancel_marker: str = rundir.CANCELLED
     until_complete: bool = False
     max_links: int = 1
     #: The script's name in the run directory (a link of a chain until complete submits it again).

@@ -125,6 +125,13 @@ def create(host: Host, plan, profile, script: str, *, force: bool, ssh: Optional
         # when the run's first jobs were submitted: status checks that a job under one of the run's ids was not
         # submitted before the run existed (ids are reused), and the previous jobs count from here
         record["first_created"] = first_created
+    if previous or force:
+        # a run submitted again after `summit-jobs cancel` trains again: its links must not end at the marker
+        try:
+            host.remove(join(run_dir, rundir.CANCELLED))
+        except OSError as exc:
+            raise UserError(f"cannot remove the cancel marker {host.label}:{join(run_dir, rundir.CANCELLED)} "
+                            f"({exc.strerror or exc}): remove it, or choose another --run-dir.") from None
     host.write_file(join(run_dir, plan.script_name), script, force=force)
     host.write_file(join(run_dir, "plan.json"), json.dumps(plan.to_dict(), indent=2, default=str), force=force)
     import yaml  # here, not at the top: only writing a run's record needs it

@@ -226,8 +226,11 @@ def event_text(e: Dict) -> str:
             return native
         return f"ended with exit code {e.get('code')}" if e.get("code") is not None else "ended"
     if kind == "ended_by_scheduler":
-        return (f"ended by the scheduler ({e.get('reason')}: a node failure or a preemption); the next link "
-                "resumes from the newest checkpoint")
+        reason = str(e.get("reason") or "")
+        what = ("a node failure" if reason in ("NodeDown", "NODE_FAIL") else "a preemption" if "preempt" in reason.lower()
+                else "a node failure or a preemption")
+        return (f"ended by the scheduler ({reason}: {what}); the next link resumes from the newest "
+                "checkpoint")
     if kind == "chain_stopped":
         return f"chain stopped before COMPLETE: {e.get('reason') or 'no reason recorded'}"
     return str(kind)

@@ -1,0 +1,26 @@
+"""Chains of warned links under jsrun (the CSM form, Summit's launcher), the built-in trainer and a plain
+DDP script: the trainer chain is the one whose final weights every other launcher's trainer chain must end
+with, run once for the session (launcher_chains.jsrun_trainer_chain).
+
+What every cell checks, and why the chains are warned as they are: tests/launcher_chains.py.
+"""
+from __future__ import annotations
+
+import pytest
+
+from launcher_chains import (PROGRAMS, cell_of, check_cell, jsrun_trainer_chain, run_cells,
+                             shared_data)
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    return shared_data(tmp_path_factory)
+
+
+@pytest.mark.parametrize("program", PROGRAMS)
+def test_a_chain_of_warned_links_completes_under_jsrun(tmp_path_factory, data, program):
+    if program == "trainer":
+        cell = jsrun_trainer_chain(tmp_path_factory, data)
+    else:
+        cell = cell_of(run_cells(tmp_path_factory, data, "jsrun", [program])[program])
+    check_cell(cell, lambda: jsrun_trainer_chain(tmp_path_factory, data))
