@@ -280,6 +280,20 @@ def jsrun_trainer_chain(tmp_path_factory, data: Path) -> Cell:
     return Cell("jsrun", "trainer", base / "jsrun-trainer", json.loads((base / "cell.json").read_text())["jobs"])
 
 
+@pytest.fixture(scope="module")
+def chains_data(tmp_path_factory) -> Path:
+    return shared_data(tmp_path_factory)
+
+
+def run_and_check(tmp_path_factory, data: Path, launcher: str, program: str) -> None:
+    """One cell's chain, run (the jsrun trainer chain: the session's one) and checked."""
+    if launcher == "jsrun" and program == "trainer":
+        cell = jsrun_trainer_chain(tmp_path_factory, data)
+    else:
+        cell = cell_of(run_cells(tmp_path_factory, data, launcher, [program])[program])
+    check_cell(cell, lambda: jsrun_trainer_chain(tmp_path_factory, data))
+
+
 def check_cell(cell: Cell, reference: Callable[[], Cell]) -> None:
     """Every cell's facts (the module docstring): its links, each queued by the one before, and the
     program's own facts; ``reference`` gives the jsrun trainer chain the others' weights must equal."""

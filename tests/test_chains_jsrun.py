@@ -8,19 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from launcher_chains import (PROGRAMS, cell_of, check_cell, jsrun_trainer_chain, run_cells,
-                             shared_data)
-
-
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    return shared_data(tmp_path_factory)
+from launcher_chains import PROGRAMS, chains_data, run_and_check  # noqa: F401 - chains_data is a fixture
 
 
 @pytest.mark.parametrize("program", PROGRAMS)
-def test_a_chain_of_warned_links_completes_under_jsrun(tmp_path_factory, data, program):
-    if program == "trainer":
-        cell = jsrun_trainer_chain(tmp_path_factory, data)
-    else:
-        cell = cell_of(run_cells(tmp_path_factory, data, "jsrun", [program])[program])
-    check_cell(cell, lambda: jsrun_trainer_chain(tmp_path_factory, data))
+def test_a_chain_of_warned_links_completes_under_jsrun(tmp_path_factory, chains_data, program):
+    run_and_check(tmp_path_factory, chains_data, "jsrun", program)

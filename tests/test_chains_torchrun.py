@@ -13,24 +13,20 @@ from typing import Dict
 
 import pytest
 
-from launcher_chains import PROGRAMS, cell_of, check_cell, jsrun_trainer_chain, run_cells, shared_data
+from launcher_chains import (PROGRAMS, cell_of, chains_data, check_cell,  # noqa: F401 - chains_data: a fixture
+                             jsrun_trainer_chain, run_cells)
 from summit_jobs.schedulers.lsf.embedded import state as lsf_state
 
 
 @pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    return shared_data(tmp_path_factory)
-
-
-@pytest.fixture(scope="module")
-def cells(tmp_path_factory, data) -> Dict[str, object]:
+def cells(tmp_path_factory, chains_data) -> Dict[str, object]:
     """Both programs' chains, side by side; run once for the module's tests."""
-    return run_cells(tmp_path_factory, data, "torchrun", PROGRAMS)
+    return run_cells(tmp_path_factory, chains_data, "torchrun", PROGRAMS)
 
 
 @pytest.mark.parametrize("program", PROGRAMS)
-def test_a_chain_of_warned_links_completes_under_torchrun(tmp_path_factory, data, cells, program):
-    check_cell(cell_of(cells[program]), lambda: jsrun_trainer_chain(tmp_path_factory, data))
+def test_a_chain_of_warned_links_completes_under_torchrun(tmp_path_factory, chains_data, cells, program):
+    check_cell(cell_of(cells[program]), lambda: jsrun_trainer_chain(tmp_path_factory, chains_data))
 
 
 #: The torchrun launch line of a job's output: its rendezvous host and port.

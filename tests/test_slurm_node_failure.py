@@ -10,6 +10,8 @@ does when a node stops answering: NODE_FAIL, Reason=NodeDown), and then:
 - the chain queued link 2 (its script saw Slurm's NodeDown), which waits for the node, resumes from the
   checkpoint and completes;
 - status shows the node failure as the link's own event, and no process of either job is left.
+A preemption the same way, on a cluster that preempts (a partition of a higher priority tier): the link ends
+PREEMPTED, never requeued, and the chain resumes once the preemptor is done.
 """
 from __future__ import annotations
 
@@ -91,7 +93,9 @@ def preempting_cluster(monkeypatch):
     yield from _own_cluster("sj-preempt-")
 
 
-def test_a_failed_node_ends_the_link_unrequeued_and_the_chain_resumes(cluster, tmp_path):
+def _chain_with_a_checkpoint(cluster: LocalSlurmCluster, tmp_path: Path):
+    """A chain of the PROGRAM on both nodes, submitted as a user would; (env, run dir, first job) once its 4
+    ranks run and rank 0 has checkpointed."""
     env = cluster.env(dict(lsf_environment(tmp_path, minute=60), OMP_NUM_THREADS="1"))
     (tmp_path / "prog.py").write_text(PROGRAM)
     run_dir = tmp_path / "run"
@@ -102,79 +106,63 @@ def test_a_failed_node_ends_the_link_unrequeued_and_the_chain_resumes(cluster, t
     (first,) = json.loads(res.stdout)["job_ids"]
     wait_for(lambda: (run_dir / "checkpoints" / "ckpt-000000001.pt").exists(), 60,
              "the 4 ranks of link 1 to start and rank 0 to checkpoint")
-
-    down = cluster.run(["scontrol", "update", "NodeName=node2", "State=DOWN", "Reason=summit-jobs-test"])
-    assert down.returncode == 0, down.stderr
-    chain = run_dir / "chain.jobs"
-    wait_for(lambda: chain.exists() and chain.read_text().strip(), 60, "link 1 to queue link 2")
-    (second,) = chain.read_text().split()
-    job = wait_for(lambda: (lambda j: j if j and j["job_state"] == "NODE_FAIL" else None)(squeue_job(cluster, first)),
-                   30, f"job {first} to end NODE_FAIL")
-    assert job["restart_cnt"] == 0 and not job["requeue"], job
-    assert not cluster_job_processes(cluster, first) or wait_for(
-        lambda: not cluster_job_processes(cluster, first), 30, f"every process of job {first} to end")
-    outs = list(run_dir.glob(f"*.{first}.out"))
-    assert len(outs) == 1, outs
-    text = outs[0].read_text()
-    assert "rank 0: training" in text and "the scheduler ended link 1 (NodeDown" in text, text
-
-    cluster.run(["scontrol", "update", "NodeName=node2", "State=RESUME"])
-    wait_for(lambda: (run_dir / f"exitcode.{second}").exists(), 90, f"link 2 (job {second}) to end")
-    assert (run_dir / "COMPLETE").exists()
-    assert (run_dir / f"exitcode.{second}").read_text().strip() == "0"
-
-    res = cli(["status", "--json", str(run_dir)], env, timeout=60)
-    assert res.returncode == 0, res.stderr
-    rows = {r["job_id"]: r for r in json.loads(res.stdout)}
-    assert rows[first]["lsf_state"] == "NODE_FAIL" and rows[first]["restarts"] == 0, rows[first]
-    assert "node failure" in rows[first]["last_event"]["text"], rows[first]
-    assert rows[second]["state"] == "DONE", rows[second]
-    wait_for(lambda: not cluster_job_processes(cluster, second), 30, f"every process of job {second} to end")
+    return env, run_dir, first
 
 
-def test_a_preempted_link_is_not_requeued_and_the_chain_resumes_after_the_preemptor(preempting_cluster, tmp_path):
-    """A job of the urgent partition takes both nodes from a chain's running link: Slurm cannot requeue it
-    (--no-requeue), so it ends PREEMPTED; the link's script saw the preemption and queued link 2, which runs
-    once the urgent job is done, resumes from the checkpoint and completes. Status shows the preemption."""
-    cluster = preempting_cluster
-    env = cluster.env(dict(lsf_environment(tmp_path, minute=60), OMP_NUM_THREADS="1"))
-    (tmp_path / "prog.py").write_text(PROGRAM)
-    run_dir = tmp_path / "run"
-    res = cli(["--machine", "local-slurm", "submit", "--nodes", "2", "--run-dir", str(run_dir), "--json",
-               "--until-complete", "--walltime", "0:30", "--command", f"{sys.executable} {tmp_path / 'prog.py'}"],
-              env, timeout=120)
-    assert res.returncode == 0, res.stderr
-    (first,) = json.loads(res.stdout)["job_ids"]
-    wait_for(lambda: (run_dir / "checkpoints" / "ckpt-000000001.pt").exists(), 60,
-             "the 4 ranks of link 1 to start and rank 0 to checkpoint")
-
-    urgent = cluster.run(["sbatch", "--parsable", "-p", URGENT, "-N2", "-o", "/dev/null", "--wrap", "sleep 3"],
-                         cwd=tmp_path)
-    assert urgent.returncode == 0, urgent.stderr
+def _ended_by_the_scheduler(cluster: LocalSlurmCluster, run_dir: Path, first: str, state: str, reason: str) -> str:
+    """Link 1 ended ``state`` without a requeue, its output intact and saying why (``reason``), after queueing
+    link 2; link 2's id."""
     chain = run_dir / "chain.jobs"
     try:
         wait_for(lambda: chain.exists() and chain.read_text().strip(), 60, "link 1 to queue link 2")
     except AssertionError as late:
         logs = {p.name: p.read_text(errors="replace")[-3000:] for p in run_dir.glob(f"*.{first}.*")}
-        raise AssertionError(f"{late}\njob {first}: {squeue_job(cluster, first)}\nurgent: "
-                             f"{squeue_job(cluster, urgent.stdout.strip())}\nlogs: {logs}") from None
+        raise AssertionError(f"{late}\njob {first}: {squeue_job(cluster, first)}\nlogs: {logs}") from None
     (second,) = chain.read_text().split()
-    job = wait_for(lambda: (lambda j: j if j and j["job_state"] == "PREEMPTED" else None)(squeue_job(cluster, first)),
-                   30, f"job {first} to end PREEMPTED")
+    job = wait_for(lambda: (lambda j: j if j and j["job_state"] == state else None)(squeue_job(cluster, first)),
+                   30, f"job {first} to end {state}")
     assert job["restart_cnt"] == 0 and not job["requeue"], job
     wait_for(lambda: not cluster_job_processes(cluster, first), 30, f"every process of job {first} to end")
     outs = list(run_dir.glob(f"*.{first}.out"))
     assert len(outs) == 1, outs
     text = outs[0].read_text()
-    assert "rank 0: training" in text and "the scheduler ended link 1 (" in text, text
+    assert "rank 0: training" in text and f"the scheduler ended link 1 ({reason}" in text, text
+    return second
 
+
+def _resumed_to_complete(cluster: LocalSlurmCluster, env, run_dir: Path, first: str, second: str, state: str,
+                         says: str) -> None:
+    """Link 2 resumed and completed; status shows link 1's end (``state``, its event text with ``says``) and
+    no restart; nothing of link 2 is left."""
     wait_for(lambda: (run_dir / f"exitcode.{second}").exists(), 90, f"link 2 (job {second}) to end")
     assert (run_dir / "COMPLETE").exists()
     assert (run_dir / f"exitcode.{second}").read_text().strip() == "0"
     res = cli(["status", "--json", str(run_dir)], env, timeout=60)
     assert res.returncode == 0, res.stderr
     rows = {r["job_id"]: r for r in json.loads(res.stdout)}
-    assert rows[first]["lsf_state"] == "PREEMPTED" and rows[first]["restarts"] == 0, rows[first]
-    assert "preempt" in rows[first]["last_event"]["text"], rows[first]
+    assert rows[first]["lsf_state"] == state and rows[first]["restarts"] == 0, rows[first]
+    assert says in rows[first]["last_event"]["text"], rows[first]
     assert rows[second]["state"] == "DONE", rows[second]
     wait_for(lambda: not cluster_job_processes(cluster, second), 30, f"every process of job {second} to end")
+
+
+def test_a_failed_node_ends_the_link_unrequeued_and_the_chain_resumes(cluster, tmp_path):
+    env, run_dir, first = _chain_with_a_checkpoint(cluster, tmp_path)
+    down = cluster.run(["scontrol", "update", "NodeName=node2", "State=DOWN", "Reason=summit-jobs-test"])
+    assert down.returncode == 0, down.stderr
+    second = _ended_by_the_scheduler(cluster, run_dir, first, "NODE_FAIL", "NodeDown")
+    cluster.run(["scontrol", "update", "NodeName=node2", "State=RESUME"])
+    _resumed_to_complete(cluster, env, run_dir, first, second, "NODE_FAIL", "a node failure")
+
+
+def test_a_preempted_link_is_not_requeued_and_the_chain_resumes_after_the_preemptor(preempting_cluster, tmp_path):
+    """A job of the urgent partition takes both nodes from a chain's running link: Slurm cannot requeue it
+    (--no-requeue), so it ends PREEMPTED; the link's script saw the preemption (its PreemptTime) and queued
+    link 2, which runs once the urgent job is done, resumes from the checkpoint and completes. Status shows
+    the preemption."""
+    env, run_dir, first = _chain_with_a_checkpoint(preempting_cluster, tmp_path)
+    urgent = preempting_cluster.run(["sbatch", "--parsable", "-p", URGENT, "-N2", "-o", "/dev/null", "--wrap",
+                                     "sleep 3"], cwd=tmp_path)
+    assert urgent.returncode == 0, urgent.stderr
+    second = _ended_by_the_scheduler(preempting_cluster, run_dir, first, "PREEMPTED", "PREEMPTED")
+    _resumed_to_complete(preempting_cluster, env, run_dir, first, second, "PREEMPTED", "a preemption")
