@@ -173,3 +173,14 @@ def test_a_memory_selection_is_in_the_profiles_unit(where, profile):
             asked_gb = float(value) * GB_PER_UNIT[unit]
             assert node_gb <= 0 or asked_gb <= node_gb, \
                 f"{where}: {directive!r} asks for {asked_gb:,.0f} GB ({value} {unit}), the node has {node_gb:,.0f} GB"
+
+
+def test_the_readme_first_screen_leads_to_your_own_script_and_to_the_command():
+    """Within the README's first 80 lines: what --command does for a user's own script, with an LSF and a Slurm
+    example and the link to docs/user-command.md; and the quickstart says how summit-jobs gets on PATH."""
+    text = (REPO / "README.md").read_text()
+    first = "\n".join(text.splitlines()[:80])
+    assert "**Your own training script**" in first and "](docs/user-command.md)" in first
+    assert "--machine lsf-gpu submit" in first and "--machine slurm-gpu submit" in first and "--command" in first
+    quickstart = text[text.index("## Quickstart"):text.index("## Job scripts")]
+    assert "source .venv/bin/activate" in quickstart and ".venv/bin/summit-jobs" in quickstart
