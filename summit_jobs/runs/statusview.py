@@ -499,7 +499,9 @@ def notes(rows: Sequence[Dict]) -> List[str]:
               f"{'s' if r['restarts'] > 1 else ''} (a requeue after a node failure or a preemption)"
               for r in rows if (r.get("restarts") or 0) > 0]
     return lines + [f"job {r.get('job_id')}: the chain stopped before COMPLETE: {r['chain_stopped']}; "
-                    f"submit again with the same --run-dir and --until-complete to go on from the last checkpoint"
+                    f"to go on from the last checkpoint, submit again with the same options (--until-complete "
+                    f"and --run-dir among them) and --force, which submits into the run directory and keeps its "
+                    f"checkpoints"
                     for r in rows if r.get("chain_stopped")]
 
 
