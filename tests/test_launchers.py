@@ -2,8 +2,8 @@
 nodes: a rank 0 claimed on two nodes fails fast, and a user's own command chains until its COMPLETE marker.
 
 That each launcher (blaunch, Open MPI's mpirun through blaunch, one torchrun per node) trains the tiny TSM to
-the very weights of the CSM/jsrun path is checked on their chains in tests/test_chains_*.py (their shared
-part, launcher_chains.py, imports _trainer_args from here).
+the very weights of the CSM/jsrun path is checked on their chains in test_launcher_chains.py, which imports
+_trainer_args from here.
 """
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ Every test, the demo and a user's own runs may each have an embedded LSF of thei
 all on one machine's processes and ports. Homes that numbered their jobs alone handed out the same id at the
 same moment: three torchrun jobs met in one rendezvous (the port and the rendezvous id come from the job
 id), and `cancel ID` in one home resolved the id to another home's run. Torchrun jobs of two homes side by
-side are tested with the torchrun chains of test_chains_torchrun.py.
+side are tested with the torchrun chains of test_launcher_chains.py.
 """
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""What the tests of every launcher's chains share (tests/test_chains_<launcher>.py, one file per launcher so
-that the chains spread over the test workers).
-
-Every launcher survives the warning signal: {torchrun, blaunch, mpirun, jsrun} x {the built-in trainer, a
-plain DDP script that knows only env://}, each as a chain until complete on 2 virtual nodes x 2 ranks.
+"""Every launcher survives the warning signal: {torchrun, blaunch, mpirun, jsrun} x {the built-in trainer,
+a plain DDP script that knows only env://}, each as a chain until complete on 2 virtual nodes x 2 ranks.
 
 Each cell submits with `summit-jobs submit --until-complete` as a user would. Every link but the last is
 warned once it has trained a step past where it started (WARNED_LINKS: two under jsrun, one under the others):
@@ -22,12 +19,15 @@ form): each launcher's log says who started the ranks and that rank 0 is on the 
 torchrun job's script asks ``-n 4 -R span[ptile=2]`` and no ``-nnodes``, and every launcher's chain ends with
 the very weights the jsrun chain ends with (resuming is bitwise exact, test_resume.py, so where the links
 were cut does not matter).
-The torchrun chains run side by side (tests/test_chains_torchrun.py).
+The two torchrun chains run side by side, each in an embedded LSF home of its own, submitted at the same moment:
+homes that numbered their jobs alone gave both jobs one id, hence one torchrun rendezvous (the same port and
+--rdzv-id), and the four agents met in one store. Their links must have ids and ports of their own.
 """
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import sys
 import threading
@@ -35,16 +35,16 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Set
+from typing import Callable, Dict, List, Optional, Set, Tuple
 
 import pytest
 import torch
 
 from conftest_lsf import (bjobs_state, cli, job_processes, lsf_environment, newest_step, recorded_state, wait_for,
                           warn_job)
+from summit_jobs.schedulers.lsf.embedded import state as lsf_state
 from summit_jobs.schedulers.lsf.embedded.state import node_names
 from test_launchers import _trainer_args
-from conftest import shared_folder
 from trainer_utils import REPO, make_dataset
 
 #: jsrun first: the other launchers' trainer chains are compared with its weights.
@@ -89,6 +89,12 @@ class Cell:
     @property
     def run_dir(self) -> Path:
         return self.folder / "run"
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    # 16 clips, 2 per rank x 4 ranks: 2 steps an epoch, TOTAL_STEPS["trainer"] / 2 epochs
+    return make_dataset(tmp_path_factory.mktemp("chains") / "data", train=16, val=0, frames=4, size=32)
 
 
 def _submit(env: Dict[str, str], cell: Path, launcher: str, program: str, data: Path) -> str:
@@ -189,6 +195,38 @@ def _run_cell(base: Path, data: Path, launcher: str, program: str,
     return Cell(launcher, program, folder, _chain(env, first, folder, WARNED_LINKS[launcher]))
 
 
+#: Launchers whose cells (both programs) run side by side, each in a home of its own (see the docstring).
+SIDE_BY_SIDE = {"torchrun"}
+
+
+@pytest.fixture(scope="module")
+def chains(tmp_path_factory, data) -> Callable[[str, str], Cell]:
+    """Each cell's chain, run once however many tests read it: the trainer cells of the other launchers
+    compare their weights with the jsrun chain's; a SIDE_BY_SIDE launcher's cells run together, each in a
+    thread of its own. A chain that failed fails every test that asks for it."""
+    done: Dict[Tuple[str, str], object] = {}
+
+    def run(launcher: str, programs: List[str]) -> None:
+        together = threading.Barrier(len(programs)) if len(programs) > 1 else None
+        with ThreadPoolExecutor(len(programs)) as pool:
+            futures = {p: pool.submit(_run_cell, tmp_path_factory.mktemp(f"{launcher}-{p}"), data, launcher, p,
+                                      together) for p in programs}
+        for program, future in futures.items():
+            try:
+                done[(launcher, program)] = future.result()
+            except BaseException as exc:          # noqa: B036 - a skip or failure is reported by every asker
+                done[(launcher, program)] = exc
+
+    def get(launcher: str, program: str) -> Cell:
+        if (launcher, program) not in done:
+            run(launcher, PROGRAMS if launcher in SIDE_BY_SIDE else [program])
+        found = done[(launcher, program)]
+        if isinstance(found, BaseException):
+            raise found
+        return found
+    return get
+
+
 def _events(run_dir: Path) -> List[Dict]:
     return [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines() if line.strip()]
 
@@ -198,7 +236,7 @@ def _final_weights(run_dir: Path) -> Dict[str, torch.Tensor]:
     return torch.load(newest, weights_only=True, map_location="cpu")["model"]
 
 
-def _check_trainer(cell: Cell, logs: str, reference: Callable[[], Cell]) -> None:
+def _check_trainer(cell: Cell, logs: str, chains: Callable[[str, str], Cell]) -> None:
     """The built-in trainer's facts: each warned link stopped on SIGUSR2 with agreeing weights, one complete
     event at the last step; who started the ranks; the same final weights as the jsrun chain."""
     jobs, run_dir = cell.jobs, cell.run_dir
@@ -215,9 +253,9 @@ def _check_trainer(cell: Cell, logs: str, reference: Callable[[], Cell]) -> None
         script = (run_dir / "job.lsf").read_text()
         assert '#BSUB -n 4\n#BSUB -R "span[ptile=2]"\n' in script and "#BSUB -nnodes" not in script, script
     if cell.launcher != "jsrun":
-        expected, weights = _final_weights(reference().run_dir), _final_weights(run_dir)
-        assert weights.keys() == expected.keys()
-        differ = [k for k in expected if not torch.equal(weights[k], expected[k])]
+        reference, weights = _final_weights(chains("jsrun", "trainer").run_dir), _final_weights(run_dir)
+        assert weights.keys() == reference.keys()
+        differ = [k for k in reference if not torch.equal(weights[k], reference[k])]
         assert not differ, f"{cell.launcher}: {len(differ)} tensors differ from the jsrun chain, e.g. {differ[:3]}"
 
 
@@ -237,71 +275,41 @@ def _check_ddp(cell: Cell, logs: str) -> None:
             assert all(torch.equal(weights[0][k], weights[r][k]) for k in weights[0]), f"job {jid} rank {r}"
 
 
-
-
-def shared_data(tmp_path_factory) -> Path:
-    """16 clips, 2 per rank x 4 ranks: 2 steps an epoch, TOTAL_STEPS["trainer"] / 2 epochs. One folder for the
-    whole session (every launcher's file and worker): the trainer chains must end with the jsrun chain's
-    weights, so they train on the very same clips."""
-    return shared_folder(tmp_path_factory, "launcher-chains-data",
-                         lambda f: make_dataset(f / "data", train=16, val=0, frames=4, size=32)) / "data"
-
-
-def run_cells(tmp_path_factory, data: Path, launcher: str, programs: List[str]) -> Dict[str, object]:
-    """Each program's chain under ``launcher`` (more than one: side by side, each in a thread and an embedded
-    LSF home of its own, submitted at the same moment); a program's Cell, or what its run raised."""
-    together = threading.Barrier(len(programs)) if len(programs) > 1 else None
-    with ThreadPoolExecutor(len(programs)) as pool:
-        futures = {p: pool.submit(_run_cell, tmp_path_factory.mktemp(f"{launcher}-{p}"), data, launcher, p,
-                                  together) for p in programs}
-    done: Dict[str, object] = {}
-    for program, future in futures.items():
-        try:
-            done[program] = future.result()
-        except BaseException as exc:          # noqa: B036 - a skip or failure is reported by every asker
-            done[program] = exc
-    return done
-
-
-def cell_of(found: object) -> Cell:
-    if isinstance(found, BaseException):
-        raise found
-    return found
-
-
-def jsrun_trainer_chain(tmp_path_factory, data: Path) -> Cell:
-    """The built-in trainer's chain under jsrun, run once for the session: its own test checks it, and the
-    other launchers' trainer chains must end with its weights. Whichever worker asks first runs it (under
-    shared_folder's lock), the others wait for it and read it."""
-    def build(folder: Path) -> None:
-        cell = _run_cell(folder, data, "jsrun", "trainer")
-        (folder / "cell.json").write_text(json.dumps({"jobs": cell.jobs}))
-    base = shared_folder(tmp_path_factory, "launcher-chains-jsrun-trainer", build)
-    return Cell("jsrun", "trainer", base / "jsrun-trainer", json.loads((base / "cell.json").read_text())["jobs"])
-
-
-@pytest.fixture(scope="module")
-def chains_data(tmp_path_factory) -> Path:
-    return shared_data(tmp_path_factory)
-
-
-def run_and_check(tmp_path_factory, data: Path, launcher: str, program: str) -> None:
-    """One cell's chain, run (the jsrun trainer chain: the session's one) and checked."""
-    if launcher == "jsrun" and program == "trainer":
-        cell = jsrun_trainer_chain(tmp_path_factory, data)
-    else:
-        cell = cell_of(run_cells(tmp_path_factory, data, launcher, [program])[program])
-    check_cell(cell, lambda: jsrun_trainer_chain(tmp_path_factory, data))
-
-
-def check_cell(cell: Cell, reference: Callable[[], Cell]) -> None:
-    """Every cell's facts (the module docstring): its links, each queued by the one before, and the
-    program's own facts; ``reference`` gives the jsrun trainer chain the others' weights must equal."""
-    assert len(cell.jobs) == WARNED_LINKS[cell.launcher] + 1, f"{len(cell.jobs)} links"
+@pytest.mark.parametrize("program", PROGRAMS)
+@pytest.mark.parametrize("launcher", LAUNCHERS)
+def test_a_chain_of_warned_links_completes_under_every_launcher(chains, launcher, program):
+    cell = chains(launcher, program)
+    assert len(cell.jobs) == WARNED_LINKS[launcher] + 1, f"{len(cell.jobs)} links"
     logs = "".join(p.read_text(errors="replace") for p in sorted(cell.run_dir.glob("*.out")))
     assert logs.count("summit-jobs: chain: queued link") == len(cell.jobs) - 1, logs[-3000:]
-    if cell.program == "trainer":
+    if program == "trainer":
         _check_trainer(cell, logs + "".join(p.read_text(errors="replace") for p in cell.run_dir.glob("*.err")),
-                       reference)
+                       chains)
     else:
         _check_ddp(cell, logs)
+
+
+#: The torchrun launch line of a job's output: its rendezvous host and port.
+TORCHRUN_LINE = r"job {job} starting 4 ranks on 2 nodes \(torchrun, rendezvous ([\w.-]+):(\d+)\)"
+
+
+def test_torchrun_chains_of_two_homes_run_side_by_side_with_ids_and_ports_of_their_own(chains):
+    """The two torchrun cells' homes hand out distinct job ids (one machine-wide counter), their first links
+    run at the same time, and links of the two homes that run at the same time rendezvous at ports of their
+    own; that every link ended DONE with no process left is the cells' own test."""
+    cells = [chains("torchrun", program) for program in PROGRAMS]
+    ids = [job for cell in cells for job in cell.jobs]
+    assert len(set(ids)) == len(ids), [cell.jobs for cell in cells]
+    links = []                                  # (cell, job, start, finish, port) of every link
+    for cell in cells:
+        for job in cell.jobs:
+            rec = lsf_state.load_job(cell.folder.parent / "lsf", int(job))
+            out = (cell.run_dir / f"torchrun-{cell.program}.{job}.out").read_text(errors="replace")
+            found = re.search(TORCHRUN_LINE.format(job=job), out)
+            assert rec is not None and found, out[-3000:]
+            links.append((cell.program, job, rec["start_time"], rec["finish_time"], found.group(2)))
+    together = [(a, b) for a in links for b in links
+                if a[0] < b[0] and max(a[2], b[2]) < min(a[3], b[3])]
+    firsts = {(cells[0].program, cells[0].jobs[0]), (cells[1].program, cells[1].jobs[0])}
+    assert any({a[:2], b[:2]} == firsts for a, b in together), links       # the first links side by side
+    assert all(a[4] != b[4] for a, b in together), together
