@@ -16,11 +16,12 @@ import pytest
 from conftest_lsf import cli, lsf_environment, wait_state
 
 #: The program: fills the disk to the last page (one big file, then one-byte files until none fits), then fails
-#: as a checkpoint that does not fit would.
-FILL = """import sys
+#: as a checkpoint that does not fit would. Every rank of the job runs it, so each writes files of its own:
+#: a rank that opened another's file with "wb" would truncate it and give the space back.
+FILL = """import os, sys
 for i in range(100000):
     try:
-        with open(f"fill.{i}", "wb") as fh:
+        with open(f"fill.{os.getpid()}.{i}", "wb") as fh:
             fh.write(b"x" * ((8 << 20) if i == 0 else 1))
     except OSError as exc:
         if i:
