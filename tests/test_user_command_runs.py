@@ -56,13 +56,14 @@ def test_the_plan_of_a_user_command_prints_none_of_the_trainers_numbers(tmp_path
     for word in ("global batch", "LR", "optimizer", "epochs", "clips/s", "warm-up"):
         assert word not in plan, (word, plan)
     assert "1 nodes x 2 ranks = 2 ranks" in plan and "walltime 0:10" in plan and "at most 20 links" in plan
-    assert "runs your command on every rank: python3 train.py --steps 400" in plan
+    assert f"runs your command on every rank: {sys.executable} train.py --steps 400" in plan
+    assert "python3: the profile's interpreter" in plan
     assert "400 steps in all (--total-steps)" in plan
     assert re.search(r"^expected links: unknown for your own command .*; at most 20 \(--max-links\)", plan, re.M), \
         plan
     as_json = dry_run(tmp_path, "--json", "--total-steps", "400", "--command", "python3 train.py")
     summary = json.loads(as_json.stdout)["plan"]
-    assert summary["command"] == ["python3", "train.py"] and summary["total_steps"] == 400
+    assert summary["command"] == [sys.executable, "train.py"] and summary["total_steps"] == 400
     assert not {"global_batch", "lr", "epochs", "optimizer", "engine", "clips_per_gpu"} & set(summary), summary
     # The built-in trainer's plan keeps its figures.
     builtin = dry_run(tmp_path, "--epochs", "3")

@@ -150,6 +150,30 @@ def environment_checks(host: hosts.Host, profile) -> List[Check]:
     return doctor.check_environment(res.rc, res.stdout, res.stderr, profile, python)
 
 
+def command_checks(host: hosts.Host, profile, command: Optional[str]) -> List[Check]:
+    """Step 4b (--command): the interpreter the ranks will run for the command, and what its script imports,
+    after the same set-up as the job's."""
+    if command is None:
+        return []
+    from summit_jobs.planning.job import user_command_words
+    words = user_command_words(command)
+    profile_python = sys.executable if profile.environment.python == "auto" else profile.environment.python
+    python = doctor.command_interpreter(words, profile_python)
+    if python is None:
+        found = find_commands(host, [words[0]])[words[0]]
+        if found is None:
+            return [Check(FAIL, "command", f"{words[0]} is not on PATH on {host.label}",
+                          "give the program's full path in --command (the job's PATH is the one you submit from)")]
+        return [Check(OK, "command", f"{words[0]} is {found}; it is not a Python interpreter, so doctor cannot "
+                      "see what it needs")]
+    script = doctor.command_script(profile, python, words[1:])
+    try:
+        res = host.run(["bash", "-c", script], timeout=ENV_TIMEOUT)
+    except UserError as exc:
+        return [Check(FAIL, "command interpreter", str(exc), "run the profile's set-up by hand on that machine")]
+    return doctor.check_command(res.rc, res.stdout, res.stderr, words[0], python, profile_python)
+
+
 def connection_checks(host: hosts.Host) -> List[Check]:
     """Step 5 (over SSH): the first command opens the connection, host key checked, never a new one accepted."""
     if not host.is_remote:
@@ -163,13 +187,13 @@ def connection_checks(host: hosts.Host) -> List[Check]:
 
 
 def run_checks(state: State, profile, host: hosts.Host, project: Optional[str], runs_dir: Optional[str],
-               data_dirs: Sequence[str]) -> List[Check]:
+               data_dirs: Sequence[str], command: Optional[str] = None) -> List[Check]:
     checks = connection_checks(host)
     if doctor.failed(checks):
         return checks + [Check(WARN, "other checks", f"not run: no SSH connection to {host.label}")]
     checks += schedulers.for_profile(profile).site_checks(HostProbe(host), profile, project)
     checks += folder_checks(host, profile, folders_to_check(state, profile, host, runs_dir, data_dirs))
-    return checks + environment_checks(host, profile)
+    return checks + environment_checks(host, profile) + command_checks(host, profile, command)
 
 
 @cli.command("doctor")
@@ -181,10 +205,13 @@ def run_checks(state: State, profile, host: hosts.Host, project: Optional[str], 
               "(over SSH: --remote-dir, the profile's ssh.remote_dir, the config's runs_dir).")
 @click.option("--data", "data_dirs", multiple=True, metavar="DIR",
               help="A data folder the jobs read (repeatable): it must exist; stage-data writes into it.")
+@click.option("--command", "command", metavar="'PROGRAM ARGS'",
+              help="Your own training command, as you give it to submit: check the interpreter the ranks will run "
+                   "for it (a bare python/python3 is the profile's) and that what its script imports is there.")
 @click.option("--json", "as_json", is_flag=True, help="Print the checks as a JSON list of objects.")
 @click.pass_context
 def doctor_cmd(ctx: click.Context, machine: Optional[str], host: Optional[str], project: Optional[str],
-               runs_dir: Optional[str], data_dirs: Sequence[str], as_json: bool) -> None:
+               runs_dir: Optional[str], data_dirs: Sequence[str], command: Optional[str], as_json: bool) -> None:
     """Check a site before submitting: the scheduler (its commands, version, queues, account), folders, the
     trainer's environment, SSH.
 
@@ -203,7 +230,7 @@ def doctor_cmd(ctx: click.Context, machine: Optional[str], host: Optional[str], 
         checks.append(Check(WARN, "--trust-new-host-key", "ignored: doctor never accepts a new host key",
                             "check the fingerprint with the site and add the key by hand"))
     with hosts.for_profile(profile, options) as target:
-        checks += run_checks(state, profile, target, state.project(project), runs_dir, data_dirs)
+        checks += run_checks(state, profile, target, state.project(project), runs_dir, data_dirs, command)
     if as_json:
         click.echo(json.dumps([c.to_dict() for c in checks], indent=2))
     else:

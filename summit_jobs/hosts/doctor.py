@@ -16,6 +16,7 @@ summit_jobs/cli/doctor.py.
 """
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
@@ -256,6 +257,15 @@ def environment_script(profile, python: str) -> str:
     setup lines are shell by design, as in the job script.
     """
     import shlex
+    lines = setup_lines(profile)
+    lines.append(f"exec {shlex.quote(python)} -c {shlex.quote(PROBE_CODE)}")
+    return "\n".join(lines) + "\n"
+
+
+def setup_lines(profile) -> List[str]:
+    """The profile's set-up as the job script runs it, one shell line each: module loads (each must
+    succeed), ``set -u``, the setup lines as written, the variables."""
+    import shlex
     env = profile.environment
     lines = []
     if env.modules:
@@ -268,8 +278,7 @@ def environment_script(profile, python: str) -> str:
     lines.append("set -u")
     lines += list(env.setup)
     lines += [f"export {name}={shlex.quote(str(value))}" for name, value in sorted(env.variables.items())]
-    lines.append(f"exec {shlex.quote(python)} -c {shlex.quote(PROBE_CODE)}")
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def parse_probe(stdout: str) -> Optional[Dict[str, object]]:
@@ -330,3 +339,121 @@ def check_ssh(label: str, error: Optional[str]) -> Check:
                      "the old entry (ssh-keygen -R HOST) with the confirmed one")
     return Check(FAIL, "ssh login", error, "check --host, --port, --user and --key-file, and the host's block in "
                  "your ssh config (`ssh -G HOST`)")
+
+
+# -- 4b. --command: the interpreter the ranks run, and what the program imports ---------------------------
+#: Run by the command's interpreter after the profile's set-up, with the command's words after the program as
+#: its arguments: which interpreter answers, and which top-level modules the script (or ``-m`` module) imports
+#: that it cannot find. Nothing of the user's program runs: the script is parsed (ast), modules are looked up
+#: (importlib.util.find_spec of a top-level name imports nothing). Imports inside ``try`` are optional ones
+#: (``try: import apex``) and are not counted; a module next to the script is found as Python would find it.
+COMMAND_PROBE_CODE = (
+    "import ast, importlib.util, json, os, sys\n"
+    "out = {'python': sys.version.split()[0], 'executable': sys.executable}\n"
+    "args, i, names = sys.argv[1:], 0, set()\n"
+    "while i < len(args):\n"
+    "    a = args[i]\n"
+    "    if a == '-m' and i + 1 < len(args):\n"
+    "        out['module'] = args[i + 1]\n"
+    "        names.add(args[i + 1].split('.')[0])\n"
+    "        break\n"
+    "    if a == '-c':\n"
+    "        break\n"
+    "    if a in ('-X', '-W'):\n"
+    "        i += 2\n"
+    "        continue\n"
+    "    if a.startswith('-'):\n"
+    "        i += 1\n"
+    "        continue\n"
+    "    out['script'] = os.path.abspath(a)\n"
+    "    try:\n"
+    "        with open(a, 'rb') as fh:\n"
+    "            tree = ast.parse(fh.read(), a)\n"
+    "    except (OSError, SyntaxError, ValueError) as exc:\n"
+    "        out['script_error'] = ('%s: %s' % (type(exc).__name__, exc)).splitlines()[0][:300]\n"
+    "        break\n"
+    "    guarded = set()\n"
+    "    for node in ast.walk(tree):\n"
+    "        if isinstance(node, ast.Try):\n"
+    "            for part in node.body:\n"
+    "                guarded.update(id(n) for n in ast.walk(part))\n"
+    "    for node in ast.walk(tree):\n"
+    "        if id(node) in guarded:\n"
+    "            continue\n"
+    "        if isinstance(node, ast.Import):\n"
+    "            names.update(alias.name.split('.')[0] for alias in node.names)\n"
+    "        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:\n"
+    "            names.add(node.module.split('.')[0])\n"
+    "    sys.path.insert(0, os.path.dirname(out['script']))\n"
+    "    break\n"
+    "out['imports'] = sorted(names)\n"
+    "out['missing'] = sorted(n for n in names if importlib.util.find_spec(n) is None)\n"
+    f"print({PROBE_MARKER!r}, json.dumps(out), flush=True)\n")
+
+
+def command_interpreter(words: Sequence[str], profile_python: str) -> Optional[str]:
+    """The interpreter the ranks run for ``words``: the profile's for a bare ``python``/``python3`` (the plan
+    replaces it), the program itself when it is a Python named with a folder, None for another program."""
+    program = words[0]
+    if re.fullmatch(r"python[0-9.]*", program):
+        return profile_python
+    if re.fullmatch(r"python[0-9.]*", program.rsplit("/", 1)[-1]):
+        return program
+    return None
+
+
+def command_script(profile, python: str, args: Sequence[str]) -> str:
+    """The probe of ``--command``: the profile's set-up as in :func:`environment_script`, then the command's
+    interpreter runs :data:`COMMAND_PROBE_CODE` with the command's arguments (quoted: they are the user's)."""
+    import shlex
+    words = " ".join(shlex.quote(a) for a in args)
+    return "\n".join(setup_lines(profile) + [f"exec {shlex.quote(python)} -c {shlex.quote(COMMAND_PROBE_CODE)} {words}"]) + "\n"
+
+
+def check_command(rc: int, stdout: str, stderr: str, given: str, python: str, profile_python: str) -> List[Check]:
+    """What ``doctor --command`` found: the interpreter the ranks run for the command, then whether the
+    script exists and what it imports is there."""
+    found = parse_probe(stdout)
+    same = python == profile_python
+    named = given if given == python else f"{given} (run as {python})"
+    if found is None:
+        return [Check(FAIL, "command interpreter", f"{named} did not run after the profile's set-up (exit {rc}): "
+                      f"{_tail(stderr or stdout)}",
+                      "give the interpreter's full path in --command, or point environment.python at it")]
+    exe = found.get("executable")
+    whose = "the profile's interpreter (environment.python)" if same else "not the profile's interpreter"
+    checks = [Check(OK, "command interpreter", f"{named} is {exe}, Python {found.get('python')}: {whose}")]
+    if found.get("script_error"):
+        checks.append(Check(FAIL, "command script", f"{found.get('script')} cannot be read: {found['script_error']}",
+                            "give the script's absolute path in --command: the ranks run in the run directory"))
+        return checks
+    missing = list(found.get("missing") or ())
+    fix = (f"install {'them' if len(missing) > 1 else 'it'} into {exe} ({python} -m pip install ...), or give the "
+           "path of the interpreter that has " + ("them" if len(missing) > 1 else "it") + " in --command"
+           + ("" if same else " (and keep the trainer installed in the profile's, which starts the ranks)"))
+    if found.get("module"):
+        module = found["module"]
+        checks.append(Check(FAIL, "command imports", f"-m {module}: {exe} cannot find {missing[0]}", fix)
+                      if missing else Check(OK, "command imports", f"-m {module}: {exe} finds it"))
+    elif found.get("script"):
+        what = os.path.basename(str(found["script"]))
+        imports = list(found.get("imports") or ())
+        shown = ", ".join(imports[:8]) + (", ..." if len(imports) > 8 else "")
+        checks.append(Check(FAIL, "command imports", f"{what} imports {', '.join(missing)}, which {exe} cannot "
+                            "find", fix) if missing else
+                      Check(OK, "command imports", f"{what}: {exe} finds all {len(imports)} of its top-level "
+                            f"imports ({shown})" if imports else f"{what} imports nothing"))
+    return checks
+    missing = list(found.get("missing") or ())
+    if missing:
+        fix = (f"install them into {exe} ({python} -m pip install ...), or give the path of the interpreter that "
+               "has them in --command" + ("" if same else " (and keep the trainer installed in the profile's, "
+                                                       "which starts the ranks)"))
+        checks.append(Check(FAIL, "command imports", f"{what} imports {', '.join(missing)}, which {exe} cannot "
+                            f"find", fix))
+    elif what:
+        imports = list(found.get("imports") or ())
+        checks.append(Check(OK, "command imports", f"{what}: " + (f"{len(imports)} top-level imports found "
+                            f"({', '.join(imports[:8])}{', ...' if len(imports) > 8 else ''})" if imports
+                            else "imports nothing")))
+    return checks

@@ -90,7 +90,7 @@ def job_options(state, kw: dict, profile, *, accum_steps: int = 1, virtual_nodes
                 template_dir: Optional[str] = None, explicit: Tuple[str, ...] = ()):
     """The command's options as the planner's JobOptions, every default resolved by summit_jobs.profiles.settings."""
     from summit_jobs.planning import plan as plan_mod
-    command = _user_command(kw.get("user_command"))
+    command = user_command_words(kw.get("user_command"))
     if kw.get("job_name") is None:      # an explicit name wins, even one the planner then refuses
         kw = dict(kw, job_name=plan_mod.default_job_name(command))
     given = {name: kw[name] for name in _AS_GIVEN if kw.get(name) is not None}
@@ -106,7 +106,7 @@ def job_options(state, kw: dict, profile, *, accum_steps: int = 1, virtual_nodes
     )
 
 
-def _user_command(text: Optional[str]) -> Tuple[str, ...]:
+def user_command_words(text: Optional[str]) -> Tuple[str, ...]:
     """--command split into words as a shell would split it (it is never run by a shell)."""
     import shlex
     if text is None:

@@ -203,6 +203,9 @@ class Plan:
     preset: Optional[str] = None
     #: With --command: the steps the user's program declared it trains in all (--total-steps; None: unknown).
     total_steps: Optional[int] = None
+    #: With --command whose program was a bare ``python``/``python3``: that word, which the ranks run as the
+    #: profile's interpreter (``python`` above) instead of whatever the job's PATH holds (None: not replaced).
+    command_python: Optional[str] = None
     #: What the plan accepted but the user should know before spending node-hours (printed on stderr).
     warnings: Tuple[str, ...] = ()
     #: The scheduler whose templates render the plan (summit_jobs.schedulers.IMPLEMENTATIONS).
@@ -256,6 +259,8 @@ class Plan:
             out["memory"] = self.memory
         if self.user_command:
             out["command"] = list(self.trainer_argv)
+            if self.command_python:
+                out["command_python"] = self.command_python
             if self.total_steps:
                 out["total_steps"] = self.total_steps
         if self.preset:
@@ -864,7 +869,7 @@ def _checked_argv(profile: Profile, opts: JobOptions, run: Launch, opt: Optimisa
                             "program instead of it: drop one of them (give your program its options yourself).")
         if any(any(ch in w for ch in "\n\r\0") for w in opts.command):
             raise UserError("--command holds a line break or NUL byte; give the command on one line.")
-        return list(opts.command) + list(opts.trainer_args), opt
+        return list(command_with_python(opts.command, run.python)) + list(opts.trainer_args), opt
     argv = _trainer_argv(profile, opts, run, opt)
     if opts.check_trainer_args:
         preset = preset_values(opts.preset)
@@ -916,7 +921,9 @@ def make_plan(profile: Profile, opts: JobOptions) -> Plan:
         optimizer_sync=opts.optimizer_sync, avg_interval=opts.avg_interval, compression=opts.compression,
         multigrid=opt.multigrid, until_complete=opts.until_complete,
         max_links=opts.max_links if opts.until_complete else opts.chain, preset=opts.preset,
-        total_steps=opts.total_steps, warnings=() if opts.command else _batch_warnings(profile, opts, opt),
+        total_steps=opts.total_steps,
+        command_python=opts.command[0] if opts.command and is_bare_python(opts.command[0]) else None,
+        warnings=() if opts.command else _batch_warnings(profile, opts, opt),
     )
 
 
@@ -955,7 +962,51 @@ def _user_command_lines(plan: Plan) -> List[str]:
     batch, LR or epochs, which are its own)."""
     total = (f"{plan.total_steps:,} steps in all (--total-steps): status shows step/total and an ETA"
              if plan.total_steps else "no total declared (--total-steps N): status shows the step, no ETA")
-    return [f"runs your command on every rank: {shlex.join(plan.trainer_argv)}", total]
+    lines = [f"runs your command on every rank: {shlex.join(plan.trainer_argv)}"]
+    if plan.command_python:
+        lines.append(f"  {plan.command_python}: the profile's interpreter (environment.python), which `doctor "
+                     "--command` checks; a path runs as given")
+    return lines + [total]
+
+
+#: A program word that means "the Python on PATH": the ranks run the profile's interpreter for it instead.
+_BARE_PYTHON_RE = re.compile(r"python[0-9.]*")
+
+
+def is_bare_python(word: str) -> bool:
+    """``python``, ``python3``, ``python3.11``: an interpreter named without a folder."""
+    return bool(_BARE_PYTHON_RE.fullmatch(word))
+
+
+def script_index(command: Tuple[str, ...]) -> Optional[int]:
+    """Where the script is in a Python command (``python3 -u train.py --lr 1`` -> 2); None for ``-m``/``-c``,
+    for a command without one, and for a program that is not a Python interpreter."""
+    if not command or not _BARE_PYTHON_RE.fullmatch(command[0].rsplit("/", 1)[-1]):
+        return None
+    i = 1
+    while i < len(command):
+        word = command[i]
+        if word in ("-m", "-c", "-"):
+            return None
+        if word in ("-X", "-W"):
+            i += 2
+        elif word.startswith("-"):
+            i += 1
+        else:
+            return i
+    return None
+
+
+def command_with_python(command: Tuple[str, ...], python: str) -> Tuple[str, ...]:
+    """``command`` with a bare ``python``/``python3`` program replaced by the profile's interpreter.
+
+    Why: the job's PATH is the submitter's shell's (LSF and Slurm copy the environment) or the site's default,
+    and its ``python3`` is often not the interpreter that has torch (a venv not activated in this shell, the
+    system Python on the nodes), while ``doctor`` and the job's own helpers (``python -m trainer.rankenv``) use
+    the profile's. One interpreter for all of them; a program given with a folder runs as given."""
+    if command and is_bare_python(command[0]):
+        return (python,) + tuple(command[1:])
+    return tuple(command)
 
 
 def _method_lines(plan: Plan) -> List[str]:

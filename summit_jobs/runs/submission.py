@@ -38,6 +38,7 @@ def prepare(state, kw: dict) -> dict:
     the options to plan with: a new mapping, ``kw`` itself is left as given.
     """
     target = hosts.ssh_target_for(state.profile, ssh_options(state))
+    kw = _with_script_path(kw, target)
     if target is None:
         _warn_unused_ssh_options(ssh_options(state))
         return dict(kw)
@@ -54,6 +55,32 @@ def prepare(state, kw: dict) -> dict:
     if what.startswith("--remote-dir"):
         return dict(kw, runs_dir=chosen)
     return dict(kw)
+
+
+def _with_script_path(kw: dict, target) -> dict:
+    """--command's script, as the ranks will find it: they run in the run directory, so a relative script
+    (``python3 train.py``, the way one runs it by hand) is made absolute when it is in this folder, and refused
+    when it is not there (or when the job runs on another machine, whose folders this one cannot see). A dry
+    run is not refused: it shows a script, nothing runs."""
+    from summit_jobs.planning import job, plan
+    words = job.user_command_words(kw.get("user_command"))
+    index = plan.script_index(words)
+    if index is None or words[index].startswith("/"):
+        return kw
+    script = words[index]
+    if target is not None:
+        if kw.get("dry_run"):
+            return kw
+        raise UserError(f"--command's script {script!r} is a relative path; the ranks run in the run directory on "
+                        f"{target.label()}: give the script's absolute path there.")
+    if os.path.isfile(script):
+        return dict(kw, user_command=shlex.join(words[:index] + (os.path.abspath(script),) + words[index + 1:]))
+    if kw.get("run_dir") and os.path.isfile(os.path.join(os.path.expanduser(kw["run_dir"]), script)):
+        return kw
+    if kw.get("dry_run"):
+        return kw
+    raise UserError(f"--command's script {script!r} is not in this folder ({os.getcwd()}), and the ranks run in the "
+                    "run directory: give the script's absolute path, or submit from its folder.")
 
 
 #: The global options that only a submission over SSH uses, by their option names.
