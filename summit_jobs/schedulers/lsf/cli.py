@@ -35,10 +35,14 @@ from summit_jobs.errors import UserError
 #: The variables the exports set, in the order they are printed (PYTHONPATH and SUMMIT_JOBS_CONFIG only when
 #: needed, see _python_path and _config_file).
 NAMES = ("PATH", "SUMMIT_JOBS_LSF_HOME", "SUMMIT_JOBS_PYTHON", "SUMMIT_JOBS_LSF_NODES", "SUMMIT_JOBS_LSF_CORES",
-         "PYTHONPATH", "SUMMIT_JOBS_CONFIG")
+         "SUMMIT_JOBS_LSF_CLUSTER", "PYTHONPATH", "SUMMIT_JOBS_CONFIG")
 
 HOME_HELP = ("State folder of the embedded LSF (created if missing). Default: the local machine's, "
              "$SUMMIT_JOBS_LSF_HOME or ~/.local/share/summit-jobs/lsf (so `summit-jobs status` sees your jobs).")
+GENERIC_HELP = ("A generic LSF cluster, without IBM CSM: every job is an -n job whose script runs on its first "
+                "execution host (no launch node batch1), one slot unless -n says more, and -nnodes is refused. "
+                "Default: a Summit-like CSM cell (SUMMIT_JOBS_LSF_CLUSTER=csm), which summit-jobs' own local "
+                "machine needs.")
 
 
 class Setup:
@@ -150,9 +154,12 @@ def _config_file() -> Optional[str]:
     return str(_absolute(given)) if given else None
 
 
-def setup(state: State, home: Optional[str], environ: Dict[str, str]) -> Setup:
+def setup(state: State, home: Optional[str], environ: Dict[str, str], generic: bool = False) -> Setup:
     """The shell environment of the embedded LSF at ``home`` (default: the one summit-jobs uses, which
-    ``environ`` selects as it is this process's), created."""
+    ``environ`` selects as it is this process's), created.
+
+    ``generic``: a generic LSF cluster (SUMMIT_JOBS_LSF_CLUSTER=generic) rather than a CSM cell. The kind is
+    always exported, so a shell that evaluated a ``--generic`` setup earlier gets the CSM cell back."""
     from summit_jobs.hosts import host as hosts
     from summit_jobs import resources
     from summit_jobs.runs import records as runs
@@ -169,6 +176,7 @@ def setup(state: State, home: Optional[str], environ: Dict[str, str]) -> Setup:
     full = hosts.embedded_environment(environ, profile.scheduler.virtual_nodes, profile.node.cores)
     full["PATH"] = _in_front(str(bin_dir), environ.get("PATH", os.defpath))
     full["SUMMIT_JOBS_LSF_HOME"] = str(where)
+    full["SUMMIT_JOBS_LSF_CLUSTER"] = "generic" if generic else "csm"
     prefixes = {"PATH": str(bin_dir)}
     extra = _python_path(environ)
     if extra is not None:
@@ -202,28 +210,32 @@ def lsf_group() -> None:
 
 @lsf_group.command("env")
 @click.option("--home", metavar="DIR", help=HOME_HELP)
+@click.option("--generic", is_flag=True, help=GENERIC_HELP)
 @click.option("--json", "as_json", is_flag=True,
               help="Print JSON for programs: the state folder, the bin folder, its commands, and the variables "
                    "with their full values (environment) and the part put in front of PATH (prepend).")
 @click.pass_obj
-def env_cmd(state: State, home: Optional[str], as_json: bool) -> None:
+def env_cmd(state: State, home: Optional[str], generic: bool, as_json: bool) -> None:
     """Print the shell exports that put the embedded LSF's commands on PATH.
 
     \b
     For `eval` in sh, bash or zsh: the bin folder of the embedded LSF first on
-    PATH, SUMMIT_JOBS_LSF_HOME (its state folder), SUMMIT_JOBS_PYTHON and the
-    virtual nodes and cores of the local machine's profile. Every value is
-    shell-quoted. Nothing is installed: only the shell that evaluates these
-    lines gets bsub, bjobs, bkill, jsrun, blaunch, lsid and bqueues.
+    PATH, SUMMIT_JOBS_LSF_HOME (its state folder), SUMMIT_JOBS_PYTHON, the
+    virtual nodes and cores of the local machine's profile and the kind of
+    cluster (SUMMIT_JOBS_LSF_CLUSTER: csm, or generic with --generic). Every
+    value is shell-quoted. Nothing is installed: only the shell that evaluates
+    these lines gets bsub, bjobs, bkill, bpeek, jsrun, blaunch, lsid, bqueues,
+    bhosts, bparams and bacct.
 
     \b
     Examples:
       eval "$(summit-jobs lsf env)"; bsub -n 1 -W 5 ./job.sh; bjobs
       eval "$(summit-jobs lsf env --home "$RUNNER_TEMP/lsf")"; pytest tests/
+      eval "$(summit-jobs lsf env --generic --home /tmp/lsf)"   # an LSF cluster without CSM
       summit-jobs lsf env --home /tmp/lsf > lsf.sh    # then `. ./lsf.sh` in a later step
       summit-jobs lsf env --json                       # for a program's subprocess environment
     """
-    found = setup(state, home, dict(os.environ))
+    found = setup(state, home, dict(os.environ), generic)
     _note_python_path(found)
     click.echo(found.to_json() if as_json else found.exports(), nl=as_json)
 
@@ -253,9 +265,10 @@ def _program(argv: Tuple[str, ...], path: str) -> str:
 
 @lsf_group.command("shell", context_settings={"ignore_unknown_options": True})
 @click.option("--home", metavar="DIR", help=HOME_HELP)
+@click.option("--generic", is_flag=True, help=GENERIC_HELP)
 @click.argument("command", nargs=-1, type=click.UNPROCESSED, metavar="[-- COMMAND [ARGS]...]")
 @click.pass_obj
-def shell_cmd(state: State, home: Optional[str], command: Tuple[str, ...]) -> None:
+def shell_cmd(state: State, home: Optional[str], generic: bool, command: Tuple[str, ...]) -> None:
     """Start your shell ($SHELL), or run COMMAND, with the embedded LSF's commands on PATH.
 
     \b
@@ -269,8 +282,9 @@ def shell_cmd(state: State, home: Optional[str], command: Tuple[str, ...]) -> No
       summit-jobs lsf shell                              then bsub, bjobs, bkill; exit
       summit-jobs lsf shell --home /tmp/lsf -- pytest tests/
       summit-jobs lsf shell -- bjobs -a
+      summit-jobs lsf shell --generic -- pytest tests/   an LSF cluster without CSM
     """
-    found = setup(state, home, dict(os.environ))
+    found = setup(state, home, dict(os.environ), generic)
     _note_python_path(found)
     env = found.environ(dict(os.environ))
     argv = list(command) if command else _shell()

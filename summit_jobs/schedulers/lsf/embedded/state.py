@@ -14,6 +14,13 @@ Settings (environment variables, read by each command):
 ``SUMMIT_JOBS_LSF_NODES`` / ``SUMMIT_JOBS_LSF_CORES``
     Virtual nodes of this machine and cores per virtual node (default 4 and 2;
     the host layer sets them from the ``local`` profile).
+``SUMMIT_JOBS_LSF_CLUSTER``
+    ``csm`` (default): a Summit-like cell, where ``-nnodes`` (or neither
+    ``-n`` nor ``-nnodes``) gets whole nodes behind the launch node
+    ``batch1``; ``generic``: an LSF cluster without IBM CSM, where every job
+    has the generic form (``-n``, default one slot, no launch node: the script
+    runs on the first execution host) and ``-nnodes`` is refused.
+    ``summit-jobs lsf env --generic`` sets it.
 ``SUMMIT_JOBS_LSF_GPUS``
     GPUs of each virtual node (default 0: a job asking ``-gpu`` could never
     start). A job's GPUs are told to it in CUDA_VISIBLE_DEVICES (jobenv.py).
@@ -133,6 +140,20 @@ def virtual_nodes() -> int:
 
 def cores_per_node() -> int:
     return _env_count("SUMMIT_JOBS_LSF_CORES", 2, 4096)
+
+
+#: The kinds of cluster the embedded LSF can be (SUMMIT_JOBS_LSF_CLUSTER).
+CLUSTER_KINDS = ("csm", "generic")
+
+
+def cluster_kind() -> str:
+    """``csm`` (a Summit-like cell with the launch node batch1) or ``generic`` (an LSF cluster without CSM):
+    SUMMIT_JOBS_LSF_CLUSTER, default ``csm``."""
+    raw = (os.environ.get("SUMMIT_JOBS_LSF_CLUSTER") or "csm").strip().lower()
+    if raw not in CLUSTER_KINDS:
+        raise LsfError(f"SUMMIT_JOBS_LSF_CLUSTER={os.environ.get('SUMMIT_JOBS_LSF_CLUSTER')!r} must be "
+                       f"{' or '.join(CLUSTER_KINDS)}")
+    return raw
 
 
 def gpus_per_node() -> int:

@@ -7,12 +7,23 @@ Spectrum LSF 10.1 Command Reference,
 https://www.ibm.com/docs/en/SSWRJV_10.1.0/lsf_command_ref/bacct.1.html):
 by default a summary of every finished job of the user; ``bacct JOBID ...``
 the summary of those jobs; ``-l`` a block per job before the summary (the
-``Job <N>, User <U>, ...`` line, the Submitted, Dispatched and Completed
-events, and ``CPU_T WAIT TURNAROUND STATUS HOG_FACTOR MEM SWAP``). All times
-are in seconds. A job LSF ended shows its termination reason after
+``Job <N>, [Job Name <name>, ]User <U>, ...`` line, the Submitted, Dispatched and
+Completed events, and ``CPU_T WAIT TURNAROUND STATUS HOG_FACTOR MEM SWAP``). All
+times are in seconds. A job LSF ended shows its termination reason after
 ``Completed <exit>;`` (IBM: "Termination reasons displayed by bacct, bhist,
-and bjobs"); the exit code of a job that exited non-zero is given in the
-words of ``bjobs -l`` and ``bhist -l``, ``Exited with exit code N.``.
+and bjobs"); a job that simply exited non-zero shows ``Completed <exit>.`` and
+nothing more (its exit code is bjobs' and bhist's to tell).
+
+The layout follows real ``bacct -l`` outputs (tests/data/lsf/bacct_l_*.txt,
+each with its .source): ``Job Name <...>`` only for a job given a name (``-J``,
+or an element of an array, shown as ``ID[i]``); ``Command <...>`` the command as
+typed on the bsub line, or for a script read from stdin its non-blank lines
+joined with ``;`` (``#!/bin/bash;#BSUB -J t;...``); the Submitted line with
+``Output File`` / ``Error File`` (``(overwrite)`` for ``-oo`` / ``-eo``) as
+given; LSF 10.1's ``Dispatched N Task(s) on Host(s) ..., Allocated N Slot(s) on
+Host(s) ..., Effective RES_REQ <...>;``; event times in ctime's form (``Mon Oct
+ 8 17:07:54``: the day padded with a space), and the SUMMARY's expansion factor,
+throughput and ``Beginning time`` / ``Ending time`` lines (``Oct  8 17:07``).
 
 What is accounted is recorded by the job's supervisor when the job ends
 (the same ``cpu_s`` bjobs shows, and peak_rss_kb): the CPU time (user + system) and the largest resident size
@@ -74,14 +85,21 @@ def memory_text(kb: Optional[float]) -> str:
 
 
 def figures(job: Dict) -> Dict[str, float]:
-    """CPU time, wait, turnaround, run time and hog factor of a finished job, in seconds."""
+    """CPU time, wait, turnaround, run time, hog factor and expansion factor of a finished job, in seconds;
+    when it began (its dispatch, else its end) and ended, for the SUMMARY's throughput.
+
+    The expansion factor is turnaround / run time with a run time under a second counted as one: in a real
+    SUMMARY a job that never ran (run time 0) gives its whole turnaround as its factor, and one with both 0
+    gives 0.00."""
     submit, finish = float(job["submit_time"]), float(job.get("finish_time") or job["submit_time"])
     start = float(job.get("start_time") or finish)
     cpu = float(job.get("cpu_s") or 0.0)
     turnaround = max(0.0, finish - submit)
-    return {"cpu": cpu, "wait": max(0.0, start - submit), "turnaround": turnaround,
-            "run": max(0.0, finish - start) if job.get("start_time") else 0.0,
-            "hog": cpu / turnaround if turnaround > 0 else 0.0}
+    run = max(0.0, finish - start) if job.get("start_time") else 0.0
+    # LSF accounts whole seconds (lsb.acct): the expansion factor is a ratio of whole seconds, as printed.
+    return {"cpu": cpu, "wait": max(0.0, start - submit), "turnaround": turnaround, "run": run,
+            "hog": cpu / turnaround if turnaround > 0 else 0.0,
+            "expansion": round(turnaround) / max(round(run), 1), "began": start, "ended": finish}
 
 
 def _wrap(text: str, indent: int = 21, width: int = 79) -> List[str]:
@@ -95,33 +113,56 @@ def _wrap(text: str, indent: int = 21, width: int = 79) -> List[str]:
 
 
 def _completed(job: Dict) -> List[str]:
-    """The lines of how the job ended: ``Completed <done>.`` or ``Completed <exit>[; REASON].``."""
+    """The line of how the job ended: ``Completed <done>.`` or ``Completed <exit>[; REASON].`` (a reason only
+    where LSF ended the job, as IBM's; no exit code: bacct -l prints none)."""
     at = _when(float(job.get("finish_time") or job["submit_time"]))
     if job["state"] == "DONE":
         return [f"{at}: Completed <done>."]
-    out = []
-    code, reason = job.get("exit_code"), job.get("exit_reason") or ""
-    if code:
-        out.append(f"{at}: Exited with exit code {code}. The CPU time used is "
-                   f"{float(job.get('cpu_s') or 0.0):.1f} seconds.")
-    term = reason.split(":", 1)[0] if reason.startswith("TERM_") else ""
-    out.append(f"{at}: Completed <exit>; {reason}." if term else f"{at}: Completed <exit>.")
-    return out
+    reason = job.get("exit_reason") or ""
+    return [f"{at}: Completed <exit>; {reason}." if reason.startswith("TERM_") else f"{at}: Completed <exit>."]
+
+
+#: The effective resource requirement bacct shows for a job that gave no ``-R``: the default selection and order
+#: that lead every Effective RES_REQ of the captures (tests/data/lsf/bacct_l_ebi_*.txt).
+DEFAULT_RES_REQ = "select[type == local] order[r15s:pg] "
+
+
+def effective_resreq(given: str) -> str:
+    """Effective RES_REQ as bacct shows it: the job's ``-R`` after the default selection and order unless it
+    names a selection of its own, with LSF's trailing space."""
+    given = " ".join(given.split())
+    if not given:
+        return DEFAULT_RES_REQ
+    return f"{given} " if "select[" in given else f"{DEFAULT_RES_REQ}{given} "
+
+
+def _files(job: Dict) -> str:
+    """``, Output File <f>, Error File <g>`` of the Submitted line, as given to bsub (``%J`` unexpanded)."""
+    text = ""
+    for word, key, overwrite in (("Output", "out_given", "out_overwrite"), ("Error", "err_given", "err_overwrite")):
+        if job.get(key):
+            text += f", {word} File{' (overwrite)' if job.get(overwrite) else ''} <{job[key]}>"
+    return text
 
 
 def long_block(job: Dict) -> List[str]:
     """One job of ``bacct -l``: its identity, its events and its accounting line."""
-    # A command job shows its command line; a script job the name it was given (by default its bsub line).
-    command = job["name"] if job.get("is_script") else " ".join(job.get("command") or []) or job["name"]
-    head = (f"Job <{job['id']}>, Job Name <{job['name']}>, User <{job['user']}>, Project "
+    # The command as bjobs -l shows it: as typed, or a stdin script's lines joined with ';' (bsub.job_name).
+    command = str(job.get("command_line") or job["name"])
+    named = f"Job Name <{job['name']}>, " if job.get("name_given") or job.get("array_id") else ""
+    head = (f"Job <{state.shown_id(job)}>, {named}User <{job['user']}>, Project "
             f"<{job.get('project') or 'default'}>, Status <{job['state']}>, Queue <{job['queue']}>, "
             f"Command <{command}>")
     lines = [""] + _wrap(head)
     lines += _wrap(f"{_when(float(job['submit_time']))}: Submitted from host <{job.get('from_host', '')}>, "
-                   f"CWD <{job.get('subcwd', '')}>;")
+                   f"CWD <{job.get('subcwd', '')}>{_files(job)};")
     if job.get("start_time") and job.get("hosts"):
-        places = ", ".join(f"<{h}>" if n == 1 else f"<{n}*{h}>" for h, n in jobenv.host_slots(job))
-        lines += _wrap(f"{_when(float(job['start_time']))}: Dispatched to {places};")
+        pairs = jobenv.host_slots(job)
+        places = " ".join(f"<{h}>" if n == 1 else f"<{n}*{h}>" for h, n in pairs)
+        slots = sum(n for _, n in pairs)
+        resreq = effective_resreq(str(job.get("resreq") or ""))
+        lines += _wrap(f"{_when(float(job['start_time']))}: Dispatched {slots} Task(s) on Host(s) {places}, "
+                       f"Allocated {slots} Slot(s) on Host(s) {places}, Effective RES_REQ <{resreq}>;")
     lines += _completed(job)
     f = figures(job)
     lines += ["", "Accounting information about this job:",
@@ -148,7 +189,12 @@ def summary(jobs: List[Dict]) -> List[str]:
         return sum(values), sum(values) / len(values), max(values), min(values)
 
     done = sum(1 for j in jobs if j["state"] == "DONE")
-    cpu, wait, turn, hog, run = (stats(k) for k in ("cpu", "wait", "turnaround", "hog", "run"))
+    cpu, wait, turn, hog, run, grow = (stats(k) for k in ("cpu", "wait", "turnaround", "hog", "run", "expansion"))
+    began, ended = min(f["began"] for f in figs), max(f["ended"] for f in figs)
+    hours = (ended - began) / 3600.0
+    # IBM: throughput = jobs / (ET - BT), BT the first job's start, ET the last job's end. A span of no time
+    # (one job that ended as it started) has no throughput: 0.00, never a division by zero.
+    throughput = len(jobs) / hours if hours > 0 else 0.0
     return ["", "SUMMARY:      ( time unit: second ) ",
             f" Total number of done jobs: {done:>7}      Total number of exited jobs: {len(jobs) - done:>5}",
             f" Total CPU time consumed: {cpu[0]:>9.1f}      Average CPU time consumed: {cpu[1]:>7.1f}",
@@ -160,8 +206,18 @@ def summary(jobs: List[Dict]) -> List[str]:
             f" Maximum turnaround time: {turn[2]:>9.0f}      Minimum turnaround time: {turn[3]:>9.0f}",
             f" Average hog factor of a job: {hog[1]:>5.2f} ( cpu time / turnaround time )",
             f" Maximum hog factor of a job: {hog[2]:>5.2f}      Minimum hog factor of a job: {hog[3]:>5.2f}",
+            f" Average expansion factor of a job:  {grow[1]:.2f} ( turnaround time / run time )",
+            f" Maximum expansion factor of a job:  {grow[2]:.2f}",
+            f" Minimum expansion factor of a job:  {grow[3]:.2f}",
             f" Total Run time consumed: {run[0]:>9.0f}      Average Run time consumed: {run[1]:>9.0f}",
-            f" Maximum Run time of a job: {run[2]:>7.0f}      Minimum Run time of a job: {run[3]:>9.0f}"]
+            f" Maximum Run time of a job: {run[2]:>7.0f}      Minimum Run time of a job: {run[3]:>9.0f}",
+            f" Total throughput: {throughput:16.2f} (jobs/hour)  during {hours:7.2f} hours",
+            f" Beginning time:       {_short(began)}      Ending time:          {_short(ended)}"]
+
+
+def _short(ts: float) -> str:
+    """LSF's short time, ctime's month, day (padded with a space) and minute: ``Oct  8 17:07``."""
+    return time.strftime("%b %e %H:%M", time.localtime(ts))
 
 
 # -- the command ----------------------------------------------------------------------------------------------
@@ -192,7 +248,7 @@ def select(jobs: List[Dict], user: str, ids: List[int]) -> List[Dict]:
     """The finished jobs asked for: the ids given (of any user, as IBM's bacct JOBID), else the user's."""
     finished = [j for j in jobs if j["state"] in state.FINISHED]
     if ids:
-        return [j for j in finished if j["id"] in ids]
+        return [j for j in finished if state.lsf_id(j) in ids]      # an array's id: every element
     return [j for j in finished if user == "all" or j.get("user") == user]
 
 

@@ -1,10 +1,22 @@
-"""Embedded ``bjobs``: LSF's default table, ``-o "fields"``, ``-json``, ``-l`` and ``-u USER``.
+"""Embedded ``bjobs``: LSF's default table, ``-o "fields"``, ``-json``, ``-l``, ``-u USER``, the state
+filters ``-a -r -p -d -s`` and ``-J NAME``.
 
-Without job ids it lists unfinished jobs (``-a``: finished ones too); with ids it
-shows those jobs in any state and says ``Job <N> is not found`` for unknown ids
-(in ``-json``: a record with an ``ERROR`` key). Finished jobs drop out after
-SUMMIT_JOBS_LSF_CLEAN_PERIOD seconds, as after LSF's CLEAN_PERIOD, so tools must
-not read "gone from bjobs" as success.
+Without job ids it lists unfinished jobs (``-a``: finished ones too; ``-r`` the running, ``-p`` the
+pending with their pending reasons under each row, ``-d`` the recently finished, ``-s`` the suspended,
+of which this LSF has none; several of them list the union); ``-J`` keeps the jobs of that name (``*``
+matches any characters). With ids it shows those jobs in any state and says ``Job <N> is not found``
+for unknown ids (in ``-json``: a record with an ``ERROR`` key). Finished jobs drop out after
+SUMMIT_JOBS_LSF_CLEAN_PERIOD seconds, as after LSF's CLEAN_PERIOD, so tools must not read "gone from
+bjobs" as success.
+
+Exit status, as IBM's lsf.conf page for LSB_BJOBS_CONSISTENT_EXIT_CODE describes it
+(https://www.ibm.com/docs/en/SSWRJV_10.1.0/lsf_config_ref/lsf.conf.lsb_bjobs_consistent_exit_code.5.html):
+by default (N) 255 only when a job asked for by id (or by ``-J`` name) is not found, and 0 when a listing
+finds nothing (``No unfinished job found``); with ``LSB_BJOBS_CONSISTENT_EXIT_CODE=Y`` in the environment
+(standing for lsf.conf) 0 only when jobs are shown, 255 when none is or an id is not found. The messages
+for an empty listing are LSF's (OpenLava's lsbatch/cmd/cmd.err.c, the open-source LSF 7 code: ``No job
+found``, ``No unfinished job found``, ``No DONE/EXIT job found``, ``No pending job found``, ``No suspended
+job found``, ``No running job found``, ``Job <name> is not found``).
 """
 from __future__ import annotations
 
@@ -171,15 +183,25 @@ def parse_fields(text: str) -> Tuple[List[str], Optional[str]]:
     return names, delimiter
 
 
+#: The state filters (IBM: bjobs -r, -p, -d, -s) and the states each lists.
+STATE_FLAGS = {"-r": ("RUN",), "-p": ("PEND",), "-d": state.FINISHED, "-s": ()}
+#: LSF's line for an empty listing, by the filters asked, in LSF's order of precedence (cmd.err.c's jobInfoErr).
+EMPTY = (("-d", "No DONE/EXIT job found"), ("-p", "No pending job found"), ("-s", "No suspended job found"),
+         ("-r", "No running job found"))
+
+
 def parse_args(args: List[str]) -> Dict:
     """bjobs' options and job ids; FormatError / SystemExit with LSF's words otherwise."""
     opts: Dict = {"all": False, "json": False, "noheader": False, "long": False, "fields": None,
-                  "delimiter": None, "user": None, "ids": []}
+                  "delimiter": None, "user": None, "ids": [], "states": set(), "name": None}
     i = 0
     while i < len(args):
         a = args[i]
         if a == "-a":
             opts["all"] = True
+        elif a in STATE_FLAGS or re.fullmatch(r"-p[0-3]", a):
+            # -p0 to -p3 choose IBM's level of detail of the pending reasons; this LSF has one reason per job.
+            opts["states"].add(a[:2])
         elif a == "-json":
             opts["json"] = True
         elif a == "-noheader":
@@ -188,15 +210,17 @@ def parse_args(args: List[str]) -> Dict:
             opts["long"] = True
         elif a == "-w":
             pass
-        elif a in ("-o", "-u"):
+        elif a in ("-o", "-u", "-J"):
             if i + 1 >= len(args):
                 raise SystemExit(f"bjobs: {a} needs a value")
             if a == "-o":
                 opts["fields"], opts["delimiter"] = parse_fields(args[i + 1])
             elif not args[i + 1].strip():
-                raise SystemExit("bjobs: -u '': give a user name, or all")
-            else:
+                raise SystemExit(f"bjobs: {a} '': give a " + ("user name, or all" if a == "-u" else "job name"))
+            elif a == "-u":
                 opts["user"] = args[i + 1]
+            else:
+                opts["name"] = args[i + 1]
             i += 1
         elif parse_target(a) is not None:
             opts["ids"].append(parse_target(a))
@@ -209,8 +233,9 @@ def parse_args(args: List[str]) -> Dict:
 
 
 def _long_time(ts: float) -> str:
-    """The time stamp of ``bjobs -l`` lines: ``Fri Nov 27 15:48:06``."""
-    return time.strftime("%a %b %d %H:%M:%S", time.localtime(ts))
+    """The time stamp of ``bjobs -l`` lines, ctime's form as LSF prints it: ``Fri Nov 27 15:48:06``, the day
+    padded with a space (``Mon Dec  7 09:05:01``)."""
+    return time.strftime("%a %b %e %H:%M:%S", time.localtime(ts))
 
 
 def long_form(job: Dict) -> str:
@@ -260,6 +285,42 @@ def _ending(job: Dict, v: Dict[str, str]) -> List[str]:
     return out + [f"{when}: Completed <exit>{reason}."]
 
 
+def listed_states(opts: Dict) -> Tuple[str, ...]:
+    """The states a listing without job ids shows: all (``-a``), the union of the filters asked, or the
+    unfinished ones."""
+    if opts["all"]:
+        return state.ACTIVE + state.FINISHED
+    if opts["states"]:
+        return tuple(s for flag in sorted(opts["states"]) for s in STATE_FLAGS[flag])
+    return state.ACTIVE
+
+
+def name_matches(pattern: str, job: Dict) -> bool:
+    """Whether ``-J pattern`` names the job: its name, or for an element of a job array the array's name too;
+    ``*`` matches any characters, as in IBM's bjobs -J."""
+    regex = re.compile(".*".join(re.escape(part) for part in pattern.split("*")), re.S)
+    names = [str(job["name"])]
+    if job.get("array_id"):
+        names.append(str(job["name"]).rsplit("[", 1)[0])
+    return any(regex.fullmatch(n) for n in names)
+
+
+def empty_listing(opts: Dict) -> str:
+    """LSF's line when a listing without job ids finds nothing."""
+    if opts["name"] is not None:
+        return f"Job <{opts['name']}> is not found"
+    if opts["all"]:
+        return "No job found"
+    if not opts["states"]:
+        return "No unfinished job found"
+    return next(line for flag, line in EMPTY if flag in opts["states"])
+
+
+def consistent_exit_code() -> bool:
+    """lsf.conf's LSB_BJOBS_CONSISTENT_EXIT_CODE (here: the environment); IBM's default is N."""
+    return os.environ.get("LSB_BJOBS_CONSISTENT_EXIT_CODE", "").strip().upper() == "Y"
+
+
 def _select(opts: Dict, jobs: List[Dict]) -> Tuple[List[Dict], List[str]]:
     """(the jobs to show, the ids asked for that bjobs does not know)."""
     horizon = time.time() - state.clean_period()
@@ -268,8 +329,11 @@ def _select(opts: Dict, jobs: List[Dict]) -> Tuple[List[Dict], List[str]]:
     user = opts["user"]
     if user is not None and user != "all":
         visible = {k: j for k, j in visible.items() if j.get("user") == user}
+    if opts["name"] is not None:
+        visible = {k: j for k, j in visible.items() if name_matches(opts["name"], j)}
     if not opts["ids"]:
-        return [j for j in visible.values() if opts["all"] or j["state"] not in state.FINISHED], []
+        wanted = listed_states(opts)
+        return [j for j in visible.values() if j["state"] in wanted], []
     selected: List[Dict] = []
     missing: List[str] = []
     for jid, index in opts["ids"]:
@@ -282,7 +346,10 @@ def _select(opts: Dict, jobs: List[Dict]) -> Tuple[List[Dict], List[str]]:
     return selected, missing
 
 
-def _table(names: List[str], selected: List[Dict], noheader: bool, delimiter: Optional[str]) -> None:
+def _table(names: List[str], selected: List[Dict], noheader: bool, delimiter: Optional[str],
+           reasons: bool = False) -> None:
+    """The rows; with ``reasons`` (``-p`` in the default table) a pending job's reason under its row, as LSF
+    prints it (`` New job is waiting for scheduling;``)."""
     rows = [[field_value(j, n) for n in names] for j in selected]
     if delimiter is not None:
         lines = ([delimiter.join(n.upper() for n in names)] if not noheader else []) + \
@@ -292,8 +359,10 @@ def _table(names: List[str], selected: List[Dict], noheader: bool, delimiter: Op
     widths = [max([WIDTH.get(n, len(n))] + [len(r[k]) for r in rows]) for k, n in enumerate(names)]
     if not noheader:
         print(" ".join(n.upper().ljust(w) for n, w in zip(names, widths)).rstrip())
-    for row in rows:
+    for job, row in zip(selected, rows):
         print(" ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip())
+        if reasons and job["state"] == "PEND":
+            print(f" {job.get('pend_reason') or 'New job is waiting for scheduling'};")
 
 
 def _readable(jobs: List[Dict], lsf_home: object) -> List[Dict]:
@@ -347,15 +416,17 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 0
     for m in missing:
         print(f"Job <{m}> is not found", file=sys.stderr)
-    if not selected:
-        if not opts["ids"]:
-            print("No job found" if opts["all"] else "No unfinished job found", file=sys.stderr)
-        return 255 if missing or not opts["ids"] else 0
-    if opts["long"]:
+    named_none = not selected and not opts["ids"] and opts["name"] is not None
+    if not selected and not opts["ids"]:
+        print(empty_listing(opts), file=sys.stderr)
+    if selected and opts["long"]:
         print(("-" * 78 + "\n").join(long_form(j) for j in selected), end="")
-    else:
-        _table(names, selected, opts["noheader"], opts["delimiter"])
-    return 0 if not missing else 255
+    elif selected:
+        _table(names, selected, opts["noheader"], opts["delimiter"],
+               reasons="-p" in opts["states"] and opts["fields"] is None)
+    if missing or named_none or (consistent_exit_code() and not selected):
+        return 255
+    return 0
 
 
 if __name__ == "__main__":

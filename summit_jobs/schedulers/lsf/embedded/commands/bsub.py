@@ -10,6 +10,9 @@ stdin (most LSF sites). Options on the command line win over ``#BSUB`` lines.
 ``-env`` chooses the submission variables the job gets (env_selection), ``-J
 "name[1-N%M]"`` submits a job array (parse_array): one record per element,
 each with an id of its own that only the state uses, shown as ``ID[i]``.
+``-K`` waits for the job and exits with its exit code (wait_for_job). On a
+generic cluster (SUMMIT_JOBS_LSF_CLUSTER=generic) every job has the generic
+form and ``-nnodes`` is refused (slot_request).
 
 The job is spooled (the script copied into the state folder, as LSF does) so
 that editing the file after submission changes nothing. The job runs in the
@@ -47,7 +50,7 @@ from summit_jobs.errors import describe_os_error
 #: Options that take a value, and flags that do not.
 VALUE_OPTS = {"-J", "-q", "-o", "-oo", "-e", "-eo", "-W", "-nnodes", "-P", "-G", "-w", "-wa", "-wt",
               "-alloc_flags", "-U", "-cwd", "-n", "-R", "-M", "-ln_slots", "-csm", "-gpu", "-app", "-env"}
-FLAG_OPTS = {"-B", "-N", "-rn", "-r", "-x", "-ti"}
+FLAG_OPTS = {"-B", "-N", "-rn", "-r", "-x", "-ti", "-K"}
 #: Options that may be given several times (merged, as LSF does).
 REPEATABLE = {"-R"}
 QUEUE_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
@@ -346,7 +349,18 @@ def slot_request(opts: Dict[str, object], nodes_total: int, cores: int) -> Tuple
     each host (the last takes the rest), ``span[hosts=1]`` all on one host,
     neither fills hosts a node's cores at a time. A job that could never start
     on this machine's virtual nodes is refused.
+
+    On a generic cluster (SUMMIT_JOBS_LSF_CLUSTER=generic) every job has the
+    generic form, as on an LSF cluster without IBM CSM: neither option is one
+    slot (IBM's default, ``-n 1``), and ``-nnodes``, CSM's option, is refused.
     """
+    if state.cluster_kind() == "generic":
+        if "-nnodes" in opts:
+            raise BsubError(f"-nnodes {_shown(str(opts['-nnodes']))}: -nnodes is an option of IBM CSM, and this "
+                            "embedded LSF is a generic LSF cluster without CSM (SUMMIT_JOBS_LSF_CLUSTER=generic); "
+                            "give -n SLOTS")
+        if "-n" not in opts:
+            opts = dict(opts, **{"-n": "1"})
     if "-nnodes" in opts and str(opts.get("-csm", "n")).lower() == "y":
         raise BsubError("-nnodes: Do not use with the -csm y option (-nnodes is CSM's easy mode, -csm y its "
                         "expert mode)")
@@ -609,6 +623,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         if script is not None:
             opts, _ = parse_options(directives(script), "#BSUB")
         opts.update(cmd_opts)
+        if opts.get("-K") and check_name(opts) is not None:
+            raise BsubError("-K with a job array: this embedded bsub waits for one job only; submit the array "
+                            "without -K and follow it with bjobs")
         job = submit(opts, command, script, rest)
     except (BsubError, resources.ResourceError, state.LsfError) as exc:
         print(f"{exc}. Job not submitted.", file=sys.stderr)
@@ -617,8 +634,69 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"bsub: embedded LSF state: {describe_os_error(exc)} Job not submitted.", file=sys.stderr)
         return 255
     where = f"queue <{job['queue']}>" if job["queue_given"] else f"default queue <{job['queue']}>"
-    print(f"Job <{job['id']}> is submitted to {where}.")
+    print(f"Job <{job['id']}> is submitted to {where}.", flush=True)
+    if opts.get("-K"):
+        return wait_for_job(job["id"])
     return 0
+
+
+#: Seconds between two looks at the job's record while ``bsub -K`` waits (a file read each).
+WAIT_POLL = 0.1
+#: Seconds between two checks that the job's supervisor is alive while ``bsub -K`` waits.
+WAIT_REAP = 2.0
+
+
+def wait_for_job(job_id: int) -> int:
+    """``bsub -K``: wait for the job to end, with IBM's messages on stderr; the job's exit code.
+
+    IBM (bsub -K, https://www.ibm.com/docs/en/SSWRJV_10.1.0/lsf_command_ref/bsub.__k.1.html): "Waiting
+    for dispatch" when the job is submitted, "Starting on execution_host" when it starts if
+    LSB_SUBK_SHOW_EXEC_HOST is enabled, "Job is finished" when it is done; bsub exits with the job's exit
+    code, and 126 if the job was terminated while pending. The words as LSF prints them (``<<Waiting for
+    dispatch ...>>``, ``<<Starting on batch1>>``, ``<<Job is finished>>``, all on stderr) were captured on
+    Summit (tests/data/lsf/bsub_K_summit.txt and its .source). IBM does not say what Ctrl-C does to a
+    waiting bsub: here it stops the waiting only, and the job goes on, as one submitted without -K would.
+    """
+    lsf_home = state.home()
+    print("<<Waiting for dispatch ...>>", file=sys.stderr, flush=True)
+    show_host = os.environ.get("LSB_SUBK_SHOW_EXEC_HOST", "").strip().upper() == "Y"
+    started = False
+    last_reap = time.time()
+    try:
+        while True:
+            job = state.load_job(lsf_home, job_id)
+            if job is None:
+                print(f"bsub: job <{job_id}> is no longer known to this embedded LSF (its record in {lsf_home} "
+                      "is gone)", file=sys.stderr)
+                return 255
+            if show_host and not started and job.get("hosts"):
+                started = True
+                from summit_jobs.schedulers.lsf.embedded import jobenv
+                print(f"<<Starting on {jobenv.host_slots(job)[0][0]}>>", file=sys.stderr, flush=True)
+            if job["state"] in state.FINISHED:
+                return _finished(job)
+            if time.time() - last_reap >= WAIT_REAP:
+                last_reap = time.time()
+                if not state.pid_alive(job.get("supervisor_pid")):
+                    with state.locked(lsf_home):       # a supervisor that died leaves no one to end the job
+                        state.reap_lost(lsf_home, [job])
+            time.sleep(WAIT_POLL)
+    except KeyboardInterrupt:
+        print(f"bsub: stopped waiting for job <{job_id}>; the job goes on (bkill {job_id} ends it)",
+              file=sys.stderr)
+        return 130
+
+
+def _finished(job: Dict) -> int:
+    """The last line of ``bsub -K`` and its exit status, from the finished job's record."""
+    if not job.get("start_time"):
+        print("<<Terminated while pending>>", file=sys.stderr)
+        return 126
+    print("<<Job is finished>>", file=sys.stderr)
+    if job["state"] == "DONE":
+        return 0
+    code = job.get("exit_code")
+    return int(code) & 0xFF if isinstance(code, int) else 255      # no code: the job was lost
 
 
 def submit(opts: Dict[str, object], command: List[str], script: Optional[str],
