@@ -55,7 +55,7 @@ def test_the_plan_of_a_user_command_prints_none_of_the_trainers_numbers(tmp_path
     plan = res.stderr
     for word in ("global batch", "LR", "optimizer", "epochs", "clips/s", "warm-up"):
         assert word not in plan, (word, plan)
-    assert "1 nodes x 2 ranks = 2 ranks" in plan and "walltime 0:10" in plan and "at most 20 links" in plan
+    assert "1 node x 2 CPU ranks = 2 CPU ranks" in plan and "walltime 0:10" in plan and "at most 20 links" in plan
     assert f"runs your command on every rank: {sys.executable} train.py --steps 400" in plan
     assert "python3: the profile's interpreter" in plan
     assert "400 steps in all (--total-steps)" in plan

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import sys
 from typing import Optional, Tuple
 
 import click
@@ -285,24 +286,43 @@ def stage_data_cmd(state: State, manifest: str, nodes: int, policy: str, transpo
     plan = staging.plan_placement(profile, data, nodes, policy)
     hop1 = staging.Hop1(data, transport, src, pfs, htar=htar, jobs=jobs, retries=retries, retry_delay=retry_delay,
                         progress=not quiet and not as_json)
+    train = _train_line(state.machine, plan, pfs, nodes, policy)
     if dry_run:
-        _print_stage_plan(profile, plan, hop1, data, src, pfs, hop1_needed, transport, htar, nodes, policy, as_json)
+        _print_stage_plan(profile, plan, hop1, data, src, pfs, hop1_needed, transport, htar, nodes, policy, train,
+                          as_json)
         return
+    if to_nvme and not plan.node_local_nvme:
+        raise UserError(f"--to-nvme: {profile.name} has no node-local NVMe in its profile (node.nvme_path), so "
+                        "there is no hop 2 to run: drop --to-nvme, and the job's ranks read the shards from the "
+                        f"folder: {train}")
     if plan.warnings and (to_nvme or any("larger than a node's NVMe" in w for w in plan.warnings)):
         raise UserError(plan.warnings[0] + ".")
     for w in plan.warnings:
         click.echo(f"stage-data: warning: {w}", err=True)
-    result: dict = {"plan": plan.to_dict()}
+    result: dict = {"plan": plan.to_dict(), "submit": train}
     if hop1_needed:
         result["hop1"] = _run_hop1(hop1, force, as_json)
-    manifest_on_pfs = pfs / _manifest_name()
     if to_nvme:
-        result["hop2"] = _run_local_hop2(profile, manifest_on_pfs, nodes, policy, quiet, as_json)
+        result["hop2"] = _run_local_hop2(profile, pfs / _manifest_name(), nodes, policy, quiet, as_json)
     elif not as_json:
-        click.echo("stage-data: hop 2 runs inside the job: summit-jobs submit --nodes "
-                   f"{nodes} --data {shlex.quote(str(manifest_on_pfs))} --stage-policy {policy}")
+        click.echo(("stage-data: hop 2 runs inside the job: " if plan.node_local_nvme else
+                    f"stage-data: no hop 2 on {profile.name} (no node-local NVMe): the job's ranks read the shards "
+                    f"from {pfs}: ") + train)
     if as_json:
         click.echo(json.dumps(result, indent=2))
+
+
+def _train_line(machine: str, plan, pfs, nodes: int, policy: str) -> str:
+    """The submit that trains on the staged shards, as submit takes it on this machine.
+
+    With node-local NVMe the job's first step is hop 2: ``--data MANIFEST --stage-policy POLICY``. Without it,
+    submit refuses --data (there is nothing to stage onto) and the ranks read the shards from the parallel file
+    system folder itself, ``-- --data DIR``, every rank its share of all of them (no staging policy applies).
+    ``--machine`` is named, so the line runs on the machine that was planned for from any shell."""
+    head = f"summit-jobs --machine {shlex.quote(machine)} submit --nodes {nodes}"
+    if plan.node_local_nvme:
+        return f"{head} --data {shlex.quote(str(pfs / _manifest_name()))} --stage-policy {policy}"
+    return f"{head} -- --data {shlex.quote(str(pfs))}"
 
 
 def _manifest_name() -> str:
@@ -331,7 +351,7 @@ def _hop1_paths(manifest_path, transport: str, source: Optional[str], htar: Opti
 
 
 def _print_stage_plan(profile, plan, hop1, data, src, pfs, hop1_needed: bool, transport: str,
-                      htar: Optional[str], nodes: int, policy: str, as_json: bool) -> None:
+                      htar: Optional[str], nodes: int, policy: str, train: str, as_json: bool) -> None:
     """--dry-run: per node shares, hop 1's commands and hop 2's line (one process per node, as the profile's
     scheduler starts it); nothing copied."""
     from summit_jobs import schedulers
@@ -342,19 +362,23 @@ def _print_stage_plan(profile, plan, hop1, data, src, pfs, hop1_needed: bool, tr
                       f"{htar or src} -> {pfs}"] + [f"  {c}" for c in hop1.commands(names)]
     else:
         hop1_lines = [f"hop 1: none, the shards are already in {src}"]
-    program = (f"{profile.environment.python} -m trainer.stage --manifest {pfs / _manifest_name()} --dest "
-               f"{staging.nvme_data_dir(profile.node.nvme_path or '<no nvme>')} --policy {policy} --nodes {nodes}")
-    hop2_cmd = schedulers.for_profile(profile).stage_launch_line(profile, nodes, program)
+    hop2_cmd = None
+    if plan.node_local_nvme:
+        python = sys.executable if profile.environment.python == "auto" else profile.environment.python
+        program = (f"{shlex.quote(python)} -m trainer.stage --manifest {shlex.quote(str(pfs / _manifest_name()))} "
+                   f"--dest {staging.nvme_data_dir(profile.node.nvme_path)} --policy {policy} --nodes {nodes}")
+        hop2_cmd = schedulers.for_profile(profile).stage_launch_line(profile, nodes, program)
     if as_json:
-        click.echo(json.dumps({"plan": plan.to_dict(), "hop1": hop1_lines, "hop2": hop2_cmd}, indent=2))
+        click.echo(json.dumps({"plan": plan.to_dict(), "hop1": hop1_lines, "hop2": hop2_cmd, "submit": train},
+                              indent=2))
     else:
-        click.echo(staging.describe(plan, hop1_lines, hop2_cmd))
+        click.echo(staging.describe(plan, hop1_lines, hop2_cmd or "", train))
 
 
 def _run_hop1(hop1, force: bool, as_json: bool) -> dict:
     summary = hop1.run(force=force)
     if not as_json:
-        click.echo(f"stage-data: hop 1: {summary['shards']} shards in {summary['dest']}: {summary['fetched']} "
+        click.echo(f"stage-data: hop 1: {count(summary['shards'], 'shard')} in {summary['dest']}: {summary['fetched']} "
                    f"fetched ({human(summary['fetched_bytes'])} at {human(summary['rate_bytes_per_s'])}/s), "
                    f"{summary['present']} already present; all verified")
     return summary
@@ -365,9 +389,15 @@ def _run_local_hop2(profile, manifest_on_pfs, nodes: int, policy: str, quiet: bo
     nodes_out = staging.run_local_hop2(profile, manifest_on_pfs, nodes, policy, quiet=quiet or as_json)
     if not as_json:
         for r in nodes_out:
-            click.echo(f"stage-data: hop 2: {r['host']}: {r['shards']} shards ({human(r['bytes'])}) in "
+            click.echo(f"stage-data: hop 2: {r['host']}: {count(r['shards'], 'shard')} ({human(r['bytes'])}) in "
                        f"{r['dest']}: {r['copied']} copied, {r['present']} already present; verified")
     return nodes_out
+
+
+def count(n: int, word: str) -> str:
+    """``1 shard``, ``2 shards`` (summit_jobs.planning.wording, imported when a summary is printed)."""
+    from summit_jobs.planning import wording
+    return wording.count(n, word)
 
 
 def human(n: float) -> str:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import List, Optional
 
@@ -77,6 +78,7 @@ def simulate_cmd(state: State, virtual_nodes: int, forced_nodes: Optional[int], 
     Example (the paper's 1,024-node run under a 384-node quota):
       summit-jobs --machine summit simulate --virtual-nodes 1024 --quota-nodes 384 --project ABC123 --dry-run
     """
+    from summit_jobs.planning import job as job_mod
     from summit_jobs.planning import plan as plan_mod
     from summit_jobs.planning import simulate
     from summit_jobs.runs import submission
@@ -92,25 +94,23 @@ def simulate_cmd(state: State, virtual_nodes: int, forced_nodes: Optional[int], 
     # Over SSH the run directory is a path on the login node, as for submit.
     kw = dict(submission.prepare(state, kw), nodes=shape.nodes, quota_nodes=quota, train_clips=train_clips)
     profile, plan, script = build_job(state, kw, accum_steps=shape.accum_steps, virtual_nodes=virtual_nodes)
-    clips = simulate.train_clips_from(kw.get("data"), train_clips)
+    rate = measured_throughput(throughput_from) if throughput_from else None
+    # The data the job trains on: the --data manifest, or the folder given to the trainer after `--`.
+    run = job_mod.estimate(profile, plan, kw.get("data"), os.environ, rate=rate, train_clips=train_clips)
+    est, clips = run.estimate, run.training_set.clips
     # Counted in the manifest, or Kinetics-400's: a count the plan could not know (--train-clips it checked).
     too_big = plan_mod.training_set_warning(plan.global_batch, clips) if train_clips is None else None
     if too_big:
         click.echo(f"summit-jobs: warning: {too_big}", err=True)
-    rate = measured_throughput(throughput_from) if throughput_from else profile.performance.clips_per_second_per_gpu
-    est = simulate.estimate(profile, nodes=plan.nodes, ranks_per_node=plan.ranks_per_node,
-                            accum_steps=plan.accum_steps, clips_per_gpu=plan.clips_per_gpu, epochs=plan.epochs,
-                            train_clips=clips, clips_per_second_per_gpu=rate, model_params=simulate.TSM_R50_PARAMS,
-                            walltime_minutes=plan.walltime_minutes, warning_minutes=plan.warning_minutes)
     summary = {
         "virtual_nodes": shape.virtual_nodes, "virtual_gpus": plan.virtual_ranks, "physical_nodes": plan.nodes,
         "physical_gpus": plan.ranks, "accum_steps": plan.accum_steps, "quota_nodes": quota,
         "global_batch": plan.global_batch, "lr": plan.lr, "train_clips": clips,
-        "throughput_clips_per_s_per_gpu": rate, **est.to_dict(),
+        "train_clips_from": run.training_set.source, "throughput_clips_per_s_per_gpu": run.rate, **est.to_dict(),
     }
     if too_big:
         summary["warnings"] = [too_big]
-    lines = _cost_lines(plan, shape, est, quota, clips, rate) + _walltime_lines(plan, est, kw.get("walltime"))
+    lines = _cost_lines(plan, shape, run, quota) + _walltime_lines(plan, run, kw.get("walltime"))
     if kw["dry_run"]:
         emit_dry_run(plan, script, kw, extra={"simulate": summary})
         if not kw.get("as_json"):
@@ -122,42 +122,60 @@ def simulate_cmd(state: State, virtual_nodes: int, forced_nodes: Optional[int], 
     submission.submit(state, profile, plan, script, dict(kw, simulate=summary))
 
 
-def _cost_lines(plan, shape, est, quota: int, clips: int, rate: float) -> List[str]:
-    """What the simulated run costs, for stderr: the figures a user weighs before spending node-hours."""
-    from summit_jobs.planning import simulate
+def _cost_lines(plan, shape, run, quota: int) -> List[str]:
+    """What the simulated run costs, for stderr: the figures a user weighs before spending node-hours. Counts
+    read as counts, and the ranks of nodes without GPUs as CPU ranks (summit_jobs.planning.wording)."""
+    from summit_jobs.planning import simulate, wording
+    est, clips, rate = run.estimate, run.training_set.clips, run.rate
+    gpus = plan.gpus_per_node
     lines = [
-        f"simulate: {shape.virtual_nodes:,} virtual nodes ({plan.virtual_ranks:,} GPUs) on {plan.nodes:,} physical "
-        f"nodes ({plan.ranks:,} GPUs), k = {plan.accum_steps} accumulation steps (quota {quota:,})",
-        f"global batch {plan.global_batch:,} clips, LR {plan.lr:g}, {est.iterations_per_epoch:,} iterations per epoch "
-        f"({clips:,} clips), {plan.epochs} epochs",
-        f"estimated step {est.step_seconds:.2f} s ({est.compute_seconds_per_step:.2f} s compute for {plan.accum_steps} "
-        f"micro-batches + {est.comm_seconds_per_step * 1000:.1f} ms allreduce, one per step) at {rate:g} clips/s "
-        f"per GPU; wall time {simulate.hms(est.wall_seconds)}",
+        f"simulate: {wording.count(shape.virtual_nodes, 'virtual node')} "
+        f"({wording.ranks(plan.virtual_ranks, gpus)}) on {wording.count(plan.nodes, 'physical node')} "
+        f"({wording.ranks(plan.ranks, gpus)}), k = {wording.count(plan.accum_steps, 'accumulation step')} "
+        f"(quota {quota:,})",
+        f"global batch {wording.count(plan.global_batch, 'clip')}, LR {plan.lr:g}, "
+        f"{wording.count(est.iterations_per_epoch, 'iteration')} per epoch ({wording.count(clips, 'clip')}, "
+        f"{run.training_set.source}), {wording.count(plan.epochs, 'epoch')}",
+        f"estimated step {est.step_seconds:.2f} s ({est.compute_seconds_per_step:.2f} s compute for "
+        f"{wording.count(plan.accum_steps, 'micro-batch', 'micro-batches')} + "
+        f"{est.comm_seconds_per_step * 1000:.1f} ms allreduce, one per step) at {rate:g} clips/s "
+        f"{wording.per_rank(gpus)}; wall time {simulate.hms(est.wall_seconds)}",
         f"walltime bin {est.bin} (max {est.bin_max_walltime}); job walltime {plan.walltime}; "
-        + (f"needs --chain {est.jobs_needed} (it cannot fit one job); " if est.jobs_needed > 1 else "fits one job; ")
-        + f"about {est.node_hours:,.1f} node-hours charged",
+        + _jobs_words(plan, run) + f"about {est.node_hours:,.1f} node-hours charged",
     ]
     if shape.nodes < quota / 2:
         alt = simulate.better_quota_use(shape.virtual_nodes, shape, quota)
-        lines.append(f"note: this uses {shape.nodes:,} of your {quota:,} quota nodes; virtual node counts that use "
-                     f"more of it: {', '.join(f'{x:,}' for x in alt)}")
+        lines.append(f"note: this uses {shape.nodes:,} of your {wording.count(quota, 'quota node')}; virtual node "
+                     f"counts that use more of it: {', '.join(f'{x:,}' for x in alt)}")
     return lines
 
 
-def _walltime_lines(plan, est, given: Optional[str]) -> List[str]:
+def _jobs_words(plan, run) -> str:
+    """How many jobs the run needs: one, a --chain of several, or none that trains (its start-up takes all of a
+    job's minutes before the warning)."""
+    jobs = run.estimate.jobs_needed
+    if jobs == 0:
+        return ("no job of this walltime trains: the profile's start-up (performance.startup_seconds) takes all of "
+                "its minutes before the warning; give a longer --walltime; ")
+    return f"needs --chain {jobs} (it cannot fit one job); " if jobs > 1 else "fits one job; "
+
+
+def _walltime_lines(plan, run, given: Optional[str]) -> List[str]:
     """Why the job asks for the walltime it does: the planner takes the longest the bin and queue allow when
     --walltime is not given (a run limit is a cap, not a charge: a job that ends early is charged what it ran);
     say so, and what the estimate would need, since a shorter job may start sooner."""
-    from summit_jobs.planning import simulate
+    from summit_jobs.planning import simulate, wording
     if given is not None:
         return []
+    est, startup = run.estimate, run.startup_seconds
     line = (f"walltime {plan.walltime}: no --walltime was given, so the job asks for the longest that queue "
-            f"{plan.queue} and bin {plan.bin} allow for {plan.nodes:,} nodes")
-    sized = simulate.sized_walltime_minutes(est.wall_seconds, plan.warning_minutes)
+            f"{plan.queue} and bin {plan.bin} allow for {wording.count(plan.nodes, 'node')}")
+    sized = simulate.sized_walltime_minutes(est.wall_seconds, plan.warning_minutes, run.seconds_per_minute, startup)
     if est.jobs_needed == 1 and sized < plan.walltime_minutes:
         line += (f"; the estimate needs {simulate.hms(est.wall_seconds)}: --walltime {format_hhmm(sized)} asks "
-                 f"for that plus {simulate.WALLTIME_MARGIN - 1:.0%} and the {plan.warning_minutes}-minute "
-                 "warning, and a shorter job may start sooner")
+                 f"for that plus {simulate.WALLTIME_MARGIN - 1:.0%}"
+                 + (f", the {simulate.hms(startup)} start-up" if startup else "")
+                 + f" and the {plan.warning_minutes}-minute warning, and a shorter job may start sooner")
     return [line]
 
 
@@ -241,7 +259,8 @@ def scaling_cmd(state: State, nodes_list: str, single_node_hours: float, per_nod
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
-    head = f"{'nodes':>6} {'GPUs':>6} {'batch':>7} {'time to train':>15} {'efficiency':>10}"
+    ranks = "GPUs" if profile.node.gpus else "ranks"        # one rank per GPU, or per CPU slot without GPUs
+    head = f"{'nodes':>6} {ranks:>6} {'batch':>7} {'time to train':>15} {'efficiency':>10}"
     if compare_paper:
         head += f" {'paper':>15} {'deviation':>9}"
     click.echo(head)

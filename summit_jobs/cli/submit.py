@@ -368,9 +368,9 @@ def submit_cmd(state: State, **kw) -> None:
     if kw["dry_run"]:
         emit_dry_run(plan, script, kw)
         if plan.until_complete:
-            click.echo(job_mod.expected_links(profile, plan, kw.get("data")), err=True)
+            click.echo(job_mod.expected_links(profile, plan, kw.get("data"), os.environ), err=True)
         return
     job_mod.require_data(state, plan, kw)
     if plan.until_complete:
-        click.echo(job_mod.expected_links(profile, plan, kw.get("data")), err=True)
+        click.echo(job_mod.expected_links(profile, plan, kw.get("data"), os.environ), err=True)
     submission.submit(state, profile, plan, script, kw)

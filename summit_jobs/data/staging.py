@@ -41,6 +41,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from summit_jobs.errors import UserError
 from summit_jobs.data.pack import human_bytes
 from summit_jobs.data.pack import interrupted as interrupted_pack
+from summit_jobs.planning import wording
 from summit_jobs.planning.plan import nvme_data_dir  # noqa: F401  (one rule for the NVMe data path)
 from summit_jobs.progress import Progress
 from trainer import shards, units
@@ -125,12 +126,15 @@ class StagePlan:
     capacity_bytes: int
     rate_gbps: float
     warnings: Tuple[str, ...]
+    #: Whether the machine's nodes have node-local NVMe (node.nvme_path): without it there is no hop 2, and the
+    #: job's ranks read the shards from the parallel file system folder.
+    node_local_nvme: bool = True
 
     def to_dict(self) -> Dict[str, object]:
         return {
             "machine": self.machine, "nodes": self.nodes, "policy": self.policy, "total_bytes": self.total_bytes,
-            "shards": self.shard_count, "nvme_capacity_bytes": self.capacity_bytes,
-            "hop2_rate_gbps": self.rate_gbps,
+            "shards": self.shard_count, "node_local_nvme": self.node_local_nvme,
+            "nvme_capacity_bytes": self.capacity_bytes, "hop2_rate_gbps": self.rate_gbps,
             "hop2_seconds": max((s.seconds for s in self.shares), default=0.0),
             "per_node": [{"node": s.node, "bytes": s.bytes, "seconds": round(s.seconds, 3), "shards": list(s.shards)}
                          for s in self.shares],
@@ -139,11 +143,15 @@ class StagePlan:
 
 
 def plan_placement(profile, manifest: Dict[str, object], nodes: int, policy: str) -> StagePlan:
-    """Which shards go to which node, bytes and estimated hop-2 time per node, capacity warnings."""
+    """Which shards go to which node, bytes and estimated hop-2 time per node, capacity warnings.
+
+    On a machine without node-local NVMe the shares are where the shards would go: there is no hop 2 (the plan
+    says so in ``node_local_nvme``, and stage-data points the job at the folder instead)."""
     if nodes < 1:
         raise UserError(f"--nodes {nodes} must be at least 1.")
     if nodes > profile.max_nodes:
-        raise UserError(f"--nodes {nodes:,} is above {profile.name}'s maximum of {profile.max_nodes:,} nodes.")
+        raise UserError(f"--nodes {nodes:,} is above {profile.name}'s maximum of "
+                        f"{wording.count(profile.max_nodes, 'node')}.")
     try:
         per_node = node_stage.placement(manifest, nodes, policy)
     except node_stage.StageError as exc:
@@ -153,49 +161,53 @@ def plan_placement(profile, manifest: Dict[str, object], nodes: int, policy: str
     rate = min(rates) if rates else 0.0
     capacity = int(node.nvme_capacity_gb * 1e9)
     shares = []
-    warnings: List[str] = []
     for i, mine in enumerate(per_node):
         b = sum(int(s["bytes"]) for s in mine)
         shares.append(NodeShare(i, tuple(s["name"] for s in mine), b, b / (rate * 1e9) if rate else 0.0))
-    if capacity:
-        for s in manifest["shards"]:
-            if int(s["bytes"]) > capacity:
-                warnings.append(f"shard {s['name']} ({human_bytes(s['bytes'])}) is larger than a node's NVMe "
-                                f"({human_bytes(capacity)} usable on {profile.name}): pack with a smaller "
-                                "--shard-size")
-        over = [s for s in shares if s.bytes > capacity]
-        if over:
-            worst = max(over, key=lambda s: s.bytes)
-            fix = ("use --policy partition or more nodes" if policy == "replicate"
-                   else "use more nodes or a smaller dataset")
-            warnings.append(f"{len(over)} of {nodes} nodes get more than their NVMe holds: node {worst.node} gets "
-                            f"{human_bytes(worst.bytes)}, {profile.name} has {human_bytes(capacity)} usable per "
-                            f"node (node.nvme_capacity_gb); {fix}")
-    elif not node.nvme_path:
-        warnings.append(f"{profile.name} has no node-local NVMe in its profile: hop 2 cannot run there")
+    warnings = _capacity_warnings(profile, manifest, shares, capacity, policy) if capacity else []
     return StagePlan(profile.name, nodes, policy, sum(int(s["bytes"]) for s in manifest["shards"]),
-                     len(manifest["shards"]), tuple(shares), capacity, rate, tuple(warnings))
+                     len(manifest["shards"]), tuple(shares), capacity, rate, tuple(warnings),
+                     node_local_nvme=bool(node.nvme_path))
+
+
+def _capacity_warnings(profile, manifest: Dict[str, object], shares: List[NodeShare], capacity: int,
+                       policy: str) -> List[str]:
+    """A shard larger than a node's NVMe, and nodes whose share is."""
+    warnings = []
+    for s in manifest["shards"]:
+        if int(s["bytes"]) > capacity:
+            warnings.append(f"shard {s['name']} ({human_bytes(s['bytes'])}) is larger than a node's NVMe "
+                            f"({human_bytes(capacity)} usable on {profile.name}): pack with a smaller "
+                            "--shard-size")
+    over = [s for s in shares if s.bytes > capacity]
+    if over:
+        worst = max(over, key=lambda s: s.bytes)
+        fix = ("use --policy partition or more nodes" if policy == "replicate"
+               else "use more nodes or a smaller dataset")
+        warnings.append(f"{len(over)} of {wording.count(len(shares), 'node')} get more than their NVMe holds: node "
+                        f"{worst.node} gets {human_bytes(worst.bytes)}, {profile.name} has {human_bytes(capacity)} "
+                        f"usable per node (node.nvme_capacity_gb); {fix}")
+    return warnings
 
 
 _seconds = units.duration
 
 
-def describe(plan: StagePlan, hop1_lines: Sequence[str], hop2_command: str, max_nodes_shown: int = 16) -> str:
-    out = [f"stage-data plan on {plan.machine}: {plan.shard_count} shards, {human_bytes(plan.total_bytes)}, "
-           f"{plan.nodes} nodes, policy {plan.policy}"]
+def describe(plan: StagePlan, hop1_lines: Sequence[str], hop2_command: str, train_line: str,
+             max_nodes_shown: int = 16) -> str:
+    """The dry run's plan: hop 1's commands, then hop 2's line and each node's share, or, on a machine without
+    node-local NVMe, that there is no hop 2; ``train_line`` is the submit that trains on the staged data."""
+    out = [f"stage-data plan on {plan.machine}: {wording.count(plan.shard_count, 'shard')}, "
+           f"{human_bytes(plan.total_bytes)}, {wording.count(plan.nodes, 'node')}"
+           + (f", policy {plan.policy}" if plan.node_local_nvme else "")]
     out += hop1_lines
+    if not plan.node_local_nvme:
+        out.append(f"hop 2: none, {plan.machine} has no node-local NVMe in its profile (node.nvme_path): the job's "
+                   "ranks read the shards from the parallel file system folder")
+        return "\n".join(out + [f"then: {train_line}"] + [f"warning: {w}" for w in plan.warnings])
     out.append("hop 2 (parallel file system -> node-local NVMe, the job's first step, one rank per node):")
     out.append(f"  {hop2_command}")
-    shown = list(plan.shares)
-    if len(shown) > max_nodes_shown:
-        shown = shown[: max_nodes_shown - 2] + [None] + shown[-2:]  # type: ignore[list-item]
-    for s in shown:
-        if s is None:
-            out.append(f"  ... ({plan.nodes - max_nodes_shown + 1} more nodes; --json lists all)")
-            continue
-        names = list(s.shards)
-        listed = ", ".join(names if len(names) <= 6 else names[:4] + [f"... ({len(names) - 5} more)", names[-1]])
-        out.append(f"  node {s.node}: {len(names)} shards, {human_bytes(s.bytes)}, ~{_seconds(s.seconds)}: {listed}")
+    out += _share_lines(plan, max_nodes_shown)
     worst = max(plan.shares, key=lambda s: s.bytes)
     if plan.rate_gbps:
         out.append(f"  estimate: ~{_seconds(worst.seconds)} (largest share {human_bytes(worst.bytes)} at "
@@ -203,8 +215,26 @@ def describe(plan: StagePlan, hop1_lines: Sequence[str], hop2_command: str, max_
     if plan.capacity_bytes:
         out.append(f"  NVMe: {human_bytes(plan.capacity_bytes)} usable per node; largest share uses "
                    f"{100.0 * worst.bytes / plan.capacity_bytes:.1f}%")
+    out.append(f"then: {train_line}")
     out += [f"warning: {w}" for w in plan.warnings]
     return "\n".join(out)
+
+
+def _share_lines(plan: StagePlan, max_nodes_shown: int) -> List[str]:
+    """One line per node's share (the first and last ones of a large job)."""
+    out = []
+    shown = list(plan.shares)
+    if len(shown) > max_nodes_shown:
+        shown = shown[: max_nodes_shown - 2] + [None] + shown[-2:]  # type: ignore[list-item]
+    for s in shown:
+        if s is None:
+            out.append(f"  ... ({wording.count(plan.nodes - max_nodes_shown + 1, 'more node')}; --json lists all)")
+            continue
+        names = list(s.shards)
+        listed = ", ".join(names if len(names) <= 6 else names[:4] + [f"... ({len(names) - 5} more)", names[-1]])
+        out.append(f"  node {s.node}: {wording.count(len(names), 'shard')}, {human_bytes(s.bytes)}, "
+                   f"~{_seconds(s.seconds)}: {listed}")
+    return out
 
 
 # ---- hop 1 ------------------------------------------------------------------------------------

@@ -149,30 +149,81 @@ def _replaces_launch(template_dir: Optional[str], scheduler: str) -> bool:
     return any((Path(template_dir) / name).is_file() for name in schedulers.by_name(scheduler).launch_templates)
 
 
-def expected_links(profile, plan, data: Optional[str]) -> str:
-    """How many links a chain until complete should take, from the profile's throughput figure (the built-in
-    trainer's: a user's own command runs at a speed no profile knows)."""
-    import math
+class RunEstimate(NamedTuple):
+    """A job's estimate (summit_jobs.planning.simulate.Estimate) with what it was made from: the training set
+    it counts, the throughput per rank, the seconds a minute of the job's walltime lasts and each job's
+    start-up before it trains."""
+    estimate: object
+    training_set: object
+    rate: float
+    seconds_per_minute: float
+    startup_seconds: float
 
-    from summit_jobs.planning import simulate
+
+def training_data(plan, data: Optional[str]) -> Optional[str]:
+    """What the job trains on, as a path here: the --data manifest (staged to node-local NVMe), else the folder
+    the trainer reads the shards from in place (``-- --data DIR``, the way on a machine without node-local NVMe);
+    None for the user's own command, or when neither is given."""
+    if data:
+        return data
     if plan.user_command:
-        return (f"expected links: unknown for your own command (no profile knows its speed); at most "
-                f"{plan.max_links} (--max-links), each training "
-                f"{max(1, plan.walltime_minutes - plan.warning_minutes)} minutes before its warning")
-    rate = profile.performance.clips_per_second_per_gpu
-    if rate <= 0:
-        return "expected links: unknown (the profile has no performance.clips_per_second_per_gpu figure)"
-    clips = simulate.train_clips_from(data, None)
+        return None
+    from summit_jobs.planning import trainer_args
+    try:
+        return trainer_args.parse(plan.trainer_argv[3:]).data
+    except UserError:               # a launch line a user template replaces: its arguments are its own
+        return None
+
+
+def estimate(profile, plan, data: Optional[str], environ, *, rate: Optional[float] = None,
+             train_clips: Optional[int] = None) -> RunEstimate:
+    """The time the built-in trainer's job trains and the links that takes, from the data it is given (its
+    manifest's clips), the network it trains (its parameters: each step's allreduce), ``rate`` clips/s per rank
+    (default: the profile's figure), the profile's start-up per link and the scheduler's minute (the embedded
+    LSF's may be shortened in ``environ``). Shared by simulate and submit's expected links, so they agree."""
+    from summit_jobs.planning import simulate, trainer_args
+    try:
+        args = trainer_args.parse(plan.trainer_argv[3:])
+        params = simulate.model_params(args.arch, args.width, args.num_classes)
+    except UserError:
+        params = simulate.TSM_R50_PARAMS
+    trainset = simulate.training_set(training_data(plan, data), train_clips)
+    rate = profile.performance.clips_per_second_per_gpu if rate is None else rate
+    minute = schedulers.for_profile(profile).seconds_per_minute(profile, environ)
     est = simulate.estimate(profile, nodes=plan.nodes, ranks_per_node=plan.ranks_per_node,
                             accum_steps=plan.accum_steps, clips_per_gpu=plan.clips_per_gpu, epochs=plan.epochs,
-                            train_clips=clips, clips_per_second_per_gpu=rate, model_params=simulate.TSM_R50_PARAMS,
-                            walltime_minutes=plan.walltime_minutes)
-    per_link = max(1, plan.walltime_minutes - plan.warning_minutes) * 60
-    links = max(1, math.ceil(est.wall_seconds / per_link))
-    line = (f"expected links: about {links} ({simulate.hms(est.wall_seconds)} of training for {clips:,} clips "
-            f"x {plan.epochs} epochs at {rate:g} clips/s per GPU from the profile; {per_link // 60} minutes of "
-            "training per link before its warning)")
-    if links > plan.max_links:
+                            train_clips=trainset.clips, clips_per_second_per_gpu=rate, model_params=params,
+                            walltime_minutes=plan.walltime_minutes, warning_minutes=plan.warning_minutes,
+                            seconds_per_minute=minute, startup_seconds=profile.performance.startup_seconds)
+    return RunEstimate(est, trainset, rate, minute, profile.performance.startup_seconds)
+
+
+def expected_links(profile, plan, data: Optional[str], environ) -> str:
+    """How many links a chain until complete should take: the training time (``estimate``) over what each link
+    trains, its minutes before the warning less the profile's start-up (the built-in trainer's: a user's own
+    command runs at a speed no profile knows)."""
+    from summit_jobs.planning import simulate, wording
+    training = wording.count(max(1, plan.walltime_minutes - plan.warning_minutes), "minute")
+    if plan.user_command:
+        return (f"expected links: unknown for your own command (no profile knows its speed); at most "
+                f"{plan.max_links} (--max-links), each training {training} before its warning")
+    if profile.performance.clips_per_second_per_gpu <= 0:
+        return "expected links: unknown (the profile has no performance.clips_per_second_per_gpu figure)"
+    run = estimate(profile, plan, data, environ)
+    est, startup = run.estimate, run.startup_seconds
+    per_link = simulate.link_training_seconds(plan.walltime_minutes, plan.warning_minutes, run.seconds_per_minute,
+                                              startup)
+    minutes = training + ("" if run.seconds_per_minute == 60 else f" of {run.seconds_per_minute:g} s")
+    link = f"{minutes} before its warning" + (f" less {simulate.hms(startup)} of start-up" if startup else "")
+    if per_link <= 0:
+        return (f"expected links: none trains: each link's {link} leaves no time to train; give a longer "
+                "--walltime")
+    what = (f"{simulate.hms(est.wall_seconds)} of training for {wording.count(run.training_set.clips, 'clip')} "
+            f"({run.training_set.source}) x {wording.count(plan.epochs, 'epoch')} at {run.rate:g} clips/s "
+            f"{wording.per_rank(plan.gpus_per_node)} from the profile")
+    line = (f"expected links: about {est.jobs_needed} ({what}; {simulate.hms(per_link)} of training per link: "
+            f"{link})")
+    if est.jobs_needed > plan.max_links:
         line += f"; above --max-links {plan.max_links}: raise it, or the chain stops before training is complete"
     return line
 

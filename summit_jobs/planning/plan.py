@@ -20,7 +20,7 @@ from typing import Dict, List, Optional, Tuple
 
 from summit_jobs import schedulers
 from summit_jobs.profiles import settings
-from summit_jobs.planning import trainer_args
+from summit_jobs.planning import trainer_args, wording
 from summit_jobs.profiles.choices import LAYOUTS, STAGE_POLICIES  # noqa: F401 - part of this module's interface
 from summit_jobs.errors import UserError
 from summit_jobs.profiles.machines import Profile, Queue, WalltimeBin, format_hhmm, parse_hhmm
@@ -210,6 +210,8 @@ class Plan:
     warnings: Tuple[str, ...] = ()
     #: The scheduler whose templates render the plan (summit_jobs.schedulers.IMPLEMENTATIONS).
     scheduler: str = "lsf"
+    #: GPUs per node (node.gpus): 0 on CPU-only nodes, whose ranks the summary calls CPU ranks, not GPUs.
+    gpus_per_node: int = 0
 
     def __getattr__(self, name: str):
         """A field of the launch layout reads as the plan's own: templates written when the plan held the
@@ -317,7 +319,8 @@ def parse_nodes(value: object, profile: Profile) -> int:
         raise UserError(f"node count {n} is too small: a job needs at least 1 node. Give --nodes a whole number {limit}.")
     if n > profile.max_nodes:
         raise UserError(
-            f"node count {n:,} is above {profile.name}'s maximum job size of {profile.max_nodes:,} nodes. "
+            f"node count {n:,} is above {profile.name}'s maximum job size of "
+            f"{wording.count(profile.max_nodes, 'node')}. "
             f"Give --nodes a whole number {limit}; to reproduce a larger run's optimisation, use "
             f"`summit-jobs --machine {profile.name} simulate --virtual-nodes {n}`.")
     return n
@@ -397,8 +400,9 @@ def _check_quota(profile: Profile, opts: JobOptions, nodes: int, account: Option
     quota = settings.quota(opts.quota_nodes, None, profile).nodes
     if quota is not None and nodes > quota and opts.virtual_nodes is None:
         raise UserError(
-            f"{nodes:,} nodes is above your allocation's quota of {quota:,} nodes on {profile.name}. "
-            f"Run fewer nodes, or reproduce the {nodes:,}-node optimisation exactly on at most {quota:,} nodes "
+            f"{nodes:,} nodes is above your allocation's quota of {wording.count(quota, 'node')} on {profile.name}. "
+            f"Run fewer nodes, or reproduce the {nodes:,}-node optimisation exactly on at most "
+            f"{wording.count(quota, 'node')} "
             f"by gradient accumulation: {simulate_command(profile, nodes, account)}")
 
 
@@ -439,13 +443,14 @@ def _queue(profile: Profile, opts: JobOptions, nodes: int) -> Tuple[str, Queue, 
         raise UserError(f"no walltime bin of {profile.name} covers {nodes} nodes; fix the profile's walltime_bins "
                         f"({profile.source}).")
     if queue.max_nodes is not None and nodes > queue.max_nodes:
-        raise UserError(f"queue {queue_name!r} allows at most {queue.max_nodes} nodes, and {nodes} were asked for. "
-                        f"Use at most {queue.max_nodes} nodes or another queue (--queue {profile.default_queue}).")
+        raise UserError(f"queue {queue_name!r} allows at most {wording.count(queue.max_nodes, 'node')}, and {nodes} "
+                        f"were asked for. Use at most {wording.count(queue.max_nodes, 'node')} or another queue "
+                        f"(--queue {profile.default_queue}).")
     if queue.allowed_bins is not None and nbin.bin not in queue.allowed_bins:
         ok = [b for b in profile.walltime_bins if b.bin in queue.allowed_bins]
         span = ", ".join(f"bin {b.bin}: {b.min_nodes}-{b.max_nodes} nodes" for b in ok)
         raise UserError(f"queue {queue_name!r} only takes jobs in bins {', '.join(map(str, queue.allowed_bins))} "
-                        f"({span}); {nodes} nodes is bin {nbin.bin}. Change --nodes or use --queue "
+                        f"({span}); {wording.count(nodes, 'node')} is bin {nbin.bin}. Change --nodes or use --queue "
                         f"{profile.default_queue}.")
     return queue_name, queue, nbin
 
@@ -471,8 +476,8 @@ def _check_scheduler_limits(opts: JobOptions, nodes: int, caps: Tuple[schedulers
     for cap in caps:
         other = f" or {cap.other}" if cap.other else ""
         if cap.max_nodes is not None and nodes > cap.max_nodes:
-            raise UserError(f"{cap.name} allows at most {cap.max_nodes} nodes, and {nodes} were asked for. Use at "
-                            f"most {cap.max_nodes} nodes{other}.")
+            raise UserError(f"{cap.name} allows at most {wording.count(cap.max_nodes, 'node')}, and {nodes} were "
+                            f"asked for. Use at most {wording.count(cap.max_nodes, 'node')}{other}.")
         if (opts.chain > 1 or opts.until_complete) and not cap.chaining:
             raise UserError(f"{cap.name} does not allow chained jobs. Use --chain 1 without --until-complete{other}.")
         if cap.max_queued_per_user is not None and opts.chain > cap.max_queued_per_user:
@@ -498,8 +503,8 @@ def _walltime(profile: Profile, opts: JobOptions, nodes: int, queue_name: str, q
     if minutes > max_minutes:
         raise UserError(
             f"walltime {format_hhmm(minutes)} is above the {format_hhmm(max_minutes)} limit of {limit_name} "
-            f"on {profile.name} for {nodes} nodes. Ask for --walltime {format_hhmm(max_minutes)} or less; "
-            f"for longer training use --chain K to run K jobs that resume from checkpoints.")
+            f"on {profile.name} for {wording.count(nodes, 'node')}. Ask for --walltime {format_hhmm(max_minutes)} "
+            "or less; for longer training use --chain K to run K jobs that resume from checkpoints.")
     return minutes
 
 
@@ -902,6 +907,7 @@ def make_plan(profile: Profile, opts: JobOptions) -> Plan:
     nbin, minutes = alloc.bin, alloc.minutes
     return Plan(
         scheduler=scheduler.name, launch_layout=placed, script_name=scheduler.script_name,
+        gpus_per_node=profile.node.gpus,
         scheduler_limits=alloc.limits,
         request_kind=req.kind, launcher=req.launcher, slots=req.slots, slots_per_host=req.slots_per_host,
         shape_directives=req.shape, extra_directives=req.extra, memory=req.memory,
@@ -928,26 +934,28 @@ def make_plan(profile: Profile, opts: JobOptions) -> Plan:
 
 
 def describe(plan: Plan) -> str:
-    """Short plan summary for stderr next to a dry-run script."""
+    """Short plan summary for stderr next to a dry-run script. Counts read as counts (``1 node``, ``2 nodes``)
+    and the ranks of nodes without GPUs as CPU ranks (summit_jobs.planning.wording): the summary is what a
+    user checks before spending node-hours, and "8 GPUs" there for CPU ranks read as a request for GPUs."""
+    rank = "rank" if plan.gpus_per_node else "CPU rank"
     lines = [
-        f"machine {plan.machine}: {plan.nodes:,} nodes x {plan.ranks_per_node} ranks = {plan.ranks:,} ranks "
-        f"({plan.layout} layout)",
-        f"queue {plan.queue}" + "".join(f" ({name})" for name in plan.scheduler_limits)
-        + f", walltime {plan.walltime} (bin {plan.bin}, max {plan.bin_max_walltime}), "
-        f"at most {plan.node_hours:,.1f} node-hours (if it runs to its walltime)"
-        + (f" for {plan.chain} chained jobs" if plan.chain > 1 else "")
-        + (f" per link; chained until complete, at most {plan.max_links} links" if plan.until_complete else ""),
+        f"machine {plan.machine}: {wording.count(plan.nodes, 'node')} x {wording.count(plan.ranks_per_node, rank)}"
+        f" = {wording.count(plan.ranks, rank)} ({_layout_words(plan)})",
+        _allocation_line(plan),
     ]
     if not plan.user_command:
         lines.append(
-            f"global batch {plan.global_batch:,} clips ({plan.clips_per_gpu} per GPU"
+            f"global batch {wording.count(plan.global_batch, 'clip')} ({plan.clips_per_gpu} "
+            f"{wording.per_rank(plan.gpus_per_node)}"
             + (f" x {plan.accum_steps} accumulation steps" if plan.accum_steps > 1 else "")
-            + f"), LR {plan.lr:g}, {plan.epochs} epochs with {plan.warmup_epochs:g} warm-up, engine {plan.engine}")
+            + f"), LR {plan.lr:g}, {wording.count(plan.epochs, 'epoch')} with {plan.warmup_epochs:g} warm-up, "
+            f"engine {plan.engine}")
     if plan.virtual_nodes != plan.nodes and not plan.user_command:
-        lines.append(f"reproduces a {plan.virtual_nodes:,}-node run ({plan.virtual_ranks:,} virtual ranks) exactly")
+        virtual = wording.count(plan.virtual_ranks, "virtual rank")
+        lines.append(f"reproduces a {plan.virtual_nodes:,}-node run ({virtual}) exactly")
     if plan.request_kind == "slots":
-        lines.append(f"asks for {plan.slots:,} slots ({plan.slots_per_host} per host); ranks started by "
-                     f"{plan.launcher}" + (f"; memory {plan.memory}" if plan.memory else ""))
+        lines.append(f"asks for {wording.count(plan.slots, 'slot')} ({plan.slots_per_host} per host); ranks started "
+                     f"by {plan.launcher}" + (f"; memory {plan.memory}" if plan.memory else ""))
     if plan.user_command:
         lines += _user_command_lines(plan)
     if plan.staging:
@@ -955,6 +963,24 @@ def describe(plan: Plan) -> str:
     if not plan.user_command:
         lines += _method_lines(plan)
     return "\n".join(lines)
+
+
+def _layout_words(plan: Plan) -> str:
+    """The layout as the summary names it: ``gpu layout`` on GPU nodes; on nodes without GPUs, what the ``gpu``
+    layout does there (one rank per CPU slot)."""
+    if plan.gpus_per_node or plan.layout != "gpu":
+        return f"{plan.layout} layout"
+    return "one rank per CPU slot"
+
+
+def _allocation_line(plan: Plan) -> str:
+    """Queue, walltime and bin, and the node-hours the allocation is charged at most."""
+    return (f"queue {plan.queue}" + "".join(f" ({name})" for name in plan.scheduler_limits)
+            + f", walltime {plan.walltime} (bin {plan.bin}, max {plan.bin_max_walltime}), "
+            f"at most {plan.node_hours:,.1f} node-hours (if it runs to its walltime)"
+            + (f" for {plan.chain} chained jobs" if plan.chain > 1 else "")
+            + (f" per link; chained until complete, at most {wording.count(plan.max_links, 'link')}"
+               if plan.until_complete else ""))
 
 
 def _user_command_lines(plan: Plan) -> List[str]:
@@ -1013,8 +1039,8 @@ def _method_lines(plan: Plan) -> List[str]:
     """The built-in trainer's methods: optimizer, averaging, compression, fusion, multigrid."""
     methods = ([f"preset {plan.preset}"] if plan.preset else []) + [f"optimizer {plan.optimizer}"]
     if plan.optimizer_sync == "aavg":
-        methods.append(f"AAVG model averaging every {plan.avg_interval if plan.avg_interval > 0 else 'epoch'}"
-                       + (" steps" if plan.avg_interval > 0 else ""))
+        methods.append("AAVG model averaging every "
+                       + (wording.count(plan.avg_interval, "step") if plan.avg_interval > 0 else "epoch"))
     if plan.compression != "none":
         methods.append(f"{plan.compression} gradient compression")
     if "HOROVOD_FUSION_THRESHOLD" in plan.variables:
@@ -1025,7 +1051,7 @@ def _method_lines(plan: Plan) -> List[str]:
         for p in plan.multigrid:
             cyc = "final" if p["cycle"] < 0 else p["cycle"]
             lines.append(f"  {p['stage']} {cyc}: {p['frames']} x {p['size']}, batch x{p['batch_mult']:g}, "
-                         f"LR x{p['lr_mult']:g}, {p['iterations']:,} iterations")
+                         f"LR x{p['lr_mult']:g}, {wording.count(int(p['iterations']), 'iteration')}")
     return lines
 
 

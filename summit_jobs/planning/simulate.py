@@ -13,12 +13,17 @@ from dataclasses import asdict, dataclass
 from typing import Dict, List, Optional, Sequence
 
 from summit_jobs.errors import UserError
+from summit_jobs.planning import wording
 from summit_jobs.profiles.machines import Profile
 
 #: Kinetics-400 training videos (the paper: about 240k).
 KINETICS_TRAIN_CLIPS = 240_000
 #: ResNet-50 TSM, 400 classes (the paper's Table 1: 24.3M); measured by the trainer's tests.
 TSM_R50_PARAMS = 24_330_000
+#: Each of the trainer's networks (trainer.models.model.ARCHS) at width 1: its parameters without the classifier,
+#: and the features the classifier reads (counted on the models themselves: tests/test_simulate_plan.py).
+ARCH_PARAMS = {"resnet18": (11_176_512, 512), "resnet34": (21_284_672, 512), "resnet50": (23_508_032, 2048),
+               "resnet101": (42_500_160, 2048), "resnet152": (58_143_808, 2048)}
 #: The paper's Table 3 (nodes -> seconds for 100 epochs), Summit, 6 GPUs and 48 clips x 2 per node.
 PAPER_TABLE3 = {1: 49 * 3600 + 55 * 60, 8: 7 * 3600 + 7 * 60, 16: 3 * 3600 + 38 * 60, 32: 3600 + 50 * 60,
                 64: 55 * 60 + 56, 128: 28 * 60 + 14, 256: 14 * 60 + 13}
@@ -42,25 +47,25 @@ class Shape:
 def choose_shape(virtual_nodes: int, quota: int, forced_nodes: Optional[int] = None,
                  max_accum: int = 16) -> Shape:
     """The largest p <= quota dividing V (or the forced p), with k = V / p <= max_accum."""
-    v = virtual_nodes
+    v, count = virtual_nodes, wording.count
     if v < 1:
         raise UserError(f"--virtual-nodes {v} must be at least 1.")
     if quota < 1:
         raise UserError(f"the quota ({quota} nodes) must be at least 1 node.")
     if v > quota * max_accum:
-        raise UserError(f"--virtual-nodes {v:,} cannot be reproduced under your quota of {quota:,} nodes: at most "
-                        f"{quota:,} nodes x {max_accum} accumulation steps = {quota * max_accum:,} virtual nodes can "
-                        "(raise --max-accum-steps, at the cost of that many times longer steps, or use fewer "
-                        "virtual nodes).")
+        raise UserError(f"--virtual-nodes {v:,} cannot be reproduced under your quota of {count(quota, 'node')}: "
+                        f"at most {count(quota, 'node')} x {count(max_accum, 'accumulation step')} = "
+                        f"{count(quota * max_accum, 'virtual node')} can (raise --max-accum-steps, at the cost of "
+                        "that many times longer steps, or use fewer virtual nodes).")
     if forced_nodes is not None:
         p = forced_nodes
         if p < 1 or p > quota:
-            raise UserError(f"--nodes {p} must be between 1 and your quota of {quota:,} nodes.")
+            raise UserError(f"--nodes {p} must be between 1 and your quota of {count(quota, 'node')}.")
         if v % p:
             ok = divisors_up_to(v, quota)[-4:]
             raise UserError(
-                f"{v:,} virtual nodes cannot be run exactly on {p:,} nodes: {v:,} / {p:,} is not a whole number of "
-                f"accumulation steps. Node counts that divide {v:,} within your quota: "
+                f"{count(v, 'virtual node')} cannot be run exactly on {count(p, 'node')}: {v:,} / {p:,} is not a "
+                f"whole number of accumulation steps. Node counts that divide {v:,} within your quota: "
                 f"{', '.join(f'{x:,}' for x in ok)}.")
         return Shape(v, p, v // p)
     feasible = [p for p in divisors_up_to(v, quota) if v // p <= max_accum]
@@ -68,11 +73,11 @@ def choose_shape(virtual_nodes: int, quota: int, forced_nodes: Optional[int] = N
         best = divisors_up_to(v, quota)[-1]
         near = nearest_feasible(v, quota, max_accum)
         raise UserError(
-            f"{v:,} virtual nodes cannot be run exactly under your quota of {quota:,} nodes: the accumulation steps "
-            f"k = {v:,} / p must be a whole number, and the largest node count within the quota that divides {v:,} "
-            f"is {best:,} (k = {v // best:,}, above the limit of {max_accum} steps: that run would take {v // best:,}x "
-            f"as long per step). Nearest virtual node counts that can: {', '.join(f'{x:,}' for x in near)} "
-            f"(or raise --max-accum-steps).")
+            f"{count(v, 'virtual node')} cannot be run exactly under your quota of {count(quota, 'node')}: the "
+            f"accumulation steps k = {v:,} / p must be a whole number, and the largest node count within the "
+            f"quota that divides {v:,} is {best:,} (k = {v // best:,}, above the limit of "
+            f"{count(max_accum, 'step')}: that run would take {v // best:,}x as long per step). Nearest virtual "
+            f"node counts that can: {', '.join(f'{x:,}' for x in near)} (or raise --max-accum-steps).")
     p = feasible[-1]
     return Shape(v, p, v // p)
 
@@ -143,13 +148,63 @@ class Estimate:
         return asdict(self)
 
 
+def model_params(arch: str, width: float = 1.0, num_classes: int = 400) -> int:
+    """The parameters of the trainer's TSM network ``arch`` at channel ``width`` with ``num_classes`` classes,
+    whose fp32 gradients each step's allreduce carries.
+
+    Why not always ResNet-50's: the embedded machine's and the test cluster's jobs train a ResNet-18 a quarter
+    wide (0.75 M parameters), whose allreduce is 30 times smaller; counted as ResNet-50's it took a quarter of
+    every estimated step. The convolutions scale with the square of the width (within 2%: the first one's
+    input and the classifier's are not widened); an arch the table does not know counts as ResNet-50.
+    """
+    backbone, features = ARCH_PARAMS.get(arch, ARCH_PARAMS["resnet50"])
+    classes = num_classes if num_classes > 0 else 400
+    return int(backbone * width * width + (round(features * width) + 1) * classes)
+
+
+@dataclass(frozen=True)
+class TrainingSet:
+    """The training clips of an epoch an estimate counts, and where that count comes from, in words."""
+    clips: int
+    source: str
+
+
+def training_set(data: Optional[str], given: Optional[int]) -> TrainingSet:
+    """The clips of an epoch: ``given`` (--train-clips), else those the manifest of ``data`` (a manifest.json or
+    the folder that holds one) counts, else Kinetics-400's, with the reason. A manifest that is there but cannot
+    be read as one is a UserError; one that is not here (a path on the cluster) counts as Kinetics-400 and the
+    source says so, with the way to give the count."""
+    if given:
+        return TrainingSet(given, "--train-clips")
+    if not data:
+        return TrainingSet(KINETICS_TRAIN_CLIPS, "Kinetics-400's: no data given")
+    from pathlib import Path
+
+    from trainer.shards import MANIFEST_NAME, ShardError, read_manifest
+    where = Path(data) / MANIFEST_NAME if Path(data).is_dir() else Path(data)
+    if not where.exists():
+        return TrainingSet(KINETICS_TRAIN_CLIPS, f"Kinetics-400's: {where} is not readable here; --train-clips N "
+                                                 "gives the count")
+    try:
+        manifest = read_manifest(where)
+    except ShardError as exc:
+        raise UserError(str(exc)) from None
+    clips = sum(int(s["samples"]) for s in manifest["shards"] if s["split"] == "train")
+    if not clips:
+        return TrainingSet(KINETICS_TRAIN_CLIPS, f"Kinetics-400's: {where} lists no training clips")
+    return TrainingSet(clips, f"counted in {where}")
+
+
 def estimate(profile: Profile, *, nodes: int, ranks_per_node: int, accum_steps: int, clips_per_gpu: int,
              epochs: int, train_clips: int, clips_per_second_per_gpu: float, model_params: int,
-             walltime_minutes: int, fusion_bytes: Optional[int] = None, warning_minutes: int = 0) -> Estimate:
+             walltime_minutes: int, fusion_bytes: Optional[int] = None, warning_minutes: int = 0,
+             seconds_per_minute: float = 60.0, startup_seconds: float = 0.0) -> Estimate:
     """Time and cost of a (possibly accumulated) run from a per-GPU throughput figure.
 
     A job trains until its warning signal, ``warning_minutes`` before its run limit (then it checkpoints and
-    the next link resumes): the jobs needed count those training minutes, not the whole walltime.
+    the next link resumes), after its start-up (``startup_seconds``, the profile's performance figure): the
+    jobs needed count the seconds between the two, not the whole walltime. A minute lasts
+    ``seconds_per_minute`` (the embedded LSF's may be shortened).
     """
     if clips_per_second_per_gpu <= 0:
         raise UserError(f"no throughput figure for {profile.name}: set performance.clips_per_second_per_gpu in the "
@@ -162,19 +217,29 @@ def estimate(profile: Profile, *, nodes: int, ranks_per_node: int, accum_steps: 
     step = compute + comm
     wall = iters * epochs * step
     nbin = profile.bin_for(nodes)
-    jobs = max(1, math.ceil(wall / (max(1, walltime_minutes - warning_minutes) * 60)))
+    per_link = link_training_seconds(walltime_minutes, warning_minutes, seconds_per_minute, startup_seconds)
+    jobs = max(1, math.ceil(wall / per_link)) if per_link > 0 else 0
     return Estimate(iters, compute, comm, step, wall, nodes * wall / 3600.0, jobs, nbin.bin if nbin else 0,
                     nbin.max_walltime if nbin else "?")
+
+
+def link_training_seconds(walltime_minutes: int, warning_minutes: int, seconds_per_minute: float = 60.0,
+                          startup_seconds: float = 0.0) -> float:
+    """Seconds a job (a link of a chain) trains: from the end of its start-up to its warning signal,
+    ``warning_minutes`` before its walltime (at least a minute); 0 or less when the start-up takes it all."""
+    return max(1, walltime_minutes - warning_minutes) * seconds_per_minute - startup_seconds
 
 
 #: The margin a walltime sized from an estimate adds: estimates from a profile's throughput figure are rough.
 WALLTIME_MARGIN = 1.25
 
 
-def sized_walltime_minutes(wall_seconds: float, warning_minutes: int) -> int:
-    """A walltime for a run estimated at ``wall_seconds``: the estimate plus the margin, the warning before the
-    run limit on top, rounded up to 5 minutes (what `simulate` suggests instead of the queue's longest)."""
-    minutes = math.ceil(wall_seconds * WALLTIME_MARGIN / 60) + warning_minutes
+def sized_walltime_minutes(wall_seconds: float, warning_minutes: int, seconds_per_minute: float = 60.0,
+                           startup_seconds: float = 0.0) -> int:
+    """A walltime for a run estimated at ``wall_seconds``: the estimate plus the margin and the start-up, the
+    warning before the run limit on top, in minutes of ``seconds_per_minute`` rounded up to 5 (what `simulate`
+    suggests instead of the queue's longest)."""
+    minutes = math.ceil((wall_seconds * WALLTIME_MARGIN + startup_seconds) / seconds_per_minute) + warning_minutes
     return max(5, 5 * math.ceil(minutes / 5))
 
 
@@ -207,18 +272,3 @@ def hms(seconds: float) -> str:
     """A duration as every command spells it (trainer.units)."""
     from trainer import units
     return units.duration(seconds)
-
-
-def train_clips_from(data: Optional[str], given: Optional[int]) -> int:
-    """Training clips per epoch: as given, else counted in the manifest, else Kinetics-400's."""
-    from summit_jobs.errors import UserError
-    if given:
-        return given
-    if data:
-        from trainer.shards import ShardError, read_manifest
-        try:
-            manifest = read_manifest(data)
-        except ShardError as exc:
-            raise UserError(str(exc)) from None
-        return sum(s["samples"] for s in manifest["shards"] if s["split"] == "train") or KINETICS_TRAIN_CLIPS
-    return KINETICS_TRAIN_CLIPS

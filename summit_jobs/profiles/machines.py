@@ -418,6 +418,10 @@ class Performance:
     comm_overlap: float = number(0.0, low=0, high=1)
     #: A measured single-node time to train the recipe (hours), when one is known (the paper's: 49 h 55 min).
     single_node_hours: Optional[float] = number(None, low=0, low_open=True)
+    #: Seconds from a job's start to its first training step (set-up, staging, the ranks' interpreters and
+    #: imports, rendezvous, loading the checkpoint it resumes): every link of a chain pays them before it trains,
+    #: which the expected links and simulate's job count take off each link's minutes. 0: unknown.
+    startup_seconds: float = number(0.0, low=0)
 
 
 @dataclass(frozen=True)

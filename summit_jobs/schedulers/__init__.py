@@ -206,6 +206,11 @@ class Scheduler(Protocol):
         """The line that runs ``program`` once on each of ``nodes`` nodes (staging's second hop), as a dry run
         shows it."""
 
+    def seconds_per_minute(self, profile, environ: Mapping[str, str]) -> float:
+        """How many seconds one minute of a job's walltime and warning lasts on this scheduler (60, but for an
+        embedded scheduler whose minute a setting in ``environ`` shortens): what the planner's estimates of a
+        chain's links count a link's minutes in."""
+
     def submit(self, host, script_name: str, *, cwd: str, script: str, submit_mode: str,
                depends_on: Optional[str] = None) -> Submitted:
         """Queue the script ``script_name`` (in ``cwd``, whose text is ``script``); with ``depends_on``, to start

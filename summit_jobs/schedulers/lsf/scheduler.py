@@ -91,6 +91,17 @@ class LsfScheduler:
         """A jsrun line of one rank per node with all its cores."""
         return launch.stage_line(profile, nodes, program)
 
+    def seconds_per_minute(self, profile, environ: Mapping[str, str]) -> float:
+        """60; on the embedded LSF, SUMMIT_JOBS_LSF_MINUTE's seconds (the minute its bsub scales a job's
+        walltime and warning by, read from the same environment), when it is a positive number."""
+        if not profile.scheduler.embedded:
+            return 60.0
+        try:
+            value = float(environ.get("SUMMIT_JOBS_LSF_MINUTE") or 60.0)
+        except ValueError:
+            return 60.0
+        return value if 0 < value < float("inf") else 60.0
+
     def submit(self, host, script_name: str, *, cwd: str, script: str, submit_mode: str,
                depends_on: Optional[str] = None) -> Submitted:
         """``bsub script`` or ``bsub < script``; a chain's next link waits with ``-w "ended(ID)"``."""

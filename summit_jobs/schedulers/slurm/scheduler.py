@@ -88,6 +88,10 @@ class SlurmScheduler:
         """An srun line of one task per node with all the job's CPUs there."""
         return launch.stage_line(profile, nodes, program)
 
+    def seconds_per_minute(self, profile, environ: Mapping[str, str]) -> float:
+        """60: Slurm's minutes are the clock's, the test cluster's too."""
+        return 60.0
+
     # -- job control ------------------------------------------------------------------------------------------
 
     def submit(self, host, script_name: str, *, cwd: str, script: str, submit_mode: str,
