@@ -45,6 +45,7 @@ from conftest_lsf import (bjobs_state, cli, job_processes, lsf_environment, newe
 from summit_jobs.schedulers.lsf.embedded import state as lsf_state
 from summit_jobs.schedulers.lsf.embedded.state import node_names
 from test_launchers import _trainer_args
+from user_chain_checks import check_user_chain
 from trainer_utils import REPO, make_dataset
 
 #: jsrun first: the other launchers' trainer chains are compared with its weights.
@@ -85,6 +86,7 @@ class Cell:
     program: str
     folder: Path
     jobs: List[str]
+    env: Dict[str, str]
 
     @property
     def run_dir(self) -> Path:
@@ -192,7 +194,7 @@ def _run_cell(base: Path, data: Path, launcher: str, program: str,
     if together is not None:
         together.wait(timeout=60)
     first = _submit(env, folder, launcher, program, data)
-    return Cell(launcher, program, folder, _chain(env, first, folder, WARNED_LINKS[launcher]))
+    return Cell(launcher, program, folder, _chain(env, first, folder, WARNED_LINKS[launcher]), env)
 
 
 #: Launchers whose cells (both programs) run side by side, each in a home of its own (see the docstring).
@@ -264,6 +266,7 @@ def _check_ddp(cell: Cell, logs: str) -> None:
     link's 4 ranks in one world on 2 nodes with the same final weights."""
     jobs, run_dir = cell.jobs, cell.run_dir
     assert (run_dir / "COMPLETE").read_text() == f"step {TOTAL_STEPS['ddp']}\n"
+    check_user_chain(cell.env, run_dir, jobs, total=TOTAL_STEPS["ddp"])
     # the last link may be warned too, when its warning and its last step coincide
     assert logs.count("rank 0: warned at step") >= len(jobs) - 1, logs[-3000:]
     for jid in jobs:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from user_chain_checks import check_user_chain
 from conftest_lsf import (cli, lsf_env, newest_step, recorded_state, run, submitted_id, wait_for,  # noqa: F401
                           wait_state, warn_job)
 from trainer_utils import REPO, make_dataset, tiny_args
@@ -120,3 +121,4 @@ def test_a_user_command_chains_until_its_complete_marker(tmp_path, lsf_env):
     assert logs.stdout.count("rank 0: resumed at step") == len(rows) - 1
     assert f"rank 0: done at step {USER_STEPS}" in logs.stdout
     assert logs.stdout.count("summit-jobs: chain: queued link") == len(rows) - 1
+    check_user_chain(env, run_dir, jobs, total=USER_STEPS)

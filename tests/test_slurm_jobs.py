@@ -28,6 +28,7 @@ from typing import Callable, Dict, List
 import pytest
 import torch
 
+from user_chain_checks import check_user_chain
 from conftest_lsf import cli, lsf_environment, wait_for, wait_state
 from slurm_cluster import cluster_job_processes
 from test_launchers import _trainer_args
@@ -151,11 +152,12 @@ def test_a_users_ddp_script_runs_unmodified_under_srun(slurm_cluster, env, tmp_p
 
 
 def test_status_and_cancel_of_a_running_slurm_job(slurm_cluster, env, tmp_path):
+    """A torchrun link of docs/examples/user_train.py (its ranks save and exit 0 on scancel's TERM) cancelled
+    while it trains: EXIT, cancelled, no traceback from torchrun's agent, nothing left running."""
     run_dir = tmp_path / "long"
-    script = tmp_path / "ddp_env_train.py"
-    shutil.copy(REPO / "tests" / "ddp_env_train.py", script)
-    job = submit(env, run_dir, "--walltime", "0:30", "--command",
-                 f"{sys.executable} {script} --steps 100000 --step-seconds 0.2")
+    program = REPO / "docs" / "examples" / "user_train.py"
+    job = submit(env, run_dir, "--walltime", "0:30", "--launcher", "torchrun", "--command",
+                 f"{sys.executable} {program} --steps 100000 --step-seconds 0.2")
     running = status_when(env, run_dir, lambda r: r[0]["state"] == "RUN" and (r[0]["step"] or 0) >= 1,
                           lambda: False, 120, "the job to run its first step", every=1.0)[0]
     assert (running["job_id"], running["lsf_state"]) == (job, "RUNNING")
@@ -165,6 +167,9 @@ def test_status_and_cancel_of_a_running_slurm_job(slurm_cluster, env, tmp_path):
     assert job in res.stdout + res.stderr
     row = ended(env, run_dir, timeout=120)
     assert (row["state"], row["cancelled"], row["lsf_state"]) == ("EXIT", True, "CANCELLED"), row
+    assert row["last_event"]["text"].startswith("cancelled (exit "), row
+    logs = output(run_dir, "user_train")
+    assert "Traceback" not in logs, logs[-4000:]
     no_process_left(slurm_cluster, job)
     again = cli(["cancel", str(run_dir)], env, timeout=60)
     assert again.returncode == 0 and "NOT killed" not in again.stderr, again.stderr
@@ -237,5 +242,6 @@ def test_a_chain_until_complete_runs_three_links_each_stopped_by_the_signal(slur
     assert not (run_dir / "COMPLETE").exists()
     steps = sorted(int(p.name[5:14]) for p in (run_dir / "checkpoints").glob("ckpt-*.pt"))
     assert len(steps) >= 1 and steps[-1] > 0
+    check_user_chain(env, run_dir, [r["job_id"] for r in rows], last="chain stopped before COMPLETE: 3 links ran")
     for row in rows:
         no_process_left(slurm_cluster, row["job_id"])

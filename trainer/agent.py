@@ -1,9 +1,8 @@
 """torchrun's agent, made to outlive the warning signal. Torch-free until it runs torchrun.
 
-``python -m trainer.agent [torchrun options] PROGRAM ...`` runs
-``python -m torch.distributed.run`` with the same arguments in its place
-(exec: same pid), with the warning signal (SIGUSR2, LSF's ``-wa`` and the run
-limit's) ignored.
+``python -m trainer.agent [torchrun options] PROGRAM ...`` runs torchrun
+(``torch.distributed.run``) with the same arguments in this process, with the
+warning signal (SIGUSR2, LSF's ``-wa`` and the run limit's) ignored.
 
 Why: torchrun's agent handles SIGTERM, SIGINT, SIGHUP and SIGQUIT only, so a
 SIGUSR2 ends it at once (status 140) and its workers, which torchrun starts in
@@ -15,11 +14,14 @@ does at its first line (trainer.loop.signals), ``trainer.loop.chain.Chain`` does
 is created. A worker learns of the warning from the signal where LSF sends it
 to every process, and from the warning file the job script writes into the
 run directory where only the script gets it (trainer.rundir.warning_name).
-bkill's INT and TERM are left to torchrun, which passes them to the workers.
+bkill's INT and TERM (and scancel's) are left to torchrun, which passes them
+to the workers, waits for them, then raises its SignalException: uncaught, a
+traceback in every cancelled job's log and exit status 1, as if the job had
+failed. The agent ends instead with one line and the signal's status
+(128 + its number), as a process killed by it would report.
 """
 from __future__ import annotations
 
-import os
 import signal
 import sys
 from typing import List, Optional
@@ -33,11 +35,20 @@ def main(argv: Optional[List[str]] = None) -> int:
     for sig in IGNORED:
         signal.signal(sig, signal.SIG_IGN)
     try:
-        os.execv(sys.executable, [sys.executable, "-m", "torch.distributed.run", *args])
-    except OSError as exc:
-        print(f"trainer.agent: cannot start torchrun with {sys.executable}: {exc.strerror or exc}", file=sys.stderr)
+        from torch.distributed.elastic.multiprocessing.api import SignalException
+        from torch.distributed.run import main as torchrun
+    except ImportError as exc:
+        print(f"trainer.agent: cannot start torchrun with {sys.executable}: {exc}", file=sys.stderr)
         return 127
-    return 0  # not reached
+    sys.argv[0] = "torchrun"
+    try:
+        torchrun(args)
+    except SignalException as exc:
+        name = getattr(exc.sigval, "name", str(exc.sigval))
+        print(f"trainer.agent: torchrun stopped by {name}: its workers were passed the signal and have ended",
+              file=sys.stderr)
+        return 128 + int(exc.sigval)
+    return 0
 
 
 if __name__ == "__main__":

@@ -51,6 +51,16 @@ job id, "" outside a job):
   the next one before COMPLETE (``by``: ``script``), ``reason`` in words and
   ``exit``, the link's exit code.
 
+- ``link_start``: the job script is about to start the job's step, whatever it
+  runs (``by``: ``script``): ``metrics_offset``, the size of metrics.jsonl
+  then (the job's records are the ones after it: a user's program writes no
+  job id in its records), and ``checkpoint``, the newest checkpoint's name
+  ("" for none);
+- ``link_end``: the step ended (``by``: ``script``): ``exit``, ``warned``
+  (the warning signal came), ``cancelled`` (a stop signal: bkill, cancel, the
+  run limit), ``complete`` (COMPLETE exists), ``start_checkpoint`` and
+  ``checkpoint`` (the newest one now).
+
 ``python -m trainer.rundir event RUN_DIR KIND [NAME=VALUE ...]`` appends one
 record from a job script, the values as strings (``exit`` as a number): the
 script's own text (bsub's message) never has to be quoted for JSON in shell.
@@ -62,7 +72,7 @@ import os
 import re
 import time
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Union
+from typing import Callable, Dict, List, Optional, Tuple, Union
 
 PLAN = "plan.json"
 RECORD = "run.json"
@@ -81,7 +91,7 @@ CHECKPOINTS = "checkpoints"
 TENSORBOARD = "tensorboard"
 SCORES = "scores"
 EVENT_KINDS = ("launch", "resumed", "stopped", "complete", "already_complete", "chain_stopped",
-               "ended_by_scheduler")
+               "ended_by_scheduler", "link_start", "link_end")
 #: How long ``code_revision`` waits for git (a hung network file system must not hold the start).
 GIT_TIMEOUT_S = 2.0
 
@@ -241,6 +251,26 @@ def json_records(text: str, keep: Callable[[Dict[str, object]], bool]) -> List[D
         if isinstance(rec, dict) and keep(rec):
             out.append(rec)
     return out
+
+
+def json_records_at(data: bytes, keep: Callable[[Dict[str, object]], bool],
+                    base: int = 0) -> Tuple[List[Dict[str, object]], List[int]]:
+    """As :func:`json_records`, for the bytes of a JSON-lines file from byte ``base`` on (whole lines), with
+    the byte offset in the file at which each record's line starts: a ``link_start`` event's
+    ``metrics_offset`` says which records came after it."""
+    out: List[Dict[str, object]] = []
+    offsets: List[int] = []
+    at = base
+    for line in data.split(b"\n"):
+        start, at = at, at + len(line) + 1
+        try:
+            rec = json.loads(line.decode("utf-8", "replace"))
+        except ValueError:
+            continue
+        if isinstance(rec, dict) and keep(rec):
+            out.append(rec)
+            offsets.append(start)
+    return out, offsets
 
 
 def parse_events(text: str) -> List[Dict[str, object]]:

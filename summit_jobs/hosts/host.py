@@ -124,6 +124,12 @@ class Host:
     def exists(self, path: str) -> bool:
         raise NotImplementedError
 
+    def mtime(self, path: str) -> Optional[float]:
+        """When ``path`` was last written (seconds since the epoch, the host's clock); None when it is not
+        there. Status ages a job's end by its exit-code file's time: schedulers give the finish time to the
+        minute, or not at all."""
+        raise NotImplementedError
+
     def read_text(self, path: str) -> Optional[str]:
         data = self.read_from(path, 0)
         return None if data is None else data.decode("utf-8", "replace")
@@ -196,6 +202,12 @@ class LocalHost(Host):
 
     def exists(self, path) -> bool:
         return os.path.exists(path)
+
+    def mtime(self, path) -> Optional[float]:
+        try:
+            return os.stat(path).st_mtime
+        except OSError:
+            return None
 
     def read_from(self, path, offset) -> Optional[bytes]:
         try:
@@ -550,6 +562,16 @@ class SshHost(Host):
             except OSError:
                 if self._alive():
                     return False
+                raise
+
+    def mtime(self, path) -> Optional[float]:
+        sftp = self._sftp_client()
+        with self._guard(f"looking at {path}"):
+            try:
+                return float(sftp.stat(path).st_mtime)
+            except (OSError, TypeError):
+                if self._alive():
+                    return None
                 raise
 
     def read_from(self, path, offset) -> Optional[bytes]:

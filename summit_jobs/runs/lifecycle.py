@@ -220,6 +220,9 @@ def collect(state, pairs, hosts_: Hosts) -> List[Dict[str, object]]:
             st = found.get(jid)
             other = _another_job(host, record, st, scheduler.label)
             row = job_row(record, jid, host.label, None if other else st, code, problem, listed_by)
+            if code is not None and record is not None:
+                row["ended_at"] = _tolerant(lambda: host.mtime(host.join(str(record["run_dir"]),
+                                                                         rundir.exitcode_name(jid))), None)
             if other:
                 _lost(row, other)
             elif record is not None and row["state"] in FINAL and code is None:
@@ -289,7 +292,7 @@ def job_row(record: Optional[Dict], jid: str, where: str, st, code: Optional[int
     row: Dict[str, object] = {"run": (record or {}).get("name", "-"), "job_id": jid, "host": where,
                               "run_dir": (record or {}).get("run_dir"), "exit_code": code,
                               "source": "exit-code file", "cancelled": False, "lost": False, "restarts": 0,
-                              "lsf_state": None, "finish_time": None}
+                              "lsf_state": None, "finish_time": None, "ended_at": None}
     if st is not None:
         row.update(state=st.state, lsf_state=st.lsf_state or None, reason=st.reason, finish_time=st.finish_time or None,
                    restarts=st.restarts)
@@ -463,20 +466,25 @@ class RunReader:
     """
 
     def __init__(self) -> None:
-        self.tails: Dict[str, Tuple[int, bytes, list]] = {}
+        self.tails: Dict[str, Tuple[int, bytes, list, List[int]]] = {}
         self.plans: Dict[str, Dict] = {}
 
     def records(self, host, path: str, keep: Callable[[Dict], bool]) -> list:
         """The JSON-lines records of ``path`` that ``keep`` accepts, reading only what is new."""
+        return self.records_at(host, path, keep)[0]
+
+    def records_at(self, host, path: str, keep: Callable[[Dict], bool]) -> Tuple[list, List[int]]:
+        """:meth:`records`, with the byte offset of each record's line in the file."""
         key = f"{host_key_of(host)}:{path}"
-        offset, partial, found = self.tails.get(key, (0, b"", []))
+        offset, partial, found, at = self.tails.get(key, (0, b"", [], []))
         data = _tolerant(lambda: host.read_from(path, offset), None)
         if data:
             text, _, rest = (partial + data).rpartition(b"\n")
-            found = found + rundir.json_records(text.decode("utf-8", "replace"), keep)
+            new, new_at = rundir.json_records_at(text, keep, offset - len(partial))
+            found, at = found + new, at + new_at
             offset, partial = offset + len(data), rest
-        self.tails[key] = (offset, partial, found)
-        return found
+        self.tails[key] = (offset, partial, found, at)
+        return found, at
 
     def files(self, host, record: Dict):
         """statusview.RunFiles of the run ``record`` names."""
@@ -485,8 +493,9 @@ class RunReader:
         if run_dir not in self.plans:
             self.plans[run_dir] = _json_object(_tolerant(lambda: host.read_text(host.join(run_dir, rundir.PLAN)),
                                                          None))
+        records, offsets = self.records_at(host, host.join(run_dir, rundir.METRICS), statusview.keep_record)
         return statusview.RunFiles(
-            records=self.records(host, host.join(run_dir, rundir.METRICS), statusview.keep_record),
+            records=records, record_offsets=offsets,
             events=self.records(host, host.join(run_dir, rundir.EVENTS), statusview.keep_event),
             checkpoints=statusview.checkpoint_steps(
                 _tolerant(lambda: host.listdir(host.join(run_dir, rundir.CHECKPOINTS)), [])),

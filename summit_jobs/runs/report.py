@@ -354,11 +354,18 @@ def _ending_from_events(events: List[Dict]) -> Tuple[Optional[int], str]:
         how = "nothing left to do (run already complete)"
     elif stopped:
         how = f"stopped at step {stopped.get('step')} ({stopped.get('reason')}), checkpoint saved"
-    elif rundir.last_event(events, "launch"):
+    elif rundir.last_event(events, "link_end"):
+        from summit_jobs.runs.statusview import link_end_text   # a user's program: the job script's words
+        how = link_end_text(rundir.last_event(events, "link_end") or {})
+    elif rundir.last_event(events, "launch") or rundir.last_event(events, "link_start"):
         how = "no end recorded (still running, or killed or failed: see its output)"
     else:
         how = ""
     step = resumed.get("step") if resumed else None
+    if step is None:
+        start = rundir.last_event(events, "link_start") or {}
+        found = re.fullmatch(r"ckpt-(\d{9})\.pt", str(start.get("checkpoint") or ""))
+        step = int(found.group(1)) if found else None
     return (step if isinstance(step, int) else None), how
 
 
@@ -421,7 +428,10 @@ def load(host, run_dir: str, record: Optional[Dict] = None) -> RunData:
                         "or this is not a run directory.")
     events = rundir.parse_events(host.read_text(host.join(run_dir, rundir.EVENTS)) or "")
     launches = training_launches(events)
-    metrics = deduplicate(parse_metrics(text), [float(e["time"]) for e in launches] or None)
+    # A user's own program writes no launch events: the job script's link_start events say when each of its
+    # launches began (one per link that ran its step).
+    starts = launches or [e for e in events if e.get("event") == "link_start" and isinstance(e.get("time"), (int, float))]
+    metrics = deduplicate(parse_metrics(text), [float(e["time"]) for e in starts] or None)
     if not metrics.train and not metrics.eval:
         raise UserError(f"{path} holds no training or evaluation records yet; report again once the run has "
                         "logged its first steps.")
@@ -461,6 +471,19 @@ def shapes(run: RunData) -> Dict[str, object]:
     return out
 
 
+def steps_per_second(train: List[Dict]) -> List[float]:
+    """Steps per second between each two train records of one launch that have times (records in time
+    order, ``elapsed`` from deduplicate: the pause between two launches is not counted as training)."""
+    timed = [r for r in train if isinstance(r.get("elapsed"), (int, float))]
+    timed.sort(key=lambda r: float(r["elapsed"]))
+    out = []
+    for a, b in zip(timed, timed[1:]):
+        seconds, steps = float(b["elapsed"]) - float(a["elapsed"]), int(b["step"]) - int(a["step"])
+        if seconds > 0 and steps > 0:
+            out.append(steps / seconds)
+    return out
+
+
 def _median(values: List[float]) -> Optional[float]:
     values = [float(v) for v in values if v is not None]
     return statistics.median(values) if values else None
@@ -489,13 +512,14 @@ def summarize(run: RunData) -> Dict[str, object]:
         "best_eval_epoch": int(best["epoch"]) + 1 if best and "epoch" in best else None,
         "test_top1_mean": None, "test_top1_std": None, "test_views": None, "test_checkpoints": None,
         "clips_per_s_median": _median([r.get("clips_per_s") for r in m.train]),
+        "steps_per_s_median": _median(steps_per_second(m.train)),
         "data_wait_frac_median": _median([r.get("data_wait_frac") for r in m.train]),
         "wall_seconds": m.wall_seconds, "training_seconds": m.active_seconds,
         "launches": m.launches, "replayed_steps": m.replayed, "launches_estimated": m.launches_estimated,
         "resume_steps": [b["step"] for b in chain_boundaries(run)],
         "classes": run.dataset.get("classes"), "missing_videos": run.dataset.get("missing"),
         "test_only": [_test_only_row(r, run) for r in m.test_only],
-        "jobs": run.jobs, "shapes": shapes(run),
+        "jobs": run.jobs, "shapes": shapes(run), "user_command": bool((run.plan or {}).get("user_command")),
     }
     if m.test_summary:
         s = m.test_summary
@@ -776,7 +800,8 @@ def _figure_rows(s: Dict[str, object]) -> List[Tuple[str, str]]:
         out.append((f"  test only {t['checkpoint']}", f"{_pct(t.get('top1'))} top-1, {_pct(t.get('top5'))} top-5 "
                                                       f"({t.get('protocol')})"))
     out += [("final train loss", _num(s.get("final_train_loss"), "{:.4f}")),
-            ("throughput (median)", _num(s.get("clips_per_s_median")) + " clips/s"),
+            ("throughput (median)", _num(s.get("clips_per_s_median")) + " clips/s" if s.get("clips_per_s_median")
+             is not None or s.get("steps_per_s_median") is None else _num(s.get("steps_per_s_median")) + " steps/s"),
             ("data wait (median)", _pct(s.get("data_wait_frac_median"))),
             ("wall time", _hms(s.get("wall_seconds"))),
             ("training time (queue gaps removed)", _hms(s.get("training_seconds")))]
@@ -791,7 +816,7 @@ def _chain_rows(s: Dict[str, object]) -> List[Tuple[str, str]]:
     if s.get("launches_estimated"):
         launches = f"{s.get('launches')}, estimated from pauses in the metrics (no launch records); " \
                    f"{s.get('replayed_steps')} steps replayed after resumes"
-    out = [("trainer launches", launches)]
+    out = [("launches of your command" if s.get("user_command") else "trainer launches", launches)]
     if s.get("resume_steps"):
         out.append(("resumed at steps", ", ".join(str(st) for st in s["resume_steps"])))
     jobs = s.get("jobs") or []

@@ -14,10 +14,14 @@ by the steps per second over the newest records of the newest stretch (a
 stretch never spans the pause between two links).
 
 A user's own program (``submit --command``) writes no ``launch`` event and
-records as little as ``{"kind": "train", "step": ..., "loss": ...}``: its
-records belong to the newest job of its run that has started, a rate needs
-records with a ``time``, and its total is the one declared at submit
-(``--total-steps``, in plan.json).
+records as little as ``{"kind": "train", "step": ..., "loss": ...}``, with no
+job id and maybe no time. The job script frames every job's step with its own
+events (``link_start`` with the size metrics.jsonl had then, ``link_end``
+with how the step ended), so its records are cut into links by their place in
+the file; a rate needs records with a ``time``, and the total is the one
+declared at submit (``--total-steps``, in plan.json). Runs written before the
+script wrote those events give all their records to the newest job that has
+started.
 """
 from __future__ import annotations
 
@@ -51,6 +55,7 @@ _MONTHS = {m: i for i, m in enumerate(calendar.month_abbr) if m}
 class RunFiles:
     """A run directory's files as status needs them (parsed; the reader lives in lifecycle)."""
     records: List[Dict] = field(default_factory=list)    # train and eval records, in file order
+    record_offsets: List[int] = field(default_factory=list)  # the byte offset of each record's line (or none)
     events: List[Dict] = field(default_factory=list)     # events.jsonl records, in file order
     checkpoints: List[int] = field(default_factory=list)  # steps of checkpoints/ckpt-<step>.pt
     plan: Dict = field(default_factory=dict)             # plan.json (chain, until_complete, max_links)
@@ -98,12 +103,23 @@ def train_launches(events: Sequence[Dict]) -> List[Dict]:
     return sorted(out, key=lambda e: e["time"])
 
 
+def link_starts(events: Sequence[Dict]) -> List[Dict]:
+    """The job script's ``link_start`` events that say where their job's records begin, oldest first."""
+    out = [e for e in events if e.get("event") == "link_start" and is_count(e.get("metrics_offset"))]
+    return sorted(out, key=lambda e: (e["metrics_offset"], e["time"]))
+
+
 def stretches(files: RunFiles, newest_job: Optional[str] = None) -> Dict[str, List[Dict]]:
     """Records by the job that wrote them, in file order: each record goes to the newest launch before it (a
     record without a time to the same job as the record before it). A run without launch events (a user's
-    own program) gives all its records to ``newest_job``, the newest job of the run that has started."""
+    own program) cuts its records at the ``link_start`` events' offsets (records before the first one belong
+    to no link that said so); a run without either gives all its records to ``newest_job``, the newest job of
+    the run that has started."""
     starts = train_launches(files.events)
     if not starts:
+        links = link_starts(files.events)
+        if links and len(files.record_offsets) == len(files.records):
+            return _by_offset(files, links)
         return {newest_job: list(files.records)} if newest_job and files.records else {}
     times = [s["time"] for s in starts]
     out: Dict[str, List[Dict]] = {}
@@ -114,6 +130,17 @@ def stretches(files: RunFiles, newest_job: Optional[str] = None) -> Dict[str, Li
             job = str(starts[i].get("job", "")) if i >= 0 else None
         if job is not None:
             out.setdefault(job, []).append(rec)
+    return out
+
+
+def _by_offset(files: RunFiles, links: Sequence[Dict]) -> Dict[str, List[Dict]]:
+    """Records by the link whose ``link_start`` offset is the newest at or before the record's line."""
+    offsets = [e["metrics_offset"] for e in links]
+    out: Dict[str, List[Dict]] = {}
+    for rec, at in zip(files.records, files.record_offsets):
+        i = bisect.bisect_right(offsets, at) - 1
+        if i >= 0:
+            out.setdefault(str(links[i].get("job", "")), []).append(rec)
     return out
 
 
@@ -233,7 +260,36 @@ def event_text(e: Dict) -> str:
                 "checkpoint")
     if kind == "chain_stopped":
         return f"chain stopped before COMPLETE: {e.get('reason') or 'no reason recorded'}"
+    if kind == "link_start":
+        ckpt = checkpoint_steps([str(e.get("checkpoint") or "")])
+        return f"started from the checkpoint at step {ckpt[0]}" if ckpt else "started"
+    if kind == "link_end":
+        return link_end_text(e)
     return str(kind)
+
+
+def link_end_text(e: Dict, native: str = "") -> str:
+    """How a job's step ended, from the job script's ``link_end`` event (and the scheduler's own end word,
+    ``native``, for a stop signal, which the script cannot tell apart: a cancel, the run limit)."""
+    code = e.get("exit")
+    new = checkpoint_steps([str(e.get("checkpoint") or "")])
+    fresh = bool(new) and e.get("checkpoint") != e.get("start_checkpoint")
+    saved = f": checkpoint at step {new[0]}" if fresh else ": no new checkpoint"
+    if e.get("complete") is True and code == 0:
+        return "training complete" + (f" (checkpoint at step {new[0]})" if new else "")
+    if e.get("cancelled") is True:
+        if native in ("TERM_RUNLIMIT", "TIMEOUT"):
+            return f"run limit reached ({native}; exit {code})" + saved
+        if native in ("TERM_OWNER", "TERM_ADMIN", "CANCELLED") or native.startswith("CANCELLED"):
+            return f"cancelled (exit {code})" + saved
+        return f"ended by a stop signal (cancel or run limit; exit {code})" + saved
+    if e.get("warned") is True and code == 0:
+        return "stopped by the warning" + saved
+    if e.get("warned") is True:
+        return f"warned, then failed with exit code {code}" + saved
+    if code == 0:
+        return "ended with exit code 0 before any warning, without COMPLETE"
+    return f"failed with exit code {code}"
 
 
 def _stop_reason(reason: str) -> str:
@@ -245,7 +301,9 @@ def _stop_reason(reason: str) -> str:
 
 
 #: Events that say how a job ended, kept over the bare "ended with exit code" once LSF reports the end.
-FINAL_EVENTS = ("stopped", "complete", "already_complete", "chain_stopped", "ended_by_scheduler")
+FINAL_EVENTS = ("stopped", "complete", "already_complete", "chain_stopped", "ended_by_scheduler", "link_end")
+#: The built-in trainer's own ends: they say more than the job script's ``link_end`` written after them.
+TRAINER_ENDS = ("stopped", "complete", "already_complete")
 #: Ends a scheduler reports in its own state word (Slurm's), each an event of its own: no exit code tells them.
 SCHEDULER_ENDS = {"NODE_FAIL": "ended by a node failure (NODE_FAIL)", "PREEMPTED": "preempted (PREEMPTED)",
                   "BOOT_FAIL": "a node failed to boot (BOOT_FAIL)", "DEADLINE": "ended at its deadline (DEADLINE)",
@@ -266,11 +324,21 @@ def last_event(job: str, files: RunFiles, mine: Sequence[Dict], row: Dict) -> Op
         newest = ckpt
     ended = row.get("state") in ("DONE", "EXIT")
     if ended and (newest is None or newest.get("event") not in FINAL_EVENTS):
-        newest = {"event": "exit", "code": row.get("exit_code"), "time": parse_lsf_time(row.get("finish_time")),
-                  "native": row.get("lsf_state")}
+        # No event says how it ended (killed before its script could): the exit-code file's time, which the
+        # scheduler's finish time (LSF's to the minute, Slurm's none at all) only stands in for.
+        when = row.get("ended_at") if is_time(row.get("ended_at")) else parse_lsf_time(row.get("finish_time"))
+        newest = {"event": "exit", "code": row.get("exit_code"), "time": when, "native": row.get("lsf_state")}
     if newest is None:
         return None
-    return {"event": newest.get("event"), "text": event_text(newest), "time": newest.get("time")}
+    text = event_text(newest)
+    if newest.get("event") == "link_end":
+        trainer = [e for e in found if e.get("event") in TRAINER_ENDS]
+        # The scheduler's word for the end: a cancel (lifecycle.mark_cancelled), LSF's TERM_* reason, Slurm's state.
+        reason = str(row.get("reason") or "")
+        native = ("CANCELLED" if row.get("cancelled") else reason.split()[0].rstrip(":;,") if reason.startswith("TERM_")
+                  else str(row.get("lsf_state") or ""))
+        text = event_text(trainer[-1]) if trainer else link_end_text(newest, native)
+    return {"event": newest.get("event"), "text": text, "time": newest.get("time")}
 
 
 def _checkpoint_event(checkpoints: Sequence[int], mine: Sequence[Dict]) -> Optional[Dict]:
@@ -310,7 +378,7 @@ def add_facts(rows: Sequence[Dict], files: RunFiles) -> None:
     ids = list(files.chain_ids)
     by_job = stretches(files, newest_started(rows, ids))
     total, epochs = total_steps(files), epochs_of(files)
-    launched = bool(train_launches(files.events))
+    launched = bool(train_launches(files.events)) or bool(link_starts(files.events))
     last_open = any(r.get("state") in ("PEND", "RUN", "PSUSP", "USUSP", "SSUSP") for r in rows
                     if ids and r.get("job_id") == ids[-1])
     more = bool(files.plan.get("until_complete")) and not files.complete and last_open
@@ -329,7 +397,7 @@ def add_facts(rows: Sequence[Dict], files: RunFiles) -> None:
         row["total_steps"] = total
         rate = newest.get("clips_per_s") if newest else None
         row["clips_per_s"] = round(float(rate), 2) if is_time(rate) else None
-        paced = train if launched else since_pause(train)   # the newest link's records, without launches
+        paced = train if launched else since_pause(train)   # the newest link's records, without link events
         steps = steps_per_second(paced)
         row["steps_per_s"] = round(steps, 3) if steps is not None else None
         row["last_event"] = last_event(jid, files, mine, row)
