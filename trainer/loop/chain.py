@@ -41,6 +41,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import sys
 import time
@@ -85,12 +86,17 @@ class Chain:
             self.signum = int(signal.SIGUSR2)
         return self.signum is not None
 
-    def should_stop(self, step: int) -> bool:
-        """Whether every rank stops after ``step``: decided together every ``every`` steps."""
+    def should_stop(self, step: int, agree: Optional[Callable[[bool], bool]] = None) -> bool:
+        """Whether every rank stops after ``step``: decided together every ``every`` steps.
+
+        ``agree(local flag)`` must return True on every rank when the flag holds on any rank; the default is
+        one all-reduce through the script's torch.distributed. A framework passes its own (Lightning's
+        ``strategy.reduce_boolean_decision(flag, all=False)``), which also works where its ranks talk
+        through something else than torch.distributed's default group."""
         if step % self.every:
             return False
         local = self.warned()
-        agreed = _any_rank(local)
+        agreed = (agree or _any_rank)(local)
         if agreed and not self.stopped_by:
             self.stopped_by = signal.Signals(self.signum).name if self.signum else "another rank's warning"
         return agreed
@@ -101,7 +107,8 @@ class Chain:
         return self.run_dir / rundir.CHECKPOINTS
 
     def newest(self) -> Optional[Path]:
-        """The newest whole checkpoint (``checkpoints/ckpt-<step, 9 digits>.pt``), or None."""
+        """The newest whole checkpoint (``checkpoints/ckpt-<step, 9 digits>.pt``), or None: what a link
+        resumes from (a half-written one has another name until its rename)."""
         try:
             names = sorted(n for n in os.listdir(self.checkpoints) if _CKPT.match(n))
         except OSError:
@@ -113,19 +120,31 @@ class Chain:
         path = self.newest()
         return None if path is None else load(path)
 
-    def save(self, step: int, write: Callable[[Path], None]) -> Optional[Path]:
+    def save(self, step: int, write: Callable[[Path], None], every_rank: bool = False) -> Optional[Path]:
         """Rank 0 calls ``write(temporary path)``; the file is then renamed to the step's checkpoint name,
-        so a reader (the next link) never sees half a checkpoint. Other ranks do nothing. The path, or None."""
-        if self.rank != 0:
-            return None
-        self.checkpoints.mkdir(parents=True, exist_ok=True)
+        so a reader (the next link) never sees half a checkpoint. Other ranks do nothing. The path, or None.
+
+        ``every_rank``: for a collective save, which every rank must enter or the others hang (Lightning's
+        ``Trainer.save_checkpoint``: rank 0 writes, then all meet in a barrier). Every rank calls ``write``
+        with the same temporary path (named for the step and the job, not the process), and rank 0 renames it
+        once its ``write`` has returned, which for a collective save is after every rank's part is written.
+        Every rank gets the final path."""
         final = self.checkpoints / rundir.checkpoint_name(step)
-        tmp = self.checkpoints / f".{final.name}.tmp{os.getpid()}"
+        if self.rank != 0 and not every_rank:
+            return None
+        tmp = self.checkpoints / (f".{final.name}.tmp{self.job or 'local'}" if every_rank
+                                  else f".{final.name}.tmp{os.getpid()}")
+        self.checkpoints.mkdir(parents=True, exist_ok=True)
+        if self.rank != 0:
+            write(tmp)
+            return final
         try:
             write(tmp)
             os.replace(tmp, final)
         finally:
-            if tmp.exists():
+            if tmp.is_dir():
+                shutil.rmtree(tmp, ignore_errors=True)
+            elif tmp.exists():
                 tmp.unlink()
         return final
 
