@@ -244,7 +244,7 @@ def test_a_link_whose_next_bsub_is_refused_ends_non_zero_and_says_why(lsf_env, t
     table = cli(["status", str(run_dir)], env, timeout=60)
     assert table.returncode == 0, table.stderr
     assert f"job {first[0]}: the chain stopped before COMPLETE: " in table.stdout, table.stdout
-    assert "--until-complete" in table.stdout
+    assert f"summit-jobs resume {run_dir.name}" in table.stdout, table.stdout
     logs = cli(["logs", str(run_dir)], env, timeout=60)
     assert logs.stdout.count("bsub did not queue the next link") + logs.stderr.count(
         "bsub did not queue the next link") == 4

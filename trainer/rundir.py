@@ -86,6 +86,9 @@ COMPLETE = "COMPLETE"
 #: while the cancel runs kills it, and a link that starts anyway ends at once. Submitting into the run
 #: directory again removes it.
 CANCELLED = "CANCELLED"
+#: How many lines chain.jobs had when the run was last submitted by hand (submit --force, resume): a chain's
+#: --max-links counts the links queued since then, so a chain stopped by its cap goes on when resumed.
+CHAIN_START = ".chain-start"
 RUN_CONFIG = "run_config.json"
 CHECKPOINTS = "checkpoints"
 TENSORBOARD = "tensorboard"

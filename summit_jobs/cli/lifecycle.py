@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shlex
 import shutil
 import sys
 import time
@@ -380,3 +381,52 @@ def _follow_once(state: State, hosts_: lifecycle.Hosts, host, record: Dict, jid:
             sys.stdout.write(data.decode("utf-8", "replace"))
             sys.stdout.flush()
     return finished
+
+
+@cli.command("resume")
+@click.argument("target", metavar="RUN", shell_complete=complete_runs,
+                callback=refuse_empty_argument("RUN", "a run directory or a run name"))
+@click.pass_obj
+def resume_cmd(state: State, target: str) -> None:
+    """Queue a run's job script again: its next job resumes from the newest checkpoint.
+
+    For a chain that stopped before COMPLETE (a failed link, a cancel, the
+    --max-links cap: status says why), or a run whose job ended early. The
+    run's own job script is submitted as it is (the options it was planned
+    with, nothing to repeat); a chain counts --max-links afresh from here. A
+    run that is complete, or that has a job still pending or running, is left
+    as it is.
+    """
+    from summit_jobs.runs import records as runs
+    from trainer import rundir
+    pairs = lifecycle.targets(state, target)
+    record, _ids = pairs[0]
+    if record is None or len(pairs) != 1:
+        raise UserError(f"{target!r} names no run: give the run directory or the run name (status lists them).")
+    hosts_ = lifecycle.Hosts(state)
+    try:
+        host = hosts_.get(record)
+        run_dir = str(record["run_dir"])
+        if host.exists(host.join(run_dir, rundir.COMPLETE)):
+            raise UserError(f"the run in {run_dir} is complete (COMPLETE is there): nothing to resume.")
+        rows = lifecycle.collect(state, pairs, hosts_)
+        busy = [r for r in rows if r.get("state") not in lifecycle.FINAL]
+        if busy:
+            raise UserError(f"job {busy[0]['job_id']} of {run_dir} is still {busy[0]['state']}: the run goes on by "
+                            f"itself (or stop it first: summit-jobs cancel {shlex.quote(target)}).")
+        scheduler = schedulers.for_record(record)
+        name = str(record.get("script") or rundir.SCRIPT)
+        script = host.read_text(host.join(run_dir, name))
+        if script is None:
+            raise UserError(f"{run_dir} has no job script {name}: submit the run again with `summit-jobs submit "
+                            f"--run-dir {shlex.quote(run_dir)} --force` and its options.")
+        runs.restart_chain(host, run_dir)
+        job_id, queue = scheduler.submit(host, name, cwd=run_dir, script=script,
+                                         submit_mode=str(record.get("submit_mode") or "stdin"))
+        record["job_ids"] = [str(j) for j in record.get("job_ids") or []] + [str(job_id)]
+        runs.save(host, record)
+    finally:
+        hosts_.close()
+    click.echo(f"job {job_id} submitted to queue {queue} on {host.label}: it resumes {run_dir} from its newest "
+               "checkpoint")
+    click.echo(f"follow it with: summit-jobs status {shlex.quote(runs.follow_target(record))} --watch")

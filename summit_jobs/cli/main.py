@@ -38,6 +38,8 @@ register("logs", "summit_jobs.cli.lifecycle:logs_cmd",
 register("pack", "summit_jobs.cli.data:pack_cmd", "Pack a video dataset into tar shards + manifest.json in OUT.")
 register("report", "summit_jobs.cli.report:report_cmd",
          "Plots and a summary table of a run: accuracy, loss, LR, throughput, chain.")
+register("resume", "summit_jobs.cli.lifecycle:resume_cmd",
+         "Queue a run's job script again: its next job resumes from the newest checkpoint.")
 register("scaling", "summit_jobs.cli.simulate:scaling_cmd",
          "Project time-to-train and scaling efficiency over node counts.")
 register("simulate", "summit_jobs.cli.simulate:simulate_cmd",

@@ -19,6 +19,7 @@ checkpointed and exited 0 on the kill's TERM.
 from __future__ import annotations
 
 import re
+import shlex
 import sys
 import time
 from typing import Callable, Dict, List, Optional, Tuple, TypeVar
@@ -203,6 +204,7 @@ def collect(state, pairs, hosts_: Hosts) -> List[Dict[str, object]]:
     rows: List[Dict[str, object]] = []
     failed: List[UserError] = []
     disks: Dict[str, Optional[str]] = {}
+    targets_: Dict[str, str] = {}
     for key, items in groups.items():
         try:
             host = hosts_.get(items[0][0])
@@ -233,6 +235,12 @@ def collect(state, pairs, hosts_: Hosts) -> List[Dict[str, object]]:
                 if full:
                     row["reason"] = f"{full}; {row.get('reason') or ''}".rstrip("; ")
             mark_cancelled(row, None if other else st, record)
+            if record is not None:
+                # how the hints under the table name the run (statusview.notes): as a command that runs
+                if str(record["run_dir"]) not in targets_:
+                    from summit_jobs.runs import records as runs
+                    targets_[str(record["run_dir"])] = runs.follow_target(record)
+                row["target"] = targets_[str(record["run_dir"])]
             rows.append(row)
     if failed and len(failed) == len(groups):
         raise failed[0]
@@ -279,7 +287,7 @@ def _lost(row: Dict[str, object], why: str) -> None:
     jid = row["job_id"]
     if row.get("exit_code") is None:
         row["reason"] = (f"job {jid} is now another job; this run's link was lost ({why}); check its output with "
-                         "`summit-jobs logs`")
+                         f"`summit-jobs logs {shlex.quote(str(row['run_dir'] or jid))}`")
     else:
         row["reason"] = f"job {jid} is now another job ({why}); its exit-code file says {row['exit_code']}"
     row["lost"] = True
@@ -309,7 +317,7 @@ def job_row(record: Optional[Dict], jid: str, where: str, st, code: Optional[int
         row["state"] = "UNKNOWN"
         row["reason"] = (f"gone from {listed_by}, and {problem}: how the job ended is unknown" if problem else
                          f"gone from {listed_by} and no exit-code file: the job did not finish normally (killed, "
-                         "or never started)") + "; check its output with `summit-jobs logs`"
+                         "or never started)") + f"; check its output with `summit-jobs logs {jid}`"
         row["source"] = "none"
     return row
 

@@ -126,12 +126,7 @@ def create(host: Host, plan, profile, script: str, *, force: bool, ssh: Optional
         # submitted before the run existed (ids are reused), and the previous jobs count from here
         record["first_created"] = first_created
     if previous or force:
-        # a run submitted again after `summit-jobs cancel` trains again: its links must not end at the marker
-        try:
-            host.remove(join(run_dir, rundir.CANCELLED))
-        except OSError as exc:
-            raise UserError(f"cannot remove the cancel marker {host.label}:{join(run_dir, rundir.CANCELLED)} "
-                            f"({exc.strerror or exc}): remove it, or choose another --run-dir.") from None
+        restart_chain(host, run_dir)
     host.write_file(join(run_dir, plan.script_name), script, force=force)
     host.write_file(join(run_dir, "plan.json"), json.dumps(plan.to_dict(), indent=2, default=str), force=force)
     import yaml  # here, not at the top: only writing a run's record needs it
@@ -139,6 +134,30 @@ def create(host: Host, plan, profile, script: str, *, force: bool, ssh: Optional
                     yaml.safe_dump(_plain(dataclasses.asdict(profile)), sort_keys=False), force=force)
     save(host, record)
     return record
+
+
+def restart_chain(host: Host, run_dir: str) -> None:
+    """Before a run is submitted again by hand (submit --force, resume): a run cancelled before trains again
+    (its links must not end at the cancel marker), and the chain's --max-links counts from here (the links
+    chain.jobs holds so far are written to CHAIN_START)."""
+    join = host.join
+    try:
+        host.remove(join(run_dir, rundir.CANCELLED))
+    except OSError as exc:
+        raise UserError(f"cannot remove the cancel marker {host.label}:{join(run_dir, rundir.CANCELLED)} "
+                        f"({exc.strerror or exc}): remove it, or choose another --run-dir.") from None
+    queued = [line for line in (host.read_text(join(run_dir, rundir.CHAIN)) or "").splitlines() if line.strip()]
+    host.write_file(join(run_dir, rundir.CHAIN_START), f"{len(queued)}\n", force=True)
+
+
+def follow_target(record: Dict[str, object]) -> str:
+    """How a printed hint names the run: by its name where no other run recorded here has it, else by its
+    run directory (``status NAME`` refuses a name two runs share)."""
+    name = str(record.get("name") or "")
+    same = [r for r in indexed() if str(r.get("name")) == name]
+    if name and len(same) <= 1:
+        return name
+    return str(record.get("run_dir"))
 
 
 def embedded_home(host: Host) -> Optional[str]:

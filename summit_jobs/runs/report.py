@@ -424,7 +424,7 @@ def load(host, run_dir: str, record: Optional[Dict] = None) -> RunData:
     where = f"{host.label}:{run_dir}" if host.is_remote else run_dir
     if text is None:
         raise UserError(f"{where} has no {METRICS}: the trainer has not written any step yet (the job may still be "
-                        f"pending or starting: check `summit-jobs status {shlex.quote(os.path.basename(run_dir.rstrip('/')))}`), "
+                        f"pending or starting: check `summit-jobs status {shlex.quote(run_dir)}`), "
                         "or this is not a run directory.")
     events = rundir.parse_events(host.read_text(host.join(run_dir, rundir.EVENTS)) or "")
     launches = training_launches(events)

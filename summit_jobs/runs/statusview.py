@@ -29,6 +29,7 @@ import bisect
 import calendar
 import math
 import re
+import shlex
 import time
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -567,9 +568,8 @@ def notes(rows: Sequence[Dict]) -> List[str]:
               f"{'s' if r['restarts'] > 1 else ''} (a requeue after a node failure or a preemption)"
               for r in rows if (r.get("restarts") or 0) > 0]
     return lines + [f"job {r.get('job_id')}: the chain stopped before COMPLETE: {r['chain_stopped']}; "
-                    f"to go on from the last checkpoint, submit again with the same options (--until-complete "
-                    f"and --run-dir among them) and --force, which submits into the run directory and keeps its "
-                    f"checkpoints"
+                    "to go on from the newest checkpoint (the same job script, --max-links counted afresh): "
+                    f"summit-jobs resume {shlex.quote(str(r.get('target') or r.get('run_dir') or r.get('run')))}"
                     for r in rows if r.get("chain_stopped")]
 
 

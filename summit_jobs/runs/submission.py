@@ -176,5 +176,5 @@ def submit(state, profile, plan, script: str, kw: dict) -> List[str]:
         click.echo(f"job {' '.join(ids)} submitted to queue {queue} on {host.label}{chain}")
         click.echo(f"run directory: {plan.run_dir}")
         # Quoted: a run name is the user's, and this line is meant to be pasted into a shell.
-        click.echo(f"follow it with: summit-jobs status {shlex.quote(str(record['name']))} --watch")
+        click.echo(f"follow it with: summit-jobs status {shlex.quote(runs.follow_target(record))} --watch")
     return ids
