@@ -159,10 +159,17 @@ class _StatusView:
         mark = statusview.signature(rows)
         if mark == self.last:
             return
-        self.last = mark
         if self.as_json:
+            self.last = mark
             click.echo(json.dumps(rows, indent=2))
             return
+        if self.watch and self.last is not None:
+            # a log or a pipe: after the first table, one line for each job whose state or event changed (and
+            # each note once), not the whole table again
+            click.echo("\n".join(statusview.changes(self.last, rows, now, time.strftime("%H:%M:%S"))))
+            self.last = mark
+            return
+        self.last = mark
         if self.watch:
             click.echo(time.strftime("%H:%M:%S"))
         click.echo("\n".join(statusview.table(rows, now)))
