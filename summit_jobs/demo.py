@@ -15,12 +15,16 @@ The demo's embedded LSF is its own: its state lives in ``<out>/lsf``
 plain shell, and its settings in ``<out>/config.yaml`` (SUMMIT_JOBS_CONFIG; no
 other config file is read). One LSF minute lasts a few seconds
 (SUMMIT_JOBS_LSF_MINUTE) so walltimes and warnings play out quickly. How many:
-a link of the chain must get past its start-up and train before its warning
-signal, and start-up takes longer on a slow or busy machine. So the demo
-measures the start-up of 4 ranks before the first link, and every link
-measures its own start-up (its script's start to the trainer's ``launch``
-event) when it queues the next one, whose minute it sets from that: load that
-appears during the chain lengthens the later links' minutes.
+10 on a quiet 2-core machine, stretched by how much slower the machine is now,
+so that every link gets past its start-up and trains about the same share of
+the run on a busy machine as on a quiet one (the chain has about as many links
+either way, and no more start-ups to pay). The demo measures the start-up of 4
+ranks before the first link, and every link measures its own (its script's
+start to the trainer's ``launch`` event) when it queues the next one, whose
+minute it sets from that: load that appears during the chain lengthens the
+later links' minutes. The local profile's throughput and start-up figures,
+measured on a quiet machine, reach the demo's jobs stretched by the same
+factor (its config file), so that submit's expected links hold.
 
 Running it again into the same folder rebuilds what it made there (the data
 with ``--force``; its four run directories are replaced, never while a job of
@@ -52,13 +56,17 @@ from trainer import rundir
 MARGIN = 0.2
 #: Ranks the demo's jobs start at once (2 virtual nodes x 2 ranks): the start-up measurement runs as many.
 RANKS = 4
+#: What startup_seconds() measures on the machine the local profile's performance figures were measured on
+#: (2 cores, nothing else running): 7.9 s. A longer start-up here and now is that many times slower a machine.
+QUIET_STARTUP_S = 8.0
 #: Each link of the chain: --walltime 0:08 with the warning 2 minutes before the limit, so 6 LSF
 #: minutes before its warning.
 LINK_WALLTIME = "0:08"
 LINK_WARNING_MINUTES = 2
-LINK_MINUTES_BEFORE_WARNING = 6
-#: Share of a link's minutes before its warning that its measured start-up may take (the rest trains).
-STARTUP_SHARE = 0.5
+#: The LSF minute on a quiet machine, in seconds, and the shortest the demo uses: a link of the chain has 60 s
+#: before its warning, 10 of which its start-up takes, and the TSM trains in 5 links. A 6-second minute gave
+#: links 36 s and the chain twice as many, each paying the start-up again, for nothing more to see.
+MINUTE_FLOOR = 10.0
 #: In each chain's run directory: one record per link that queued the next (its start-up, the next minute).
 MINUTES_FILE = "lsf-minutes.jsonl"
 #: First line of the demo's config file (<out>/config.yaml), by which it knows the file is its own.
@@ -93,22 +101,51 @@ def startup_seconds(ranks: int = RANKS) -> float:
     return time.perf_counter() - t0
 
 
-def minute_floor(quick: bool) -> float:
-    """The shortest LSF minute the demo uses, in seconds."""
-    return 10.0 if quick else 6.0
+def lsf_minute(startup: float) -> float:
+    """Seconds per LSF minute of the first link: MINUTE_FLOOR stretched by the slowdown that the ranks'
+    measured start-up shows (``slowdown``)."""
+    return round(MINUTE_FLOOR * slowdown(startup), 1)
 
 
-def lsf_minute(quick: bool, startup: float) -> float:
-    """Seconds per LSF minute of the first link: at least the floor (6 s, 10 s quick), and long enough that
-    its 6 minutes before its warning hold the measured start-up three times over."""
-    return round(max(minute_floor(quick), startup / 2.0), 1)
+def slowdown(startup: float) -> float:
+    """How many times slower than the quiet reference machine this one is now, from the start-up measured
+    (at least 1: a faster machine is not assumed to train faster than the profile's figures say)."""
+    return max(1.0, startup / QUIET_STARTUP_S)
 
 
-def link_minute(startup: float, floor: float) -> float:
+def performance(startup: float) -> Dict[str, float]:
+    """The local profile's performance figures for the demo's jobs, which hold for a quiet 2-core machine,
+    stretched by this machine's measured slowdown: throughput, the allreduce's bandwidth and latency (the
+    ranks' loopback is this machine's cores too) and a link's start-up.
+
+    Why: submit's expected links divide the training time (clips / throughput, plus each step's allreduce) by
+    what a link trains (its minutes before the warning less its start-up); on a busy machine all of them are
+    worse by about the factor that the ranks' start-up is, and the demo's config hands them to its jobs'
+    profile."""
+    from summit_jobs.profiles import machines
+    perf = machines.load("local").performance
+    factor = slowdown(startup)
+    return {"clips_per_second_per_gpu": round(perf.clips_per_second_per_gpu / factor, 3),
+            "allreduce_bandwidth_gbps": round(perf.allreduce_bandwidth_gbps / factor, 3),
+            "allreduce_latency_us": round(perf.allreduce_latency_us * factor, 1),
+            "startup_seconds": round(perf.startup_seconds * factor, 1)}
+
+
+def quiet_link_startup() -> float:
+    """A link's start-up on the quiet reference machine: the local profile's performance.startup_seconds."""
+    from summit_jobs.profiles import machines
+    return machines.load("local").performance.startup_seconds or MINUTE_FLOOR
+
+
+def link_minute(startup: float, floor: float, quiet: float) -> float:
     """Seconds per LSF minute for the next link, from a link's observed start-up (script start to the
-    trainer's launch, staging included): at least ``floor``, and long enough that start-up takes at most
-    STARTUP_SHARE of the minutes before the warning."""
-    return round(max(floor, startup / STARTUP_SHARE / LINK_MINUTES_BEFORE_WARNING), 1)
+    trainer's launch, staging included): ``floor`` stretched by how many times longer it took than the
+    ``quiet`` machine's link start-up, never less than ``floor``.
+
+    Why stretched and not only long enough to hold the start-up: a busy machine trains slower by about the
+    factor its start-up shows, and a link of fixed length then trained a smaller share of the run; the chain
+    ran 13 links (and 13 start-ups) where a quiet machine runs 5, and no estimate made at submit time held."""
+    return round(max(floor, floor * startup / quiet), 1)
 
 
 def read_jsonl(path: Path) -> List[Dict]:
@@ -146,7 +183,7 @@ def next_minute(run_dir: Path, job: str, elapsed: float, floor: float, current: 
     startup = None if launched is None else max(0.0, launched - (now - elapsed))
     before = [float(r["startup_s"]) for r in read_jsonl(run_dir / MINUTES_FILE)
               if _is_time(r.get("startup_s")) and str(r.get("job", "")) != job]
-    minute = current if startup is None else link_minute(max([startup] + before[-1:]), floor)
+    minute = current if startup is None else link_minute(max([startup] + before[-1:]), floor, quiet_link_startup())
     rec = {"job": job, "startup_s": None if startup is None else round(startup, 1), "minute_s": current,
            "next_minute_s": minute, "time": round(now, 3)}
     try:
@@ -235,7 +272,10 @@ class Demo:
         for k in ("SUMMIT_JOBS_MACHINE", "SUMMIT_JOBS_PROJECT", "SUMMIT_JOBS_HOST"):
             self.env.pop(k, None)
         startup = startup_seconds()
-        self.minute = lsf_minute(quick, startup)
+        self.minute = lsf_minute(startup)
+        self.performance = performance(startup)
+        #: The links submit expected of the TSM chain ("expected links: about N"), once it has said.
+        self.expected_links: Optional[int] = None
         self.write_config()
         self.env.update({
             "SUMMIT_JOBS_LSF_HOME": str(self.lsf_home),
@@ -248,7 +288,10 @@ class Demo:
         })
         q = shlex.quote
         print(f"demo: {RANKS} ranks start in {startup:.1f} s here; one LSF minute lasts {self.minute:g} s for the "
-              "first link of the chain, and each link sets the next one's from its own start-up", flush=True)
+              "first link of the chain, and each link sets the next one's from its own start-up; the local "
+              f"profile's figures for this machine now: {self.performance['clips_per_second_per_gpu']:g} clips/s per "
+              f"rank, {self.performance['startup_seconds']:g} s of start-up per link (a quiet machine's, "
+              f"{slowdown(startup):.2g} times over)", flush=True)
         print(f"demo: its jobs run on an embedded LSF of their own, SUMMIT_JOBS_LSF_HOME={q(str(self.lsf_home))} "
               f"(not the one `summit-jobs` uses in your shell), with the settings of {q(str(self.config))} "
               "(SUMMIT_JOBS_CONFIG). Commands are printed with these in front where they matter; to look at the "
@@ -268,8 +311,9 @@ class Demo:
         return shlex.quote(str(mine)) if mine.exists() else f"{shlex.quote(sys.executable)} -m summit_jobs"
 
     def write_config(self) -> None:
-        """The demo's config file: the local profile with the chain's per-link minute (chain_setup). Written
-        on every run; a file of that name that the demo did not write is left alone, and the demo stops."""
+        """The demo's config file: the local profile with the chain's per-link minute (chain_setup) and its
+        performance figures for this machine now (``performance``). Written on every run; a file of that name
+        that the demo did not write is left alone, and the demo stops."""
         try:
             mine = self.config.read_text(encoding="utf-8").startswith(CONFIG_HEADER)
         except FileNotFoundError:
@@ -279,8 +323,8 @@ class Demo:
         if not mine:
             sys.exit(f"demo: {self.config} exists and the demo did not write it; move it away, or give the demo "
                      "another --out")
-        data = {"machines": {"local": {"environment": {"setup": chain_setup(sys.executable,
-                                                                            minute_floor(self.quick))}}}}
+        data = {"machines": {"local": {"environment": {"setup": chain_setup(sys.executable, MINUTE_FLOOR)},
+                                       "performance": self.performance}}}
         self.config.write_text(CONFIG_HEADER + json.dumps(data, indent=2) + "\n", encoding="utf-8")
 
     def shown(self, args: Sequence[str]) -> str:
@@ -308,7 +352,9 @@ class Demo:
         if not pasteable:
             proc = subprocess.run(argv, env=self.env, text=True, stdout=subprocess.PIPE if capture else None)
         else:
-            with subprocess.Popen(argv, env=self.env, text=True, stdout=subprocess.PIPE) as p:
+            # stderr too: submit says there how many links it expects (the demo's summary compares them).
+            with subprocess.Popen(argv, env=self.env, text=True, stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT) as p:
                 assert p.stdout is not None
                 for line in p.stdout:
                     print(self.pasteable(line), end="", flush=True)
@@ -318,7 +364,10 @@ class Demo:
         return proc
 
     def pasteable(self, line: str) -> str:
-        """A line of submit's output; the command after ``follow it with:`` gets the demo's settings."""
+        """A line of submit's output; the command after ``follow it with:`` gets the demo's settings, and the
+        number of an ``expected links: about N`` line is kept for the summary."""
+        if line.startswith("expected links: about "):
+            self.expected_links = int(line.split()[3])
         head, sep, rest = line.partition("follow it with: summit-jobs ")
         if not sep:
             return line
@@ -398,8 +447,9 @@ class Demo:
                "--data", str(out / "pfs" / "manifest.json")]
 
         step("1/7 A synthetic Kinetics: 8 classes that only the order of frames tells apart")
+        # Frame folders only: the demo packs those (MP4s of the same videos took as long again to write).
         self.sj("synth", str(out / "synth"), "--videos-per-class", "16" if quick else "100", "--frames", "16",
-                "--size", "64", "--layout", "rawframes" if quick else "both", "--force", "--quiet")
+                "--size", "64", "--layout", "rawframes", "--force", "--quiet")
 
         step("2/7 Pack it into tar shards with an index (the form HPSS and GPFS want)")
         # --force: a second demo packs its own archive again (the same bytes: pack is deterministic).
@@ -437,7 +487,12 @@ class Demo:
         self.summary(tsm, tsn, sim, same)
 
     def show_minutes(self, run_dir: Path) -> None:
-        """One line on how each link's start-up set the next link's LSF minute (nothing for a single link)."""
+        """How many links the chain ran against the links submit expected, and how each link's start-up set
+        the next link's LSF minute (nothing more for a single link)."""
+        links = len(self.rows(run_dir))
+        if self.expected_links is not None:
+            print(f"demo: the chain ran {links} link{'s' if links != 1 else ''}; submit expected about "
+                  f"{self.expected_links} from the figures of the machine at that time", flush=True)
         recs = [r for r in read_jsonl(run_dir / MINUTES_FILE) if _is_time(r.get("next_minute_s"))]
         if not recs:
             return

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from slurm_cluster import stretched
 from summit_jobs import demo
 
 REPO = Path(__file__).resolve().parent.parent
@@ -41,22 +42,25 @@ def events(run_dir: Path, *records: dict) -> None:
 
 
 def test_minutes_first_link_and_next():
-    assert demo.lsf_minute(quick=True, startup=4.0) == 10.0
-    assert demo.lsf_minute(quick=False, startup=30.0) == 15.0
-    # Start-up may take half of the 6 minutes before the warning: 60 s of it -> 20 s minutes.
-    assert demo.link_minute(60.0, floor=6.0) == 20.0
-    assert demo.link_minute(3.0, floor=6.0) == 6.0
+    # 4 ranks start in 8 s on the quiet reference machine, where the minute is the floor; 30 s is 3.75 times slower.
+    assert demo.lsf_minute(startup=4.0) == demo.MINUTE_FLOOR == 10.0
+    assert demo.lsf_minute(startup=30.0) == 37.5
+    # A link that took 60 s to start where a quiet machine takes 10 s: the floor, 6 times over.
+    assert demo.link_minute(60.0, floor=6.0, quiet=10.0) == 36.0
+    assert demo.link_minute(3.0, floor=6.0, quiet=10.0) == 6.0
+    assert demo.quiet_link_startup() == 10.0            # the local profile's performance.startup_seconds
 
 
 def test_next_minute_from_the_links_own_launch(tmp_path):
     run = tmp_path / "run"
     now = 1_000_000.0
-    # Job 7 started 100 s ago and its trainer launched 45 s after that; job 6 (the link before) is not used.
+    # Job 7 started 100 s ago and its trainer launched 45 s after that (4.5 quiet start-ups: 6 s x 4.5); job 6
+    # (the link before) is not used.
     events(run, {"event": "launch", "job": "6", "mode": "train", "time": now - 500},
            {"event": "launch", "job": "7", "mode": "train", "time": now - 55})
-    assert demo.next_minute(run, "7", elapsed=100, floor=6.0, current=10.0, now=now) == 15.0
+    assert demo.next_minute(run, "7", elapsed=100, floor=6.0, current=10.0, now=now) == 27.0
     rec = json.loads((run / demo.MINUTES_FILE).read_text().splitlines()[-1])
-    assert rec == {"job": "7", "startup_s": 45.0, "minute_s": 10.0, "next_minute_s": 15.0, "time": now}
+    assert rec == {"job": "7", "startup_s": 45.0, "minute_s": 10.0, "next_minute_s": 27.0, "time": now}
     # No launch of this job: the minute stays.
     assert demo.next_minute(run, "8", elapsed=100, floor=6.0, current=10.0, now=now) == 10.0
 
@@ -70,7 +74,7 @@ def test_the_minute_goes_up_at_once_and_down_one_link_later(tmp_path):
         t = now + 1000 * i
         events(run, {"event": "launch", "job": job, "mode": "train", "time": t - 100 + startup})
         got.append(demo.next_minute(run, job, elapsed=100, floor=6.0, current=10.0, now=t))
-    assert got == [6.0, 15.0, 15.0, 6.0]
+    assert got == [7.2, 27.0, 27.0, 9.0]
 
 
 def fake_bsub(folder: Path) -> None:
@@ -99,12 +103,12 @@ def chain_call(tmp_path: Path, run: Path, elapsed: int, minute: str = "10", pyth
 def test_the_chains_bsub_gets_the_minute_of_this_links_start_up(tmp_path):
     run = tmp_path / "run"
     events(run, {"event": "launch", "job": "7", "mode": "train", "time": time.time() - 30})
-    # Script started 90 s ago, trainer launched 60 s after: 60 s of start-up -> 20 s minutes (less the seconds
-    # bash and Python take to start here, on a busy machine).
+    # Script started 90 s ago, trainer launched 60 s after: 60 s of start-up, 6 quiet ones -> 36 s minutes (less
+    # the seconds bash and Python take to start here, on a busy machine).
     out = chain_call(tmp_path, run, elapsed=90)
     line = [ln for ln in out.splitlines() if ln.startswith("minute=")][0]
     assert line.endswith(" args=-w ended(7) job.lsf")
-    assert 18.0 <= float(line.split()[0][len("minute="):]) <= 20.0
+    assert 33.0 <= float(line.split()[0][len("minute="):]) <= 36.0
 
 
 def test_the_chains_bsub_keeps_the_minute_when_the_measurement_fails(tmp_path):
@@ -156,7 +160,7 @@ def test_printed_commands_carry_the_demos_settings(quiet_demo):
     status = d.shown(["status", "/x/runs/tsm", "--watch"])
     assert status == f"SUMMIT_JOBS_LSF_HOME={home} {d.exe} status /x/runs/tsm --watch"
     submit = d.shown(["--machine", "local", "submit", "--run-dir", "/x/a b"])
-    assert submit.startswith(f"SUMMIT_JOBS_LSF_HOME={home} SUMMIT_JOBS_LSF_MINUTE=15 SUMMIT_JOBS_LSF_KILL_GRACE=5 "
+    assert submit.startswith(f"SUMMIT_JOBS_LSF_HOME={home} SUMMIT_JOBS_LSF_MINUTE=37.5 SUMMIT_JOBS_LSF_KILL_GRACE=5 "
                              f"SUMMIT_JOBS_CONFIG={d.config} ")
     assert submit.endswith("--machine local submit --run-dir '/x/a b'")
     assert d.shown(["pack", "a", "b"]) == f"{d.exe} pack a b"
@@ -228,7 +232,7 @@ def test_the_demos_job_script_holds_the_bsub_function(quiet_demo, tmp_path):
                           timeout=120)
     assert proc.returncode == 0, proc.stderr
     script = proc.stdout[proc.stdout.index("#!/bin/bash"):]
-    assert demo.chain_setup(sys.executable, 6.0)[1] in script
+    assert demo.chain_setup(sys.executable, demo.MINUTE_FLOOR)[1] in script
     # The chain queues its next link with a plain `bsub` in this shell, which the function stands in front of.
     assert re.search(r'\$\(cd "\$RUN_DIR" && bsub -w ', script), "the chain no longer calls bsub by name"
     assert subprocess.run(["bash", "-n"], input=script, text=True, capture_output=True).returncode == 0
@@ -268,3 +272,36 @@ def test_a_failed_run_cancels_what_still_runs_then_gives_its_reason(quiet_demo, 
     assert cancelled == [run]
     assert str(exc.value) == ("demo: the TSM chain stopped before training was complete: link 3 got the warning "
                               f"signal but wrote no new checkpoint (job 3, exit 0); see {run}")
+
+
+def expected_links(d: "demo.Demo", run_dir: Path) -> str:
+    """submit --dry-run of a link of the demo's chain in the demo's environment: its expected-links line."""
+    proc = subprocess.run([sys.executable, "-m", "summit_jobs", "--machine", "local", "submit", "--nodes", "2",
+                           "--epochs", "1", "--until-complete", "--walltime", demo.LINK_WALLTIME, "--warning-minutes",
+                           str(demo.LINK_WARNING_MINUTES), "--run-dir", str(run_dir), "--dry-run"],
+                          env={**d.env, "XDG_DATA_HOME": str(run_dir.parent / "data")}, capture_output=True,
+                          text=True, timeout=stretched(120))
+    assert proc.returncode == 0, proc.stderr
+    (line,) = [ln for ln in proc.stderr.splitlines() if ln.startswith("expected links: about ")]
+    return line
+
+
+def test_the_demos_jobs_plan_with_this_machines_figures_now(quiet_demo, monkeypatch, tmp_path):
+    """A start-up of 30 s (the quiet reference machine's: 8 s) is a machine 3.75 times slower now: the demo's
+    config hands its jobs the local profile's throughput and link start-up stretched by that, its LSF minute is
+    as much longer, and submit's expected links count all three, so a busy machine expects the links of a quiet
+    one (within one: the figures are rounded); the summary keeps the figure submit printed."""
+    d = quiet_demo
+    config = json.loads(d.config.read_text().split("\n", 1)[1])
+    assert config["machines"]["local"]["performance"] == {"clips_per_second_per_gpu": 5.333,
+                                                          "allreduce_bandwidth_gbps": 0.267,
+                                                          "allreduce_latency_us": 187.5, "startup_seconds": 37.5}
+    busy = expected_links(d, tmp_path / "busy")
+    assert "at 5.333 clips/s per CPU rank from the profile" in busy
+    assert "3 min 08 s of training per link: 6 minutes of 37.5 s before its warning less 37.5 s of start-up" in busy
+    monkeypatch.setattr(demo, "startup_seconds", lambda ranks=demo.RANKS: demo.QUIET_STARTUP_S)
+    (tmp_path / "quiet").mkdir()
+    quiet = expected_links(demo.Demo(tmp_path / "quiet", quick=False), tmp_path / "quiet-run")
+    assert "50.0 s of training per link: 6 minutes of 10 s before its warning less 10.0 s of start-up" in quiet
+    assert abs(int(busy.split()[3]) - int(quiet.split()[3])) <= 1, (busy, quiet)
+    assert d.pasteable(busy + "\n") == busy + "\n" and d.expected_links == int(busy.split()[3])
