@@ -92,6 +92,7 @@ CASES = [
     ("performance.allreduce_latency_us", -5, ["'performance.allreduce_latency_us' = -5.0 is out of range", ">= 0"]),
     ("performance.comm_overlap", 1.5, ["'performance.comm_overlap' = 1.5 is out of range", ">= 0 and <= 1"]),
     ("performance.single_node_hours", 0, ["'performance.single_node_hours' = 0.0 is out of range", "> 0"]),
+    ("performance.startup_seconds", -10, ["'performance.startup_seconds' = -10.0 is out of range", ">= 0"]),
     ("ssh.host", "", ["'ssh.host' is empty"]),
     ("ssh.user", "", ["'ssh.user' is empty"]),
     ("ssh.port", 0, ["'ssh.port' = 0 is out of range", ">= 1 and <= 65535"]),

@@ -51,6 +51,9 @@ def test_watch_goes_on_when_a_link_queued_the_next_one_between_two_reads(tmp_pat
                     str(run_dir)], env)
     assert proc.returncode == 0, (proc.stdout, proc.stderr)
     assert int((tmp_path / "count").read_text()) >= 4, proc.stdout     # it looked until link 8 ended
-    rows = [line.split() for line in proc.stdout.splitlines() if line.startswith("tsm-run ")]
-    link8 = [r[3] for r in rows if r[1] == "8"]
+    # the first table's rows, then one line per change ("HH:MM:SS job 8 (tsm-run): DONE, link 2/2: ...")
+    link8 = [line.split()[3] for line in proc.stdout.splitlines() if line.startswith("tsm-run ") and
+             line.split()[1] == "8"]
+    link8 += [line.split(": ", 1)[1].split(",")[0] for line in proc.stdout.splitlines()
+              if line[8:].startswith(" job 8 (tsm-run): ")]
     assert "RUN" in link8 and link8[-1] == "DONE", proc.stdout     # seen running, and to its end
