@@ -23,7 +23,9 @@ from conftest_lsf import cli, lsf_env, newest_step, recorded_state, wait_for, wa
 from trainer_utils import REPO
 
 PROGRAM = REPO / "docs" / "examples" / "user_train.py"
-STEPS = 6
+#: Steps of the run: the warning is checked every 5 steps (Chain(every=5)), so a warning that arrives late on a
+#: busy machine still stops the first link long before its last step.
+STEPS = 30
 
 
 def run_hint(hint: str, env: Dict[str, str], cwd: Path) -> subprocess.CompletedProcess:
