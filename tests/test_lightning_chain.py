@@ -104,7 +104,7 @@ def lsf_env(base: Path) -> Dict[str, str]:
 
 def final_state(run_dir: Path) -> Dict[str, Dict[str, torch.Tensor]]:
     """The model and the optimizer's momentum of the run's last checkpoint (at STEPS)."""
-    ckpt = torch.load(run_dir / "checkpoints" / f"ckpt-{STEPS:09d}.pt", weights_only=False, map_location="cpu")
+    ckpt = torch.load(run_dir / "checkpoints" / f"ckpt-{STEPS:09d}.pt", weights_only=True, map_location="cpu")
     momentum = {str(k): v["momentum_buffer"] for k, v in ckpt["optimizer_states"][0]["state"].items()}
     return {"model": ckpt["state_dict"], "momentum": momentum}
 

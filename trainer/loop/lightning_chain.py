@@ -110,7 +110,7 @@ class ChainHooks:
         agree = lambda flag: bool(trainer.strategy.reduce_boolean_decision(flag, all=False))  # noqa: E731
         if not self.chain.should_stop(step, agree=agree) or _ends_after_this_batch(trainer, step):
             return                        # training ending here anyway: on_train_end saves and completes
-        path = self.chain.save(step, lambda tmp: trainer.save_checkpoint(tmp, weights_only=False), every_rank=True)
+        path = self.chain.save(step, lambda tmp: trainer.save_checkpoint(tmp), every_rank=True)
         self.stopped_at = step
         trainer.should_stop = True
         self._say(trainer, f"warned ({self.chain.stopped_by}): saved {path.name if path else '?'}, "
@@ -121,7 +121,7 @@ class ChainHooks:
             return
         step = trainer.global_step
         if step != self._start or not trainer.ckpt_path:      # a resume that trained nothing has its checkpoint
-            self.chain.save(step, lambda tmp: trainer.save_checkpoint(tmp, weights_only=False), every_rank=True)
+            self.chain.save(step, lambda tmp: trainer.save_checkpoint(tmp), every_rank=True)
         self.chain.complete(f"step {step}")
         self._say(trainer, f"done at step {step}: COMPLETE")
 
