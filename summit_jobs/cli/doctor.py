@@ -139,9 +139,14 @@ def folder_checks(host: hosts.Host, profile, wanted: List[tuple]) -> List[Check]
     return out + [c for c in checks[len(wanted):] if c is not None]
 
 
+def profile_python(profile) -> str:
+    """The interpreter the profile's jobs run (``auto``: the one running summit-jobs, as the plan takes it)."""
+    return sys.executable if profile.environment.python == "auto" else profile.environment.python
+
+
 def environment_checks(host: hosts.Host, profile) -> List[Check]:
     """Step 4: the profile's set-up, then the trainer's imports, through the same command path as the rest."""
-    python = sys.executable if profile.environment.python == "auto" else profile.environment.python
+    python = profile_python(profile)
     script = doctor.environment_script(profile, python)
     try:
         res = host.run(["bash", "-c", script], timeout=ENV_TIMEOUT)
@@ -155,23 +160,25 @@ def command_checks(host: hosts.Host, profile, command: Optional[str]) -> List[Ch
     after the same set-up as the job's."""
     if command is None:
         return []
+    from summit_jobs.planning import plan
     from summit_jobs.planning.job import user_command_words
     words = user_command_words(command)
-    profile_python = sys.executable if profile.environment.python == "auto" else profile.environment.python
-    python = doctor.command_interpreter(words, profile_python)
-    if python is None:
+    resolved = plan.command_with_python(words, profile_python(profile))       # what the ranks will run, as the plan has it
+    if not plan.is_python_program(resolved[0]):
         found = find_commands(host, [words[0]])[words[0]]
         if found is None:
             return [Check(FAIL, "command", f"{words[0]} is not on PATH on {host.label}",
                           "give the program's full path in --command (the job's PATH is the one you submit from)")]
         return [Check(OK, "command", f"{words[0]} is {found}; it is not a Python interpreter, so doctor cannot "
                       "see what it needs")]
-    script = doctor.command_script(profile, python, words[1:])
+    python = resolved[0]
+    target = plan.python_target(resolved)
+    script = doctor.command_script(profile, python, (target[0], resolved[target[1]]) if target else ())
     try:
         res = host.run(["bash", "-c", script], timeout=ENV_TIMEOUT)
     except UserError as exc:
         return [Check(FAIL, "command interpreter", str(exc), "run the profile's set-up by hand on that machine")]
-    return doctor.check_command(res.rc, res.stdout, res.stderr, words[0], python, profile_python)
+    return doctor.check_command(res.rc, res.stdout, res.stderr, words[0], python, profile_python(profile))
 
 
 def connection_checks(host: hosts.Host) -> List[Check]:

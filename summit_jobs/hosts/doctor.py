@@ -342,36 +342,27 @@ def check_ssh(label: str, error: Optional[str]) -> Check:
 
 
 # -- 4b. --command: the interpreter the ranks run, and what the program imports ---------------------------
-#: Run by the command's interpreter after the profile's set-up, with the command's words after the program as
-#: its arguments: which interpreter answers, and which top-level modules the script (or ``-m`` module) imports
-#: that it cannot find. Nothing of the user's program runs: the script is parsed (ast), modules are looked up
-#: (importlib.util.find_spec of a top-level name imports nothing). Imports inside ``try`` are optional ones
-#: (``try: import apex``) and are not counted; a module next to the script is found as Python would find it.
+#: Run by the command's interpreter after the profile's set-up, with what the command runs as its arguments
+#: (``script PATH`` or ``module NAME``, from planning.plan.python_target; none for ``-c``): which interpreter
+#: answers, and which top-level modules the script (or module) imports that it cannot find. Nothing of the
+#: user's program runs: the script is parsed (ast), modules are looked up (importlib.util.find_spec of a
+#: top-level name imports nothing). Imports inside ``try`` are optional ones (``try: import apex``) and are not
+#: counted; a module next to the script is found as Python would find it.
 COMMAND_PROBE_CODE = (
     "import ast, importlib.util, json, os, sys\n"
     "out = {'python': sys.version.split()[0], 'executable': sys.executable}\n"
-    "args, i, names = sys.argv[1:], 0, set()\n"
-    "while i < len(args):\n"
-    "    a = args[i]\n"
-    "    if a == '-m' and i + 1 < len(args):\n"
-    "        out['module'] = args[i + 1]\n"
-    "        names.add(args[i + 1].split('.')[0])\n"
-    "        break\n"
-    "    if a == '-c':\n"
-    "        break\n"
-    "    if a in ('-X', '-W'):\n"
-    "        i += 2\n"
-    "        continue\n"
-    "    if a.startswith('-'):\n"
-    "        i += 1\n"
-    "        continue\n"
-    "    out['script'] = os.path.abspath(a)\n"
+    "kind, names = sys.argv[1:2], set()\n"
+    "if kind == ['module']:\n"
+    "    out['module'] = sys.argv[2]\n"
+    "    names.add(sys.argv[2].split('.')[0])\n"
+    "elif kind == ['script']:\n"
+    "    out['script'] = os.path.abspath(sys.argv[2])\n"
     "    try:\n"
-    "        with open(a, 'rb') as fh:\n"
-    "            tree = ast.parse(fh.read(), a)\n"
+    "        with open(sys.argv[2], 'rb') as fh:\n"
+    "            tree = ast.parse(fh.read(), sys.argv[2])\n"
     "    except (OSError, SyntaxError, ValueError) as exc:\n"
     "        out['script_error'] = ('%s: %s' % (type(exc).__name__, exc)).splitlines()[0][:300]\n"
-    "        break\n"
+    "        tree = ast.Module(body=[], type_ignores=[])\n"
     "    guarded = set()\n"
     "    for node in ast.walk(tree):\n"
     "        if isinstance(node, ast.Try):\n"
@@ -385,28 +376,16 @@ COMMAND_PROBE_CODE = (
     "        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:\n"
     "            names.add(node.module.split('.')[0])\n"
     "    sys.path.insert(0, os.path.dirname(out['script']))\n"
-    "    break\n"
     "out['imports'] = sorted(names)\n"
     "out['missing'] = sorted(n for n in names if importlib.util.find_spec(n) is None)\n"
     f"print({PROBE_MARKER!r}, json.dumps(out), flush=True)\n")
 
 
-def command_interpreter(words: Sequence[str], profile_python: str) -> Optional[str]:
-    """The interpreter the ranks run for ``words``: the profile's for a bare ``python``/``python3`` (the plan
-    replaces it), the program itself when it is a Python named with a folder, None for another program."""
-    program = words[0]
-    if re.fullmatch(r"python[0-9.]*", program):
-        return profile_python
-    if re.fullmatch(r"python[0-9.]*", program.rsplit("/", 1)[-1]):
-        return program
-    return None
-
-
-def command_script(profile, python: str, args: Sequence[str]) -> str:
+def command_script(profile, python: str, target: Sequence[str]) -> str:
     """The probe of ``--command``: the profile's set-up as in :func:`environment_script`, then the command's
-    interpreter runs :data:`COMMAND_PROBE_CODE` with the command's arguments (quoted: they are the user's)."""
+    interpreter runs :data:`COMMAND_PROBE_CODE` with ``target`` (quoted: the path or module is the user's)."""
     import shlex
-    words = " ".join(shlex.quote(a) for a in args)
+    words = " ".join(shlex.quote(a) for a in target)
     return "\n".join(setup_lines(profile) + [f"exec {shlex.quote(python)} -c {shlex.quote(COMMAND_PROBE_CODE)} {words}"]) + "\n"
 
 

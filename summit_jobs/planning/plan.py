@@ -1004,23 +1004,37 @@ def is_bare_python(word: str) -> bool:
     return bool(_BARE_PYTHON_RE.fullmatch(word))
 
 
-def script_index(command: Tuple[str, ...]) -> Optional[int]:
-    """Where the script is in a Python command (``python3 -u train.py --lr 1`` -> 2); None for ``-m``/``-c``,
-    for a command without one, and for a program that is not a Python interpreter."""
-    if not command or not _BARE_PYTHON_RE.fullmatch(command[0].rsplit("/", 1)[-1]):
+def is_python_program(word: str) -> bool:
+    """A Python interpreter, bare or with its folder (``python3``, ``/opt/conda/bin/python3.11``)."""
+    return is_bare_python(word.rsplit("/", 1)[-1])
+
+
+def python_target(command: Tuple[str, ...]) -> Optional[Tuple[str, int]]:
+    """What a Python command runs: ``("script", i)`` (``python3 -u train.py`` -> 2) or ``("module", i)``
+    (``python -m pkg.train`` -> 2), ``i`` the word's index; None for ``-c``/``-``, a command without either,
+    and a program that is not a Python interpreter."""
+    if not command or not is_python_program(command[0]):
         return None
     i = 1
     while i < len(command):
         word = command[i]
-        if word in ("-m", "-c", "-"):
+        if word == "-m":
+            return ("module", i + 1) if i + 1 < len(command) else None
+        if word in ("-c", "-"):
             return None
         if word in ("-X", "-W"):
             i += 2
         elif word.startswith("-"):
             i += 1
         else:
-            return i
+            return "script", i
     return None
+
+
+def script_index(command: Tuple[str, ...]) -> Optional[int]:
+    """Where the script is in a Python command (``python3 -u train.py --lr 1`` -> 2); None otherwise."""
+    found = python_target(command)
+    return found[1] if found and found[0] == "script" else None
 
 
 def command_with_python(command: Tuple[str, ...], python: str) -> Tuple[str, ...]:
