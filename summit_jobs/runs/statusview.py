@@ -495,16 +495,14 @@ def changes(before: Tuple, rows: Sequence[Dict], now: float, clock: str) -> List
     ``signature`` differs from ``before`` (or that is new), then the notes the table gives those jobs (a
     chain that stopped, a job that went missing, with the command that goes on)."""
     old = {(part[0], part[1]): part for part in before}
+    changed = [row for row, part in zip(rows, signature(rows)) if old.get((part[0], part[1])) != part]
     lines = []
-    for row, part in zip(rows, signature(rows)):
-        if old.get((part[0], part[1])) == part:
-            continue
+    for row in changed:
         c = cells(row, now, units=True)
         facts = [c["STATE"]] + [f"{name.lower()} {c[name]}" for name in ("LINK", "EPOCH", "STEP") if c[name] != "-"]
         rate = rate_cell(row, units=True)
         facts += [rate] if rate != "-" else []
         lines.append(f"{clock} job {row.get('job_id')} ({row.get('run')}): {', '.join(facts)}: {event_cell(row, now)}")
-    changed = [r for r, p in zip(rows, signature(rows)) if old.get((p[0], p[1])) != p]
     return lines + [f"{clock} {line}" for line in notes(changed)]
 
 
