@@ -19,15 +19,40 @@ to the workers, waits for them, then raises its SignalException: uncaught, a
 traceback in every cancelled job's log and exit status 1, as if the job had
 failed. The agent ends instead with one line and the signal's status
 (128 + its number), as a process killed by it would report.
+
+A cancel often reaches the agent twice (bkill signals the job's processes and
+blaunch passes the signal to its task as well; LSF follows INT with TERM).
+torchrun's handler raises on every one, so the second lands inside its own
+shutdown, most often in a logging call, and logging prints the exception's
+traceback ("--- Logging error ---"). The agent's handler raises once: later
+signals find the shutdown already passing the first to the workers, and that
+shutdown ends them with SIGKILL after its own timeout.
 """
 from __future__ import annotations
 
+import os
 import signal
 import sys
+from types import FrameType, ModuleType
 from typing import List, Optional
 
 #: The signals the agent ignores: the warning (-wa USR2) and the run limit's USR2.
 IGNORED = (signal.SIGUSR2,)
+
+
+def raise_once(api: ModuleType) -> None:
+    """Make torchrun's signal handler (``api._terminate_process_handler``, looked up when torchrun starts
+    its workers) raise its SignalException for the first signal only; later ones are let pass."""
+    seen: List[int] = []
+
+    def handler(signum: int, frame: Optional[FrameType]) -> None:
+        if seen:
+            return
+        seen.append(signum)
+        sigval = signal.Signals(signum)
+        raise api.SignalException(f"Process {os.getpid()} got signal: {sigval}", sigval=sigval)
+
+    api._terminate_process_handler = handler
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -35,11 +60,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     for sig in IGNORED:
         signal.signal(sig, signal.SIG_IGN)
     try:
+        from torch.distributed.elastic.multiprocessing import api
         from torch.distributed.elastic.multiprocessing.api import SignalException
         from torch.distributed.run import main as torchrun
     except ImportError as exc:
         print(f"trainer.agent: cannot start torchrun with {sys.executable}: {exc}", file=sys.stderr)
         return 127
+    raise_once(api)
     sys.argv[0] = "torchrun"
     try:
         torchrun(args)

@@ -331,15 +331,18 @@ def last_event(job: str, files: RunFiles, mine: Sequence[Dict], row: Dict) -> Op
         newest = {"event": "exit", "code": row.get("exit_code"), "time": when, "native": row.get("lsf_state")}
     if newest is None:
         return None
-    text = event_text(newest)
-    if newest.get("event") == "link_end":
+    kind, text = newest.get("event"), event_text(newest)
+    if kind == "link_end":
         trainer = [e for e in found if e.get("event") in TRAINER_ENDS]
         # The scheduler's word for the end: a cancel (lifecycle.mark_cancelled), LSF's TERM_* reason, Slurm's state.
         reason = str(row.get("reason") or "")
         native = ("CANCELLED" if row.get("cancelled") else reason.split()[0].rstrip(":;,") if reason.startswith("TERM_")
                   else str(row.get("lsf_state") or ""))
-        text = event_text(trainer[-1]) if trainer else link_end_text(newest, native)
-    return {"event": newest.get("event"), "text": text, "time": newest.get("time")}
+        if trainer:   # the trainer said how it ended; the script's link_end after it only confirms that
+            kind, text = trainer[-1]["event"], event_text(trainer[-1])
+        else:
+            text = link_end_text(newest, native)
+    return {"event": kind, "text": text, "time": newest.get("time")}
 
 
 def _checkpoint_event(checkpoints: Sequence[int], mine: Sequence[Dict]) -> Optional[Dict]:
