@@ -67,13 +67,17 @@ def test_lsf_latency_repeats_both_status_queries():
 
 
 @pytest.mark.slow
-def test_epoch_boundary_interleaves_the_two_modes():
-    """Epoch by epoch, both modes run, and the one that goes first alternates."""
+def test_epoch_boundary_alternates_the_two_modes_and_counts_their_passes():
+    """Whole runs of both modes, the one that goes first alternating; one pass per epoch before, one pass
+    per run now; every wait figure a median with its spread, the step chosen from the measured rate."""
     r = run_json("epoch_boundary.py", "--smoke")
-    assert r["order"] == [["every pass", "kept"], ["kept", "every pass"]]
-    for mode in ("started every pass", "kept for the run"):
-        for key in ("epoch_start_s", "validation_start_s", "boundary_s"):
+    assert r["order"] == ["before", "now", "now", "before"]
+    assert r["before"]["passes_per_run"] == r["epochs"] and r["now"]["passes_per_run"] == 1
+    assert r["step_ms"] == pytest.approx(1.5 * r["steady_batch_ms"], rel=0.01)
+    for mode in ("before", "now"):
+        for key in ("epoch_first_wait_ms", "other_step_wait_ms"):
             assert_spread(r[mode][key])
+        assert 0 < r[mode]["wait_share_after_start_pct"] <= r[mode]["wait_share_pct"] < 100
 
 
 def test_input_pipeline_documented_command_and_text_agree():

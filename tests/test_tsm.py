@@ -4,6 +4,7 @@ import torch
 
 from trainer_utils import one_torch_thread  # noqa: F401 (the fixture below)
 
+from trainer.models import tsm
 from trainer.models.tsm import TemporalShift, temporal_shift
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -189,3 +190,51 @@ def test_cpu_1x1_kernel_is_not_used_where_it_does_not_apply():
         assert type(shift_conv(x, conv, 4).grad_fn).__name__ == "_ShiftConvBackward"
     strided = torch.nn.Conv2d(16, 8, 1, 2, bias=False)
     assert type(shift_conv(x, strided, 4).grad_fn).__name__ == "_ShiftConvBackward"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("layout", ["contiguous", "channels_last", "strided"])
+def test_one_pass_shift_is_bit_exact_in_every_dtype_and_layout(dtype, layout):
+    """A data movement: the same bits as the reference in every dtype, for either memory format and for a
+    view that is neither (made contiguous first); channels_last comes back channels_last."""
+    torch.manual_seed(3)
+    n, t, c, h, w = 2, 8, 32, 5, 3
+    x = torch.randn(n * t, c, h, w).to(dtype)
+    ref = reference_shift(x.float(), t).to(dtype)
+    if layout == "channels_last":
+        x = x.contiguous(memory_format=torch.channels_last)
+    elif layout == "strided":
+        x = torch.randn(n * t, c, h, 2 * w).to(dtype)[..., ::2]
+        ref = reference_shift(x.float(), t).to(dtype)
+    for reverse in (False, True):
+        got = tsm._shift(x, t, 8, reverse)
+        want = ref if not reverse else _reverse_reference(x, t)
+        assert got.dtype == dtype and torch.equal(got, want)
+    if layout == "channels_last":
+        assert tsm._shift(x, t, 8, False).is_contiguous(memory_format=torch.channels_last)
+
+
+def _reverse_reference(x: torch.Tensor, t: int) -> torch.Tensor:
+    """The backward's shift: the time axis reversed, shifted, reversed back."""
+    nt = x.shape[0]
+    rev = lambda a: a.reshape(nt // t, t, *a.shape[1:]).flip(1).reshape(nt, *a.shape[1:])  # noqa: E731
+    return rev(reference_shift(rev(x.float()), t)).to(x.dtype)
+
+
+@pytest.mark.parametrize("channels_last", [False, True], ids=["contiguous", "channels_last"])
+def test_the_eager_shift_is_one_gather_and_the_clip_end_zeros(channels_last):
+    """What the eager shift runs, from torch's profiler: one index_select (contiguous) or gather
+    (channels_last) over the whole tensor, two zero fills of the clip ends, and no copy of it."""
+    from torch.profiler import ProfilerActivity, profile
+    x = torch.randn(4 * 8, 64, 7, 7)
+    if channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
+    tsm._shift(x, 8, 8, False)   # the index is built and cached on the first call
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        tsm._shift(x, 8, 8, False)
+    ops = [e.key for e in prof.key_averages()]
+    counts = {e.key: e.count for e in prof.key_averages()}
+    moves = [op for op in ops if op in ("aten::index_select", "aten::gather", "aten::copy_", "aten::cat",
+                                        "aten::index", "aten::index_put_", "aten::clone", "aten::contiguous")]
+    assert moves == ["aten::gather" if channels_last else "aten::index_select"], ops
+    assert counts[moves[0]] == 1 and counts.get("aten::zero_") == 2, counts

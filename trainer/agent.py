@@ -30,12 +30,15 @@ shutdown ends them with SIGKILL after its own timeout.
 """
 from __future__ import annotations
 
+import importlib
 import os
 import signal
 import sys
 from types import FrameType, ModuleType
 from typing import List, Optional
 
+#: The module whose ``_terminate_process_handler`` torchrun installs (the same in torch 2.0.1 and 2.13).
+SIGNAL_MODULE = "torch.distributed.elastic.multiprocessing.api"
 #: The signals the agent ignores: the warning (-wa USR2) and the run limit's USR2.
 IGNORED = (signal.SIGUSR2,)
 
@@ -60,13 +63,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     for sig in IGNORED:
         signal.signal(sig, signal.SIG_IGN)
     try:
-        from torch.distributed.elastic.multiprocessing import api
         from torch.distributed.elastic.multiprocessing.api import SignalException
         from torch.distributed.run import main as torchrun
     except ImportError as exc:
         print(f"trainer.agent: cannot start torchrun with {sys.executable}: {exc}", file=sys.stderr)
         return 127
-    raise_once(api)
+    raise_once(importlib.import_module(SIGNAL_MODULE))
     sys.argv[0] = "torchrun"
     try:
         torchrun(args)

@@ -9,6 +9,7 @@ position, so the workers need no state of their own.
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import functools
@@ -21,7 +22,7 @@ import signal
 import threading
 import time
 from multiprocessing import resource_tracker
-from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
+from typing import Callable, Deque, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -422,9 +423,36 @@ class _Feed:
         return self.batches
 
 
+class _Segment:
+    """``count`` batches of a pool's running pass, the batches of one sampler (one epoch or its rest)."""
+
+    def __init__(self, pool: "_Pool", stream: Iterator, count: int):
+        self.pool, self.stream, self.left = pool, stream, count
+
+    def __iter__(self) -> "_Segment":
+        return self
+
+    def __next__(self):
+        if self.left <= 0:
+            raise StopIteration
+        batch = next(self.stream)
+        self.left -= 1
+        self.pool._owed -= 1
+        return batch
+
+
 class _Pool:
-    """One persistent DataLoader over named datasets; ``passes`` counts the passes it served; ``collate``
-    makes a batch of items (None: torch's default)."""
+    """One persistent DataLoader over named datasets; ``passes`` counts the passes it started, ``segments``
+    the samplers it served (a pass serves one or several in a row); ``collate`` makes a batch of items (None:
+    torch's default).
+
+    A pass given ``ahead`` (the sampler of an epoch from its first step, None past the run's last) runs on
+    into the next epoch: the loader asks its batch sampler for a batch of the next epoch as soon as it has
+    room in its prefetch queue, so the workers decode the next epoch's first batches while the rank trains
+    on this epoch's last. The next ``batches`` call takes them when its sampler is the one read ahead
+    (``key``); otherwise (a batch size changed at the epoch start, a segment left unfinished) the pass ends
+    and a new one starts, as every epoch did before.
+    """
 
     def __init__(self, sets: Dict[str, Dataset], workers: int, pin: bool, prefetch: int, persistent: bool,
                  collate: Optional[Callable] = None):
@@ -432,16 +460,46 @@ class _Pool:
         self.collate = collate
         self._feed = _Feed()
         self._loader: Optional[DataLoader] = None
-        self.passes = 0
+        self.passes = self.segments = 0
+        self._stream: Optional[Iterator] = None
+        self._ahead: Optional[Callable[[int], Optional[object]]] = None
+        self._queued: Deque[Tuple[object, int]] = collections.deque()  # (key, batches) the feed ran into
+        self._owed = 0  # batches of the segment handed out last that its reader has not taken
 
-    def batches(self, name: str, sampler: Iterable[List]) -> Iterator:
-        """A pass over ``sampler``'s batches of dataset ``name``; the previous pass of this pool ends."""
-        self._feed.batches = ([(name, item) for item in batch] for batch in sampler)
+    def _fed(self, name: str, sampler) -> Iterator[List]:
+        """The feed of a pass: ``sampler``'s batches, then (with ``ahead``) those of the epochs after it."""
+        while True:
+            for batch in sampler:
+                yield [(name, item) for item in batch]
+            following = self._ahead(sampler.epoch + 1) if self._ahead is not None else None
+            if following is None:
+                return
+            sampler = following
+            self._queued.append((sampler_key(sampler), len(sampler)))
+
+    def batches(self, name: str, sampler, ahead: Optional[Callable[[int], Optional[object]]] = None) -> Iterator:
+        """The batches of ``sampler`` (``len(sampler)`` of them) from dataset ``name``; the previous pass of
+        this pool ends unless it read ahead into exactly this sampler (class docstring)."""
+        self._ahead = ahead
+        self.segments += 1
+        if (self._stream is not None and self._owed == 0 and self._queued
+                and self._queued[0][0] == sampler_key(sampler)):
+            _, count = self._queued.popleft()
+            self._owed = count
+            return _Segment(self, self._stream, count)
+        self._queued.clear()
+        self._feed.batches = self._fed(name, sampler) if ahead is not None else \
+            ([(name, item) for item in batch] for batch in sampler)
         if self._loader is None or not self.persistent:
             self._loader = _loader(_Named(self.sets), self._feed, self.workers, self.pin, self.prefetch,
                                    self.persistent, self.collate)
         self.passes += 1
-        return iter(self._loader)
+        stream = iter(self._loader)
+        if ahead is None or not self.persistent:
+            self._stream, self._owed = None, 0
+            return stream
+        self._stream, self._owed = stream, len(sampler)
+        return _Segment(self, stream, len(sampler))
 
     def close(self) -> None:
         """Stop the workers now (a persistent pool otherwise keeps them until the process ends)."""
@@ -449,6 +507,13 @@ class _Pool:
         if it is not None and hasattr(it, "_shutdown_workers"):
             it._shutdown_workers()
         self._loader = None
+        self._stream, self._owed = None, 0
+        self._queued.clear()
+
+
+def sampler_key(sampler) -> object:
+    """What makes two batch samplers yield the same batches: their ``key``, else the object itself."""
+    return getattr(sampler, "key", sampler)
 
 
 class Pipeline:
@@ -478,9 +543,14 @@ class Pipeline:
         self.train_pool = _Pool({"train": train_set}, workers, pin, prefetch, persistent, collate)
         self.eval_pool = _Pool(dict(evals), workers, pin, prefetch, persistent)
 
-    def train_batches(self, sampler: Iterable[List]) -> Iterator:
-        """The epoch's micro-batches from a MicroBatchSampler or ShapeBatchSampler."""
-        return self.train_pool.batches("train", sampler)
+    def train_batches(self, sampler, ahead: Optional[Callable[[int], Optional[object]]] = None) -> Iterator:
+        """The epoch's micro-batches from a MicroBatchSampler or ShapeBatchSampler.
+
+        ``ahead(epoch)``: the sampler that epoch will use from its first step (None past the run's last
+        epoch). With it, the workers go on into the next epoch's batches while this one's last are trained
+        on, so an epoch starts with a full queue (``_Pool``); the batches are the same either way.
+        """
+        return self.train_pool.batches("train", sampler, ahead)
 
     def eval_batches(self, dataset: "EvalClips", indices: List[int], batch: int) -> Iterator:
         """Whole videos of ``dataset`` (registered under any name with this pipeline) in batches."""

@@ -62,6 +62,12 @@ class MicroBatchSampler:
     def __len__(self) -> int:
         return (self.steps - self.start_step) * self.k
 
+    @property
+    def key(self) -> tuple:
+        """Equal for two samplers exactly when they yield the same micro-batches (a pool that read ahead
+        into this epoch compares it with the sampler the epoch really uses)."""
+        return ("micro", self.n, self.rank, self.virtual, self.k, self.batch, self.seed, self.epoch, self.start_step)
+
     def __iter__(self) -> Iterator[List[Tuple[int, int]]]:
         perm = epoch_permutation(self.n, self.seed, self.epoch)
         for step in range(self.start_step, self.steps):
@@ -107,6 +113,12 @@ class ShapeBatchSampler:
 
     def __len__(self) -> int:
         return (len(self.steps) - self.start_step) * self.k
+
+    @property
+    def key(self) -> tuple:
+        """As ``MicroBatchSampler.key``: the epoch's shapes are part of it."""
+        return ("shape", self.n, self.rank, self.virtual, self.k, self.seed, self.epoch, tuple(self.steps),
+                self.start_step)
 
     def __iter__(self) -> Iterator[List[Tuple[int, int, int, int]]]:
         offset = sum(self.virtual * b for _, _, b in self.steps[:self.start_step])

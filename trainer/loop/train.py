@@ -443,7 +443,8 @@ class Trainer:
         if st.step_in_epoch == 0:
             s.start_epoch()
         epoch_steps = s.epoch_steps(st.epoch)
-        batches = self.pipeline.train_batches(s.sampler(st.epoch, st.step_in_epoch))
+        # ahead: the workers go on into the next epoch's batches while this epoch's last are trained on
+        batches = self.pipeline.train_batches(s.sampler(st.epoch, st.step_in_epoch), ahead=s.sampler_ahead)
         stopping, lr = False, 0.0
         while st.step_in_epoch < epoch_steps and not stopping:
             stopping, lr = self._step(batches, epoch_steps, progress)

@@ -86,6 +86,12 @@ class Schedule:
         return MicroBatchSampler(len(d.train_set), d.sample_rank, d.sample_size, d.accum, a.batch_per_gpu, a.seed,
                                  epoch, start)
 
+    def sampler_ahead(self, epoch: int):
+        """The sampler ``epoch`` will use from its first step, as far as it is known now; None past the run's
+        last epoch. The input pool reads into it before the epoch starts and keeps what it read only when
+        the epoch's real sampler (``sampler``) has the same key."""
+        return self.sampler(epoch, 0) if epoch < self.args.epochs else None
+
     def adapt_model(self, model: torch.nn.Module) -> None:
         """Changes to the freshly built model the schedule needs (before the optimiser sees it)."""
 
@@ -223,6 +229,14 @@ class AAVGSchedule(Schedule):
         a, d = self.args, self.data
         return MicroBatchSampler(len(d.train_set), d.sample_rank, d.sample_size, d.accum, self.epoch_batch, a.seed,
                                  epoch, start)
+
+    def sampler_ahead(self, epoch: int):
+        """The batch rule's newest batch: what the next epoch starts with unless a later check changes it."""
+        if epoch >= self.args.epochs or isinstance(self.inner, MultigridSchedule) or self.controller is None:
+            return super().sampler_ahead(epoch)
+        a, d = self.args, self.data
+        return MicroBatchSampler(len(d.train_set), d.sample_rank, d.sample_size, d.accum, self.controller.batch,
+                                 a.seed, epoch, 0)
 
     def adapt_model(self, model: torch.nn.Module) -> None:
         self.inner.adapt_model(model)
