@@ -9,8 +9,8 @@
 #   B. the real reader, --decode cpu (DataLoader workers decode)
 #   C. the real reader, --decode device (nvJPEG on its own stream)
 #   D. --compile default (inductor): cases 1-3 compiled
-#   E. the reader's steady state (--reader-pass continuous: one pool pass over epoch after epoch, so no
-#      epoch boundary drains the workers' queue), only while time is left
+#   E. the reader as the trainer read before (--reader-pass restart: a pool pass per epoch whose queue
+#      starts empty), beside case B's read-ahead on the same machine, only while time is left
 #
 # Each case runs bench/gpu_train.py in its own process under its own `timeout`, and the whole script
 # stops starting cases at a deadline (GPU_SUITE_DEADLINE seconds, default 430), so one hang cannot
@@ -126,12 +126,12 @@ fi
 # D: torch.compile (inductor, default mode): two networks compiled, so a long limit
 case_run compile 230 "${COMMON[@]}" "${CSTEPS[@]}" --compile default
 
-# E: while time is left, the reader's steady state (the same workers, no epoch boundary)
+# E: while time is left, the reader as it was before the read-ahead (a pool pass per epoch), beside B
 if [ -f "$DATA/manifest.json" ]; then
-    case_run reader_cpu_w${W_CPU}_cont 100 "${COMMON[@]}" "${STEPS[@]}" --data "$DATA" --workers $W_CPU --decode cpu \
-        --reader-pass continuous
-    case_run reader_dev_w${W_DEV}_cont 100 "${COMMON[@]}" "${STEPS[@]}" --data "$DATA" --workers $W_DEV \
-        --decode device --reader-pass continuous
+    case_run reader_cpu_w${W_CPU}_restart 100 "${COMMON[@]}" "${STEPS[@]}" --data "$DATA" --workers $W_CPU \
+        --decode cpu --reader-pass restart
+    case_run reader_dev_w${W_DEV}_restart 100 "${COMMON[@]}" "${STEPS[@]}" --data "$DATA" --workers $W_DEV \
+        --decode device --reader-pass restart
 fi
 
 echo "=== summary (t=$(elapsed) s)"

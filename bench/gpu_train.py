@@ -15,8 +15,9 @@ a GradScaler for fp16 as the trainer sets them up; ``--compile`` through the tra
    the trainer's persistent ``Pipeline`` of --workers DataLoader workers, pinned memory on a
    GPU; ``--decode device``: the workers only read JPEG bytes and the step decodes them on the
    device), epoch after epoch as long as the steps need: clips/s and the time blocked in
-   ``next(batches)`` over the step time. ``--reader-pass epoch`` reads as the trainer does (a pool
-   pass per epoch, whose queue starts empty); ``continuous`` is one pass over all epochs (the steady state).
+   ``next(batches)`` over the step time. ``--reader-pass epoch`` reads as the trainer does (the pool
+   reads into the next epoch); ``restart`` as it did before (a pool pass per epoch, whose queue starts
+   empty); ``continuous`` is one pass over all epochs (the steady state).
 
 Warm-up steps (``--warmup``: cuDNN's algorithm search, the compile, the workers' start) are
 not timed; on a GPU the clocks are read after ``torch.cuda.synchronize()``. Peak memory is
@@ -60,8 +61,8 @@ CLIP_FLOPS_R50 = 198e9
 TARGET_CLIPS_PER_S = 500.0
 TARGET_PER_FRAME_RATIO = 0.9
 TARGET_DATA_WAIT = 0.05
-#: --reader-pass: a pool pass per epoch (the trainer's way), or one pass over all epochs (steady state).
-READER_PASSES = ("epoch", "continuous")
+#: --reader-pass: the trainer's way (reading ahead), a pool pass per epoch (before), one pass over all epochs.
+READER_PASSES = ("epoch", "restart", "continuous")
 #: The learning rate of the measured steps: small, so many steps on random labels stay finite.
 BENCH_LR = 1e-3
 
@@ -117,9 +118,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--workers", type=_count, default=8, help="DataLoader worker processes of the reader")
     p.add_argument("--prefetch", type=_positive, default=2, help="batches each worker keeps ready")
     p.add_argument("--reader-pass", choices=READER_PASSES, default="epoch",
-                   help="epoch: one pass of the worker pool per epoch, as the trainer reads (the workers' queue "
-                        "starts empty at every epoch); continuous: one pass over epoch after epoch (the reader's "
-                        "steady state, without the epoch boundaries)")
+                   help="epoch: as the trainer reads (the pool reads into the next epoch before it starts); "
+                        "restart: one pool pass per epoch whose queue starts empty (the trainer before); "
+                        "continuous: one pass over epoch after epoch (no epoch boundaries at all)")
     p.add_argument("--decode", choices=DECODERS, default="cpu",
                    help="cpu: the workers decode and augment; device: the workers read the JPEG bytes and "
                         "the step decodes (nvJPEG on a GPU) and augments on the device")
@@ -271,17 +272,19 @@ def case_tsm(ctx: StepContext, a: argparse.Namespace) -> Dict:
 def _epochs(pipeline: Pipeline, clips: int, batch: int, how: str = "epoch") -> Iterator:
     """The trainer's batches epoch after epoch (one rank, no accumulation), as long as the steps need.
 
-    ``how="epoch"``: a pass of the pool per epoch, as the trainer reads; the workers can fetch nothing of an
-    epoch before its pass starts, so each epoch's first batch waits for a worker to make a whole batch.
-    ``"continuous"``: one pass whose sampler runs on from epoch to epoch, so the workers keep working
-    across the boundary (the same batches in the same order).
+    ``how="epoch"``: as the trainer reads: a ``train_batches`` call per epoch, given the next epochs'
+    samplers (``ahead``), so the pool reads into the next epoch while this one's last batches are trained on.
+    ``"restart"``: as the trainer read before: a pool pass per epoch, with nothing of an epoch fetched before
+    its pass starts, so each epoch's first batch waits for a worker to make a whole batch.
+    ``"continuous"``: one pass whose sampler runs on from epoch to epoch, without any epoch boundary
+    (the same batches in the same order in all three).
     """
-    samplers = (MicroBatchSampler(clips, 0, 1, 1, batch, 0, epoch) for epoch in itertools.count())
+    make = lambda epoch: MicroBatchSampler(clips, 0, 1, 1, batch, 0, epoch)   # noqa: E731
     if how == "continuous":
-        yield from pipeline.train_batches(itertools.chain.from_iterable(samplers))
+        yield from pipeline.train_batches(itertools.chain.from_iterable(make(e) for e in itertools.count()))
         return
-    for sampler in samplers:
-        yield from pipeline.train_batches(sampler)
+    for epoch in itertools.count():
+        yield from pipeline.train_batches(make(epoch), ahead=make if how == "epoch" else None)
 
 
 def train_clips(a: argparse.Namespace) -> Optional[TrainClips]:

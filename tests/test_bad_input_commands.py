@@ -191,6 +191,10 @@ CASES: List[Tuple[str, str, List[str], str, object]] = [
     ("scaling", "--fusion-bytes", ["scaling", "--fusion-bytes", "-1"], REFUSE, ["-1 is not in the range"]),
     ("scaling", "--fusion-bytes", ["scaling", "--fusion-bytes", "0", "--json"], WORKS, _scaling_without_fusion),
     ("scaling", "--compare-paper", ["scaling", "--compare-paper=1"], REFUSE, ["does not take a value"]),
+    ("scaling", "--epoch-start-seconds", ["scaling", "--epoch-start-seconds", "-1"], REFUSE,
+     ["'-1' is out of range: give a number >= 0"]),
+    ("scaling", "--input-clips-per-core", ["scaling", "--input-clips-per-core", "nan"], REFUSE,
+     ["'nan' is not a finite number"]),
     ("scaling", "--png", ["scaling", "--png", "{r}/nope/x.png"], REFUSE, ["its folder {r}/nope does not exist"]),
     ("scaling", "--json", ["scaling", "--json=1"], REFUSE, ["does not take a value"]),
     # synth

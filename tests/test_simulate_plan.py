@@ -114,3 +114,77 @@ def test_throughput_from_a_real_trainer_run(cli_env, tmp_path):
     sim = json.loads(proc.stdout)["simulate"]
     assert sim["throughput_clips_per_s_per_gpu"] == pytest.approx(rates[len(rates) // 2])
     assert sim["node_hours"] == pytest.approx(sim["physical_nodes"] * sim["wall_seconds"] / 3600)
+
+
+# -- the input pipeline in the projection ------------------------------------------------------------------
+def _summit_rows(feed=None, counts=(1, 8, 64, 256)):
+    profile = machines.load("summit")
+    return simulate.project_scaling(profile, list(counts), single_node_seconds=simulate.PAPER_TABLE3[1],
+                                    per_node_batch=48, epochs=100, train_clips=simulate.KINETICS_TRAIN_CLIPS,
+                                    model_params=simulate.TSM_R50_PARAMS, feed=feed)
+
+
+def test_summits_input_figures_keep_up_and_leave_table3_as_it_was():
+    """Summit's profile: 36 cores x 118 clips/s decode a 48-clip step in 11 ms against its ~0.36 s of compute,
+    and no epoch-start wait: the projection is the communication model's alone."""
+    feed = simulate.input_model(machines.load("summit"))
+    assert (feed.cores_per_node, feed.clips_per_second_per_core, feed.epoch_start_seconds) == (36, 118.0, 0.0)
+    rows = _summit_rows()
+    bare = _summit_rows(simulate.InputModel(0.0, 36, 0.0))
+    assert [r["seconds"] for r in rows] == [r["seconds"] for r in bare]
+    assert all(not r["input_bound"] and r["input_share"] == 0 for r in rows)
+    assert rows[0]["input_seconds_per_iter"] == pytest.approx(48 / (36 * 118))
+    # 256 nodes: the paper's ~19 steps per epoch at 1,536 GPUs.
+    assert rows[-1]["steps_per_epoch"] == pytest.approx(240000 / (48 * 256)) and 19 < rows[-1]["steps_per_epoch"] < 20
+
+
+def test_an_epoch_start_wait_weighs_where_epochs_are_short():
+    """0.45 s per epoch (one pool pass per epoch on an H200): nothing on one node (the measured single-node
+    time holds its own epoch starts), a little at 8 nodes, several percent at 1,536 GPUs."""
+    rows = {r["nodes"]: r for r in _summit_rows(simulate.InputModel(118.0, 36, 0.45))}
+    bare = {r["nodes"]: r for r in _summit_rows(simulate.InputModel(118.0, 36, 0.0))}
+    assert rows[1]["seconds"] == bare[1]["seconds"] and rows[1]["input_share"] == 0
+    for n in (8, 64, 256):
+        assert rows[n]["seconds"] == pytest.approx(bare[n]["seconds"] + 100 * 0.45)
+        assert rows[n]["input_share"] == pytest.approx(45 / rows[n]["seconds"])
+    assert rows[8]["input_share"] < 0.005 < 0.03 < rows[256]["input_share"] < 0.1
+    assert rows[256]["efficiency"] < bare[256]["efficiency"]
+
+
+def test_input_that_cannot_keep_up_sets_the_step():
+    """1 clip/s per core: 36 cores need 1.33 s for a 48-clip step, longer than its compute: that is the step."""
+    rows = _summit_rows(simulate.InputModel(1.0, 36, 0.0), counts=(1, 256))
+    t_compute = simulate.PAPER_TABLE3[1] / (100 * 240000 / 48)
+    for r in rows:
+        assert r["input_bound"] and r["input_seconds_per_iter"] == pytest.approx(48 / 36)
+        assert r["seconds"] == pytest.approx(100 * r["steps_per_epoch"] * (48 / 36 + r["comm_seconds_per_iter"]))
+        assert r["input_share"] == pytest.approx(100 * r["steps_per_epoch"] * (48 / 36 - t_compute) / r["seconds"])
+
+
+def test_scaling_prints_steps_per_epoch_and_the_input_line(cli_env, tmp_path):
+    proc = run_cli(["--machine", "summit", "scaling", "--nodes-list", "1,256"], cli_env, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0].split() == ["nodes", "GPUs", "batch", "steps/ep", "time", "to", "train", "efficiency", "input"]
+    assert lines[2].split()[:4] == ["256", "1,536", "12,288", "19.5"]
+    assert lines[-1] == ("INPUT: the input pipeline's share of the time: 36 cores x 118 clips/s = 4,248 clips/s per "
+                         "node against the 134 a step takes: they keep up; no wait at an epoch's start counted")
+    slow = run_cli(["--machine", "summit", "scaling", "--nodes-list", "1,256", "--epoch-start-seconds", "0.45",
+                    "--input-clips-per-core", "3", "--json"], cli_env, cwd=tmp_path)
+    rows = json.loads(slow.stdout)
+    assert rows[1]["input_bound"] and rows[1]["input_seconds_per_iter"] == pytest.approx(48 / (36 * 3))
+    for bad in (["--epoch-start-seconds", "-1"], ["--input-clips-per-core", "nan"]):
+        res = run_cli(["--machine", "summit", "scaling", *bad], cli_env, cwd=tmp_path)
+        assert res.returncode == 2 and "Traceback" not in res.stderr and bad[0] in res.stderr, res.stderr
+
+
+def test_simulate_says_whether_the_input_keeps_up(cli_env, tmp_path):
+    proc = run_cli(["--machine", "summit", "simulate", "--virtual-nodes", "1024", "--quota-nodes", "384",
+                    "--project", "ABC123", "--dry-run", "--json"], cli_env, cwd=tmp_path)
+    sim = json.loads(proc.stdout)["simulate"]
+    # 6 ranks x k=4 x 8 clips = 192 clips a step per node, 36 cores x 118 clips/s.
+    assert sim["input_seconds_per_step"] == pytest.approx(192 / (36 * 118)) and sim["epoch_start_seconds"] == 0
+    text = run_cli(["--machine", "summit", "simulate", "--virtual-nodes", "1024", "--quota-nodes", "384",
+                    "--project", "ABC123", "--dry-run"], cli_env, cwd=tmp_path)
+    assert "input: the node's data workers decode a step's clips in 0.045 s, within its 1.43 s of compute" \
+        in text.stderr, text.stderr

@@ -136,6 +136,7 @@ def _cost_lines(plan, shape, run, quota: int) -> List[str]:
         f"global batch {wording.count(plan.global_batch, 'clip')}, LR {plan.lr:g}, "
         f"{wording.count(est.iterations_per_epoch, 'iteration')} per epoch ({wording.count(clips, 'clip')}, "
         f"{run.training_set.source}), {wording.count(plan.epochs, 'epoch')}",
+        _input_words(est),
         f"estimated step {est.step_seconds:.2f} s ({est.compute_seconds_per_step:.2f} s compute for "
         f"{wording.count(plan.accum_steps, 'micro-batch', 'micro-batches')} + "
         f"{est.comm_seconds_per_step * 1000:.1f} ms allreduce, one per step) at {rate:g} clips/s "
@@ -148,6 +149,22 @@ def _cost_lines(plan, shape, run, quota: int) -> List[str]:
         lines.append(f"note: this uses {shape.nodes:,} of your {wording.count(quota, 'quota node')}; virtual node "
                      f"counts that use more of it: {', '.join(f'{x:,}' for x in alt)}")
     return lines
+
+
+def _input_words(est) -> str:
+    """The input pipeline's part of the estimate: whether a node's data workers keep up with a step, and the
+    wait each epoch's start adds."""
+    if est.input_seconds_per_step <= 0:
+        words = "input: decoding not counted (the profile has no performance.input_clips_per_second_per_core)"
+    elif est.input_seconds_per_step > est.compute_seconds_per_step:
+        words = (f"input: the node's data workers need {est.input_seconds_per_step:.2f} s for a step's clips, more "
+                 f"than its {est.compute_seconds_per_step:.2f} s of compute: the input is the limit")
+    else:
+        words = (f"input: the node's data workers decode a step's clips in {est.input_seconds_per_step:.3f} s, "
+                 f"within its {est.compute_seconds_per_step:.2f} s of compute")
+    if est.epoch_start_seconds > 0:
+        words += f"; each epoch's start adds {est.epoch_start_seconds:g} s"
+    return words
 
 
 def _jobs_words(plan, run) -> str:
@@ -179,6 +196,26 @@ def _walltime_lines(plan, run, given: Optional[str]) -> List[str]:
     return [line]
 
 
+def _input_line(feed, rows, per_node_batch: int, step_seconds: float) -> str:
+    """What INPUT counts: the workers' decode against the step, and the epoch start's weight where epochs are
+    shortest."""
+    from summit_jobs.planning import simulate
+    if feed.clips_per_second_per_core <= 0:
+        decode = ("decoding not counted (no performance.input_clips_per_second_per_core; "
+                  "--input-clips-per-core gives one)")
+    else:
+        need = per_node_batch / step_seconds
+        have = feed.clips_per_second_per_node()
+        decode = (f"{feed.cores_per_node} cores x {feed.clips_per_second_per_core:g} clips/s = {have:,.0f} clips/s per "
+                  f"node against the {need:,.0f} a step takes: "
+                  + ("they keep up" if have >= need else f"the input is the limit ({need / have:.2f}x short)"))
+    last = rows[-1]
+    start = (f"; each epoch's start waits {feed.epoch_start_seconds:g} s"
+             f" ({last['steps_per_epoch']:,.1f} steps per epoch at {last['nodes']:,} nodes)"
+             if feed.epoch_start_seconds > 0 else "; no wait at an epoch's start counted")
+    return "INPUT: the input pipeline's share of the time: " + decode + start
+
+
 #: A projection is arithmetic, so any machine size may be asked about; beyond this it is a typo.
 MAX_PROJECTED_NODES = 1_000_000
 
@@ -202,6 +239,8 @@ MAX_PARAMS = 10 ** 13
 MAX_FUSION_BYTES = 2 ** 40
 MAX_PER_NODE_BATCH = 10 ** 6
 MAX_SINGLE_NODE_HOURS = 10 ** 7
+MAX_INPUT_RATE = 10 ** 9
+MAX_EPOCH_START = 10 ** 6
 
 
 @cli.command("scaling")
@@ -219,18 +258,29 @@ MAX_SINGLE_NODE_HOURS = 10 ** 7
 @click.option("--params", type=whole(1, MAX_PARAMS), help="Model parameters (default: ResNet-50 TSM, 400 classes).")
 @click.option("--fusion-bytes", type=whole(0, MAX_FUSION_BYTES),
               help="Horovod fusion buffer (default: the profile's threshold).")
+@click.option("--input-clips-per-core", type=FiniteFloat(0, high=MAX_INPUT_RATE),
+              help="Clips/s one core's data worker decodes (default: the profile's "
+                   "performance.input_clips_per_second_per_core; 0: do not count decoding).")
+@click.option("--epoch-start-seconds", type=FiniteFloat(0, high=MAX_EPOCH_START),
+              help="A rank's wait for each epoch's first batch (default: the profile's "
+                   "performance.epoch_start_seconds). 0.45 is what the trainer paid on one H200 before its "
+                   "pool read into the next epoch.")
 @click.option("--compare-paper", is_flag=True, help="Add the paper's Table 3 times and the deviation.")
 @click.option("--png", metavar="FILE", help="Also plot time-to-train and efficiency to this PNG.")
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_obj
 def scaling_cmd(state: State, nodes_list: str, single_node_hours: float, per_node_batch: int, epochs: int,
-                train_clips: Optional[int], params: Optional[int], fusion_bytes: Optional[int], compare_paper: bool,
+                train_clips: Optional[int], params: Optional[int], fusion_bytes: Optional[int],
+                input_clips_per_core: Optional[float], epoch_start_seconds: Optional[float], compare_paper: bool,
                 png: Optional[str], as_json: bool) -> None:
     """Project time-to-train and scaling efficiency over node counts.
 
     Weak scaling from one node's measured time, plus the paper's communication
     model per iteration (latency + bytes / bandwidth for a ring allreduce of
-    the fp32 gradients, over the profile's network figures).
+    the fp32 gradients, over the profile's network figures), plus the input
+    pipeline: a step lasts as long as the node's cores take to decode its
+    clips when that is longer than its compute, and each epoch's start adds
+    its wait (STEPS/EP and INPUT show where that starts to count).
     """
     from summit_jobs.planning import simulate
     try:
@@ -243,10 +293,11 @@ def scaling_cmd(state: State, nodes_list: str, single_node_hours: float, per_nod
     train = train_clips or simulate.KINETICS_TRAIN_CLIPS
     per_node_batch = per_node_batch or profile.node.slots * profile.recipe.clips_per_gpu
     hours = single_node_hours or _single_node_hours(profile, epochs, train)
+    feed = simulate.input_model(profile, input_clips_per_core, epoch_start_seconds)
     rows = simulate.project_scaling(
         profile, counts, single_node_seconds=hours * 3600, per_node_batch=per_node_batch,
         epochs=epochs, train_clips=train,
-        model_params=params or simulate.TSM_R50_PARAMS, fusion_bytes=fusion_bytes)
+        model_params=params or simulate.TSM_R50_PARAMS, fusion_bytes=fusion_bytes, feed=feed)
     if compare_paper:
         for r in rows:
             paper = simulate.PAPER_TABLE3.get(r["nodes"])
@@ -260,15 +311,16 @@ def scaling_cmd(state: State, nodes_list: str, single_node_hours: float, per_nod
         click.echo(json.dumps(rows, indent=2))
         return
     ranks = "GPUs" if profile.node.gpus else "ranks"        # one rank per GPU, or per CPU slot without GPUs
-    head = f"{'nodes':>6} {ranks:>6} {'batch':>7} {'time to train':>15} {'efficiency':>10}"
+    head = f"{'nodes':>6} {ranks:>6} {'batch':>7} {'steps/ep':>9} {'time to train':>15} {'efficiency':>10} {'input':>6}"
     if compare_paper:
         head += f" {'paper':>15} {'deviation':>9}"
     click.echo(head)
     for r in rows:
-        line = (f"{r['nodes']:>6,} {r['gpus']:>6,} {r['batch']:>7,} {simulate.hms(r['seconds']):>15} "
-                f"{r['efficiency']:>10.1%}")
+        line = (f"{r['nodes']:>6,} {r['gpus']:>6,} {r['batch']:>7,} {r['steps_per_epoch']:>9,.1f} "
+                f"{simulate.hms(r['seconds']):>15} {r['efficiency']:>10.1%} {r['input_share']:>6.1%}")
         if compare_paper and "paper_seconds" in r:
             line += f" {simulate.hms(r['paper_seconds']):>15} {r['deviation']:>+9.1%}"
         click.echo(line)
+    click.echo(_input_line(feed, rows, per_node_batch, hours * 3600 / (epochs * train / per_node_batch)))
     if png:
         click.echo(f"plot written to {png}", err=True)

@@ -133,6 +133,38 @@ def comm_model(profile: Profile, fusion_bytes: Optional[int] = None) -> CommMode
 
 
 @dataclass(frozen=True)
+class InputModel:
+    """The input pipeline's share of the time: decoding a step's clips on the node's cores (hidden behind
+    the step while the workers keep up, the step's time when they do not) and the wait at each epoch's start.
+
+    Why in the projection: at the paper's 1,536 GPUs an epoch is ~19 steps, so a fixed cost per epoch is
+    paid every ~8 s, and a node's cores must decode 48 clips per ~0.4 s step; either can become the limit
+    long before the allreduce does. A rate of 0 (unknown) counts no decode time.
+    """
+    clips_per_second_per_core: float
+    cores_per_node: int
+    epoch_start_seconds: float
+
+    def seconds_per_iteration(self, clips_per_node: float) -> float:
+        """Seconds the node's data workers need for one iteration's clips (0: rate unknown)."""
+        rate = self.clips_per_second_per_core * self.cores_per_node
+        return clips_per_node / rate if rate > 0 else 0.0
+
+    def clips_per_second_per_node(self) -> float:
+        return self.clips_per_second_per_core * self.cores_per_node
+
+
+def input_model(profile: Profile, clips_per_second_per_core: Optional[float] = None,
+                epoch_start_seconds: Optional[float] = None) -> InputModel:
+    """The profile's input figures (performance.input_*, epoch_start_seconds), each overridable."""
+    perf = profile.performance
+    cores = perf.input_cores_per_node or max(1, profile.node.cores - profile.node.slots)
+    rate = perf.input_clips_per_second_per_core if clips_per_second_per_core is None else clips_per_second_per_core
+    start = perf.epoch_start_seconds if epoch_start_seconds is None else epoch_start_seconds
+    return InputModel(rate, cores, start)
+
+
+@dataclass(frozen=True)
 class Estimate:
     iterations_per_epoch: int
     compute_seconds_per_step: float
@@ -143,6 +175,10 @@ class Estimate:
     jobs_needed: int
     bin: int
     bin_max_walltime: str
+    #: Seconds the node's data workers need for a step's clips (in the step when above its compute) and
+    #: the wait at each epoch's start (in the wall time once per epoch); 0 where the profile has no figure.
+    input_seconds_per_step: float = 0.0
+    epoch_start_seconds: float = 0.0
 
     def to_dict(self) -> Dict[str, object]:
         return asdict(self)
@@ -214,13 +250,15 @@ def estimate(profile: Profile, *, nodes: int, ranks_per_node: int, accum_steps: 
     iters = max(1, train_clips // global_batch)
     compute = accum_steps * clips_per_gpu / clips_per_second_per_gpu
     comm = comm_model(profile, fusion_bytes).seconds(ranks, model_params * 4)
-    step = compute + comm
-    wall = iters * epochs * step
+    feed = input_model(profile)
+    decode = feed.seconds_per_iteration(ranks_per_node * accum_steps * clips_per_gpu)
+    step = max(compute, decode) + comm     # the workers decode the next step's clips while this one computes
+    wall = epochs * (iters * step + feed.epoch_start_seconds)
     nbin = profile.bin_for(nodes)
     per_link = link_training_seconds(walltime_minutes, warning_minutes, seconds_per_minute, startup_seconds)
     jobs = max(1, math.ceil(wall / per_link)) if per_link > 0 else 0
     return Estimate(iters, compute, comm, step, wall, nodes * wall / 3600.0, jobs, nbin.bin if nbin else 0,
-                    nbin.max_walltime if nbin else "?")
+                    nbin.max_walltime if nbin else "?", decode, feed.epoch_start_seconds)
 
 
 def link_training_seconds(walltime_minutes: int, warning_minutes: int, seconds_per_minute: float = 60.0,
@@ -245,26 +283,37 @@ def sized_walltime_minutes(wall_seconds: float, warning_minutes: int, seconds_pe
 
 def project_scaling(profile: Profile, node_counts: Sequence[int], *, single_node_seconds: float,
                     per_node_batch: int, epochs: int, train_clips: int, model_params: int,
-                    fusion_bytes: Optional[int] = None) -> List[Dict[str, float]]:
+                    fusion_bytes: Optional[int] = None, feed: Optional[InputModel] = None) -> List[Dict[str, float]]:
     """Time-to-train and efficiency for each node count from one node's measured time.
 
     One node's throughput (clips/s, whatever batch it was measured with) sets the
     compute time of an iteration of ``per_node_batch`` clips per node; each
     iteration on more than one node adds the ring allreduce of the model's fp32
     gradients over all ranks (the paper's model: latency + size / bandwidth).
+    The input pipeline (``feed``, default the profile's) makes an iteration last
+    as long as the node's cores take to decode its clips when that is longer
+    than its compute, and adds its wait at every epoch's start; the single-node
+    time it scales from already holds its own epochs' starts, so only the
+    starts beyond those count against efficiency.
     """
     model = comm_model(profile, fusion_bytes)
+    feed = feed or input_model(profile)
     per_node_ranks = profile.node.slots
     clips_per_second_per_node = epochs * train_clips / single_node_seconds
     t_iter = per_node_batch / clips_per_second_per_node
+    decode = feed.seconds_per_iteration(per_node_batch)
     rows = []
     for n in node_counts:
-        iters = epochs * train_clips / (per_node_batch * n)
+        per_epoch = train_clips / (per_node_batch * n)
         comm = model.seconds(n * per_node_ranks, model_params * 4) if n > 1 else 0.0
-        seconds = iters * (t_iter + comm)
+        step = max(t_iter, decode) + comm
+        starts = epochs * feed.epoch_start_seconds if n > 1 else 0.0
+        seconds = epochs * per_epoch * step + starts
         rows.append({"nodes": n, "gpus": n * per_node_ranks, "batch": per_node_batch * n,
                      "seconds": seconds, "efficiency": single_node_seconds / (n * seconds),
-                     "comm_seconds_per_iter": comm})
+                     "comm_seconds_per_iter": comm, "steps_per_epoch": per_epoch,
+                     "input_seconds_per_iter": decode, "input_bound": decode > t_iter,
+                     "input_share": (epochs * per_epoch * max(0.0, decode - t_iter) + starts) / seconds})
     return rows
 
 

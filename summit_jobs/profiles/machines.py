@@ -422,6 +422,15 @@ class Performance:
     #: imports, rendezvous, loading the checkpoint it resumes): every link of a chain pays them before it trains,
     #: which the expected links and simulate's job count take off each link's minutes. 0: unknown.
     startup_seconds: float = number(0.0, low=0)
+    #: The input pipeline's steady-state rate on one CPU core: training clips decoded and augmented per second
+    #: by one data worker (bench/input_pipeline.py). With the cores below it says whether a node's workers keep
+    #: up with its GPUs at the recipe's batch (`scaling`, `simulate`). 0: unknown, input not counted.
+    input_clips_per_second_per_core: float = number(0.0, low=0)
+    #: Cores of a node the data workers may use; 0: the node's cores less one per rank.
+    input_cores_per_node: int = number(0, low=0)
+    #: Seconds a rank waits for an epoch's first batch beyond a step's usual wait (bench/epoch_boundary.py):
+    #: paid once per epoch, so it weighs most where epochs are shortest (~19 steps at 1,536 GPUs).
+    epoch_start_seconds: float = number(0.0, low=0)
 
 
 @dataclass(frozen=True)
