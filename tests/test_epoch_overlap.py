@@ -135,3 +135,16 @@ def test_the_next_epoch_is_decoded_before_it_is_asked_for(data, tmp_path):
         assert next(nxt)[0].shape[0] == 2 and pipe.train_pool.passes == 1
     finally:
         pipe.close()
+
+
+def test_pools_started_per_pass_do_not_read_ahead(data):
+    """--persistent-workers off: every epoch its own pool, as before; a pass ends with its epoch's batches
+    (iterating it to its end does not run into the next epoch)."""
+    pipe = Pipeline(TrainClips(str(data), SPEC, seed=3), {}, workers=1, pin=False, persistent=False)
+    try:
+        ahead = lambda e: micro(e) if e < EPOCHS else None   # noqa: E731
+        for epoch in range(2):
+            assert len(list(pipe.train_batches(micro(epoch), ahead=ahead))) == len(micro(epoch))
+        assert pipe.train_pool.passes == 2
+    finally:
+        pipe.close()

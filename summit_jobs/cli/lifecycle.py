@@ -285,7 +285,7 @@ def _kill(host, record: Optional[Dict], ids: List[str]) -> None:
         click.echo(f"job {jid}: {word}")
     killed = [j for j in ids if outcome[j] == "terminating"]
     if record is not None and killed:
-        record["cancelled"] = sorted({*[str(j) for j in record.get("cancelled") or []], *killed}, key=int)
+        record["cancelled"] = sorted({*[str(j) for j in record.get("cancelled") or []], *killed}, key=schedulers.id_order)
         try:
             runs.save(host, record)
         except (OSError, UserError) as exc:

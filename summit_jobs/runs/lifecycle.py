@@ -49,8 +49,9 @@ def targets(state, target: Optional[str]) -> List[Tuple[Optional[Dict], List[str
                         "directory, a run name or a job id.")
     found = runs.find(target)
     if found:
-        if target.isdecimal():
-            return [(r, [target]) for r in found[-1:]]
+        jid = runs._job_id(target, found[-1])
+        if jid is not None and jid in [str(j) for j in found[-1].get("job_ids") or []]:
+            return [(r, [jid]) for r in found[-1:]]        # a job id (opaque: each scheduler says what it holds)
         if len(found) > 1:
             where = "; ".join(f"{r.get('host')}:{r.get('run_dir')}" for r in found)
             raise UserError(f"{len(found)} runs are named {target!r} ({where}); give the run directory instead.")

@@ -31,7 +31,7 @@ RECORD = rundir.RECORD
 #: The script's name in the run directories of LSF runs and of records that do not name their script.
 SCRIPT = rundir.SCRIPT
 #: LSF's largest job id.
-MAX_JOB_ID = 2147483646
+MAX_JOB_ID = schedulers.MAX_DECIMAL_JOB_ID
 
 
 def index_dir() -> Path:
@@ -208,14 +208,10 @@ def save(host: Host, record: Dict[str, object]) -> None:
     _save_index(record)
 
 
-def _job_id(value: object) -> Optional[str]:
-    """A job id as text, or None when ``value`` is not one (a positive whole number up to LSF's largest)."""
-    if isinstance(value, bool):
-        return None
-    text = str(value) if isinstance(value, (int, str)) else ""
-    if not (text.isascii() and text.isdecimal()) or not 1 <= int(text) <= MAX_JOB_ID:
-        return None
-    return str(int(text))
+def _job_id(value: object, record: Optional[Dict] = None) -> Optional[str]:
+    """A job id of the run's scheduler (``record``'s; LSF's for none) as text, or None when ``value`` is not
+    one. The ids are opaque here: the scheduler says what its ids look like (``Scheduler.job_id``)."""
+    return schedulers.for_record(record).job_id(value)
 
 
 def _check_ids(rec: Dict[str, object], key: str, where: str, required: bool) -> None:
@@ -225,11 +221,12 @@ def _check_ids(rec: Dict[str, object], key: str, where: str, required: bool) -> 
     if not isinstance(ids, list):
         raise UserError(f"{where}: '{key}' must be a list of job ids, not {ids!r}; the run record is damaged. "
                         "Fix or restore the file, or name the job ids directly.")
-    clean = [_job_id(j) for j in ids]
+    scheduler = schedulers.for_record(rec)
+    clean = [scheduler.job_id(j) for j in ids]
     bad = [j for j, c in zip(ids, clean) if c is None]
     if bad:
-        raise UserError(f"{where}: '{key}' holds {bad[0]!r}, which is not a job id (a whole number from 1 to "
-                        f"{MAX_JOB_ID}); the run record is damaged. Fix or restore the file.")
+        raise UserError(f"{where}: '{key}' holds {bad[0]!r}, which is not a job id of {scheduler.label} "
+                        f"({scheduler.job_id_words}); the run record is damaged. Fix or restore the file.")
     rec[key] = clean
 
 
@@ -256,6 +253,9 @@ def check_record(rec: object, where: str) -> Dict[str, object]:
     if not isinstance(rec, dict):
         raise UserError(f"{where} is not a run record (a JSON object), it holds {type(rec).__name__}; "
                         "the run record is damaged.")
+    if rec.get("scheduler") is not None and rec["scheduler"] not in schedulers.IMPLEMENTATIONS:
+        raise UserError(f"{where}: 'scheduler' {rec['scheduler']!r} is not one this tool drives (known: "
+                        f"{', '.join(sorted(schedulers.IMPLEMENTATIONS))}); the run record is damaged.")
     if not isinstance(rec.get("run_dir"), str) or not rec["run_dir"]:
         raise UserError(f"{where}: 'run_dir' {rec.get('run_dir')!r} is not a folder name; the run record is "
                         "damaged.")
@@ -308,11 +308,13 @@ def find(target: str) -> List[Dict[str, object]]:
             rec["run_dir"] = str(local.resolve())
         return [rec]
     records = indexed()
-    if target.isdecimal():
-        # Only the runs of the LSF in use: another embedded LSF's run may hold the same id (in_lsf_home).
-        here = current_embedded_home()
-        return [r for r in records
-                if target in [str(j) for j in r.get("job_ids") or []] and in_lsf_home(r, here)]
+    # A job id of a run's scheduler (opaque: 123, 123.server, ƒ2Mq...), of the runs of the LSF in use only:
+    # another embedded LSF's run may hold the same id (in_lsf_home).
+    here = current_embedded_home()
+    by_id = [r for r in records if _job_id(target, r) is not None
+             and _job_id(target, r) in [str(j) for j in r.get("job_ids") or []] and in_lsf_home(r, here)]
+    if by_id or target.isdecimal():
+        return by_id
     stripped = target.rstrip("/")
     return [r for r in records if r.get("name") == stripped or r.get("run_dir") == stripped]
 
@@ -328,7 +330,7 @@ def with_chain_links(host: Host, record: Dict[str, object], ids: List[str]) -> L
     text = host.read_text(join(str(record["run_dir"]), rundir.CHAIN)) or ""
     out = list(ids)
     for line in text.splitlines():
-        jid = _job_id(line.strip())
+        jid = _job_id(line.strip(), record)
         if jid is not None and jid not in out:
             out.append(jid)
     return out

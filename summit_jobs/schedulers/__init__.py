@@ -3,7 +3,7 @@
 The rest of the login side talks to a batch scheduler only through a :class:`Scheduler` (``for_profile`` of
 a machine profile, ``for_record`` of a run record): it submits the links of a chain, asks for the state of
 jobs, asks whom jobs belong to, cancels them, and names the output files a job script writes. What it gives
-back is scheduler-neutral: job ids as strings, :class:`JobStatus` records whose ``state`` is one of
+back is scheduler-neutral: job ids as opaque strings (each scheduler checks its own: ``job_id``), :class:`JobStatus` records whose ``state`` is one of
 ``STATES``, and cancel outcomes (``terminating``, ``finished``, ``not found``). IBM LSF is the first
 implementation (``lsf/``); its state words are the interface's, so another scheduler (Slurm, ``slurm/``) maps
 its own onto them.
@@ -32,6 +32,28 @@ if TYPE_CHECKING:                       # the report's line type; imported only 
     from summit_jobs.hosts.doctor import Check
 
 T = TypeVar("T")
+
+#: The largest job id of the schedulers whose ids are whole numbers: LSF's (2^31 - 2); Slurm's are below it.
+MAX_DECIMAL_JOB_ID = 2147483646
+
+
+def decimal_job_id(value: object, maximum: int = MAX_DECIMAL_JOB_ID) -> Optional[str]:
+    """A whole-number job id (LSF's, Slurm's) as text without leading zeros, or None when ``value`` is not one
+    from 1 to ``maximum``."""
+    if isinstance(value, bool):
+        return None
+    text = str(value) if isinstance(value, (int, str)) else ""
+    if not (text.isascii() and text.isdecimal()) or not 1 <= int(text) <= maximum:
+        return None
+    return str(int(text))
+
+
+def id_order(job_id: str) -> Tuple[int, int, str]:
+    """A sort key for job ids of any scheduler: whole numbers by value (LSF, Slurm), then the rest as text
+    (PBS's ``123.server``, Flux's ``ƒ2Mq...``)."""
+    text = str(job_id)
+    return (0, int(text), "") if text.isascii() and text.isdecimal() else (1, 0, text)
+
 
 #: The job states of the interface (LSF's words: IBM LSF 10.1, "About job states"): pending, provisioning,
 #: running, finished normally, exited, suspended (by the user, the system or a host), unknown, waiting, zombie.
@@ -230,6 +252,14 @@ class Scheduler(Protocol):
     def output_files(self, script: str, job_id: str) -> List[str]:
         """The output files (relative to the job's folder) that a job of ``script`` with id ``job_id`` writes."""
 
+    def job_id(self, value: object) -> Optional[str]:
+        """``value`` as this scheduler's job id (its canonical text), or None when it is not one. Ids are opaque
+        to everything outside the scheduler's package (a PBS id is ``123.server``): run records, targets and
+        chain files are checked here, since the ids they hold reach the scheduler's commands."""
+
+    #: How a job id of this scheduler looks, for messages: "a whole number from 1 to 2147483646".
+    job_id_words: str
+
     def site_checks(self, probe: SiteProbe, profile, project: Optional[str]) -> List["Check"]:
         """``summit-jobs doctor``'s checks of the scheduler on the probed machine, one Check each (ok, warn or FAIL
         with its fix): its commands on PATH, its version against what this tool's readers need, the profile's
@@ -263,6 +293,16 @@ def for_profile(profile) -> Scheduler:
 def for_record(record: Optional[Mapping]) -> Scheduler:
     """The scheduler that ran a run (its run record says; records written before it did are LSF runs)."""
     return by_name(str((record or {}).get("scheduler") or "lsf"))
+
+
+def job_id_of_any(value: object) -> Optional[Tuple[Scheduler, str]]:
+    """The first scheduler (IMPLEMENTATIONS' order) whose job ids ``value`` is one of, with the id; None when it
+    is none of theirs. For a job id named without a run: what it could be."""
+    for scheduler in known():
+        jid = scheduler.job_id(value)
+        if jid is not None:
+            return scheduler, jid
+    return None
 
 
 def known() -> List[Scheduler]:

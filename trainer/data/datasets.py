@@ -488,14 +488,15 @@ class _Pool:
             self._owed = count
             return _Segment(self, self._stream, count)
         self._queued.clear()
-        self._feed.batches = self._fed(name, sampler) if ahead is not None else \
+        reading_ahead = ahead is not None and self.persistent   # a pool started per pass ends with it
+        self._feed.batches = self._fed(name, sampler) if reading_ahead else \
             ([(name, item) for item in batch] for batch in sampler)
         if self._loader is None or not self.persistent:
             self._loader = _loader(_Named(self.sets), self._feed, self.workers, self.pin, self.prefetch,
                                    self.persistent, self.collate)
         self.passes += 1
         stream = iter(self._loader)
-        if ahead is None or not self.persistent:
+        if not reading_ahead:
             self._stream, self._owed = None, 0
             return stream
         self._stream, self._owed = stream, len(sampler)

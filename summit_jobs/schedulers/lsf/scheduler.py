@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from summit_jobs.errors import UserError
+from summit_jobs import schedulers
 from summit_jobs.schedulers import JobStatus, Limit, Request, Submitted, SubmitRefused
 from summit_jobs.schedulers.lsf import launch
 
@@ -149,6 +150,11 @@ class LsfScheduler:
             raise UserError(f"bkill on {host.label} gave an answer this tool cannot read for job(s) "
                             f"{', '.join(unknown)} (exit {res.rc}):\n{res.text}")
         return outcome
+
+    job_id_words = f"a whole number from 1 to {schedulers.MAX_DECIMAL_JOB_ID}"
+
+    def job_id(self, value: object) -> Optional[str]:
+        return schedulers.decimal_job_id(value)
 
     def output_files(self, script: str, job_id: str) -> List[str]:
         """The ``-o``/``-e`` files of the script's ``#BSUB`` lines, ``%J`` replaced."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from summit_jobs.errors import UserError
+from summit_jobs import schedulers
 from summit_jobs.schedulers import FINISHED, JobStatus, Limit, Request, Submitted, SubmitRefused
 from summit_jobs.schedulers.slurm import launch
 
@@ -158,6 +159,11 @@ class SlurmScheduler:
             raise UserError(f"scancel on {host.label} gave an answer this tool cannot read for "
                             + "; ".join(unread))
         return outcome
+
+    job_id_words = f"a whole number from 1 to {schedulers.MAX_DECIMAL_JOB_ID}"
+
+    def job_id(self, value: object) -> Optional[str]:
+        return schedulers.decimal_job_id(value)
 
     def output_files(self, script: str, job_id: str) -> List[str]:
         """The ``--output``/``--error`` files of the script's #SBATCH lines (default ``slurm-%j.out``), patterns
