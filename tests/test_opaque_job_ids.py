@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import pytest
 from click.testing import CliRunner
@@ -42,7 +42,7 @@ class _Fake:
         found = {j: schedulers.JobStatus(job_id=j, state=STATES[j]) for j in job_ids if j in STATES}
         return found, [j for j in job_ids if j not in STATES]
 
-    def owners(self, host, job_ids: Sequence[str]) -> Dict[str, Mapping[str, str]]:
+    def owners(self, host, job_ids: Sequence[str]) -> Dict[str, schedulers.Owner]:
         return {}
 
     def output_files(self, script: str, job_id: str) -> List[str]:

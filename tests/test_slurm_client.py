@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from summit_jobs.schedulers import STATES, UNKNOWN
+from summit_jobs.schedulers import STATES, UNKNOWN, Owner
 from summit_jobs.schedulers.slurm import client
 from summit_jobs.schedulers.slurm.client import SlurmJob
 
@@ -174,8 +174,8 @@ def test_sacct_p_allocation_lines():
     assert got == {"1": ("DONE", "COMPLETED", 0, "", "node[1-2]"), "2": ("DONE", "COMPLETED", 0, "", "node1"),
                    "3": ("EXIT", "CANCELLED", 0, "cancelled by uid 0", "node1"),
                    "4": ("EXIT", "FAILED", 3, "", "node1")}
-    assert client.owner(jobs["1"]) == {"JOBID": "1", "STAT": "COMPLETED", "JOB_NAME": "two-nodes",
-                                       "SUB_CWD": "/tmp/summit-slurm-capture", "SUBMIT_TIME": "2026-11-27T21:07:11"}
+    assert client.owner(jobs["1"]) == Owner(job_id="1", name="two-nodes", work_dir="/tmp/summit-slurm-capture",
+                                            submit_time="2026-11-27T21:07:11")
 
 
 def test_sacct_with_header_and_step_lines_reads_the_same():

@@ -83,7 +83,7 @@ def test_a_chain_is_submitted_queried_owned_and_cancelled(slurm_cluster, host, t
         ("node[1-2]", "chain link", "RUNNING", None)
     assert (waiting.state, waiting.reason, waiting.lsf_state) == ("PEND", "Dependency", "PENDING")
     owners = sched.owners(host, ids + [unknown])
-    assert {j: (o["JOB_NAME"], o["SUB_CWD"]) for j, o in owners.items()} == \
+    assert {j: (o.name, o.work_dir) for j, o in owners.items()} == \
         {j: ("chain link", str(tmp_path)) for j in ids}
 
     (tmp_path / "release").touch()
@@ -132,7 +132,7 @@ def test_odd_job_names_come_back_from_squeue_and_sacct(slurm_cluster, host, tmp_
     job = sbatch(slurm_cluster, "-J", name, f"--output={tmp_path}/odd.out", "--wrap", "true", cwd=tmp_path)
     ended = until(lambda: sched.query(host, [job])[0][job], lambda s: s.finished, 20, "the job ended")
     assert (ended.name, ended.state, ended.exit_code) == (name, "DONE", 0)
-    assert sched.owners(host, [job])[job]["JOB_NAME"] == name
+    assert sched.owners(host, [job])[job].name == name
     plain = slurm_cluster.run(client.squeue_plain_argv([job]))
     assert client.parse_squeue_plain(plain.stdout, [job])[job].name == name
     stored = name.replace('"', "`")
@@ -177,7 +177,7 @@ def test_query_asks_sacct_only_for_the_jobs_squeue_no_longer_knows():
         {"1": ("RUN", None), "2": ("PEND", None), "3": ("RUN", None), "4": ("EXIT", 3)}
     assert [c[0] for c in host.calls] == ["squeue", "sacct"] and "--jobs=4,9" in host.calls[1]
     owners = SlurmScheduler().owners(host, ["2", "4", "9"])
-    assert {j: o["SUB_CWD"] for j, o in owners.items()} == {"2": "/tmp/summit-slurm-capture",
+    assert {j: o.work_dir for j, o in owners.items()} == {"2": "/tmp/summit-slurm-capture",
                                                            "4": "/tmp/summit-slurm-capture"}
 
 

@@ -305,9 +305,8 @@ def _owned(host, record: Dict, ids: List[str]) -> Tuple[List[str], List[str]]:
             click.echo(f"job {jid}: is not known to {scheduler.label} any more")
             continue
         job = found[jid]
-        why = job.get("ERROR") or lifecycle.foreign(host, record, jid, job.get("JOB_NAME") or "",
-                                                     (job.get("SUB_CWD") or "").strip(), scheduler.label,
-                                                     job.get("SUBMIT_TIME") or "")
+        why = job.error or lifecycle.foreign(host, record, jid, job.name, job.work_dir.strip(), scheduler.label,
+                                             job.submit_time)
         if why:
             click.echo(f"job {jid}: NOT killed: {why}", err=True)
             others.append(jid)

@@ -93,6 +93,18 @@ class JobStatus:
         return asdict(self)
 
 
+@dataclass(frozen=True)
+class Owner:
+    """Whom a job belongs to, as cancel checks it before it kills (ids are reused): the job's name, the folder
+    it was submitted from and when; ``error``: the scheduler answered about this job with an error instead (it
+    is then neither killed nor given up on)."""
+    job_id: str
+    name: str = ""
+    work_dir: str = ""
+    submit_time: str = ""
+    error: str = ""
+
+
 class Submitted(NamedTuple):
     """A job the scheduler accepted: its id and the queue (partition) it went to."""
     job_id: str
@@ -241,8 +253,8 @@ class Scheduler(Protocol):
     def query(self, host, job_ids: Sequence[str]) -> Tuple[Dict[str, JobStatus], List[str]]:
         """The status of each job the scheduler still knows, and the ids it no longer knows."""
 
-    def owners(self, host, job_ids: Sequence[str]) -> Dict[str, Mapping[str, str]]:
-        """For each known job: its name and submission folder (``job_name``, ``sub_cwd``), so that a cancel
+    def owners(self, host, job_ids: Sequence[str]) -> Dict[str, Owner]:
+        """For each known job its :class:`Owner` (name, submission folder, submit time), so that a cancel
         touches only jobs that still belong to the run (ids are reused)."""
 
     def cancel(self, host, job_ids: Sequence[str]) -> Dict[str, str]:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from summit_jobs.errors import UserError
 from summit_jobs import schedulers
-from summit_jobs.schedulers import JobStatus, Limit, Request, Submitted, SubmitRefused
+from summit_jobs.schedulers import JobStatus, Limit, Owner, Request, Submitted, SubmitRefused
 from summit_jobs.schedulers.lsf import launch
 
 if TYPE_CHECKING:
@@ -128,15 +128,17 @@ class LsfScheduler:
             missing += m
         return found, missing
 
-    def owners(self, host, job_ids: Sequence[str]) -> Dict[str, Mapping[str, str]]:
+    def owners(self, host, job_ids: Sequence[str]) -> Dict[str, Owner]:
         """``bjobs -o "jobid stat job_name sub_cwd submit_time" -json`` in batches."""
         from summit_jobs.schedulers.lsf import client
-        found: Dict[str, Mapping[str, str]] = {}
+        found: Dict[str, Owner] = {}
         for batch in client.batches(list(job_ids)):
             res = host.run(client.bjobs_argv(batch, client.OWNER_FIELDS))
             if not res.stdout.strip():
                 raise UserError(f"bjobs on {host.label} failed (exit {res.rc}):\n{res.text}")
-            found.update(client.parse_bjobs_owner(res.stdout, batch))
+            for jid, rec in client.parse_bjobs_owner(res.stdout, batch).items():
+                found[jid] = Owner(job_id=jid, name=rec.get("JOB_NAME") or "", work_dir=(rec.get("SUB_CWD") or "").strip(),
+                                   submit_time=rec.get("SUBMIT_TIME") or "", error=rec.get("ERROR") or "")
         return found
 
     def cancel(self, host, job_ids: Sequence[str]) -> Dict[str, str]:

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional, Sequence
 
 from summit_jobs.errors import UserError
-from summit_jobs.schedulers import FINISHED, STATES, UNKNOWN, JobStatus
+from summit_jobs.schedulers import FINISHED, STATES, UNKNOWN, JobStatus, Owner
 
 #: Slurm's job states (squeue(1) and sacct(1) "JOB STATE CODES", https://slurm.schedmd.com/squeue.html and
 #: https://slurm.schedmd.com/job_state_codes.html) onto the interface's (IBM LSF 10.1 "About job states",
@@ -209,12 +209,10 @@ def status(job: SlurmJob) -> JobStatus:
                      restarts=job.restarts, lsf_state=job.state)
 
 
-def owner(job: SlurmJob) -> Dict[str, str]:
-    """What cancel checks before it kills, under the names LSF's records use: the job's name and its working
-    folder (Slurm's WorkDir: where sbatch ran unless the script moved it with --chdir), and when it was
-    submitted."""
-    return {"JOBID": job.job_id, "STAT": job.state, "JOB_NAME": job.name, "SUB_CWD": job.work_dir,
-            "SUBMIT_TIME": job.submit}
+def owner(job: SlurmJob) -> Owner:
+    """What cancel checks before it kills: the job's name and its working folder (Slurm's WorkDir: where
+    sbatch ran unless the script moved it with --chdir), and when it was submitted."""
+    return Owner(job_id=job.job_id, name=job.name, work_dir=job.work_dir, submit_time=job.submit)
 
 
 # -- sbatch ------------------------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from summit_jobs.errors import UserError
 from summit_jobs import schedulers
-from summit_jobs.schedulers import FINISHED, JobStatus, Limit, Request, Submitted, SubmitRefused
+from summit_jobs.schedulers import FINISHED, JobStatus, Limit, Owner, Request, Submitted, SubmitRefused
 from summit_jobs.schedulers.slurm import launch
 
 if TYPE_CHECKING:
@@ -127,7 +127,7 @@ class SlurmScheduler:
         jobs = self._known(host, ids)
         return {j: client.status(jobs[j]) for j in ids if j in jobs}, [j for j in ids if j not in jobs]
 
-    def owners(self, host, job_ids: Sequence[str]) -> Dict[str, Mapping[str, str]]:
+    def owners(self, host, job_ids: Sequence[str]) -> Dict[str, Owner]:
         """Each known job's name and working folder, from squeue or else sacct (client.owner)."""
         from summit_jobs.schedulers.slurm import client
         ids = client.check_ids(job_ids)
