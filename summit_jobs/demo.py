@@ -212,7 +212,7 @@ def next_minute_main(argv: Sequence[str]) -> int:
 def active(row: Dict) -> bool:
     """Whether a status row's job may still run (status --watch's rule: a final state LSF agrees with)."""
     state = row.get("state")
-    return state not in ("DONE", "EXIT", "UNKNOWN") or (state == "UNKNOWN" and bool(row.get("lsf_state")))
+    return state not in ("DONE", "EXIT", "UNKNOWN") or (state == "UNKNOWN" and bool(row.get("native_state")))
 
 
 def chain_stopped(run_dir: Path, since: float) -> Optional[Dict]:

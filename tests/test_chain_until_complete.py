@@ -12,7 +12,7 @@ from pathlib import Path
 
 from conftest_lsf import cli, gated, lsf_env, run_recorded_ended, wait_for, write_template  # noqa: F401
 from conftest_lsf import run as lsf_run
-from summit_jobs.schedulers.lsf.embedded import state as lsf_state
+from summit_jobs.schedulers.lsf.embedded import state as native_state
 
 STAND_IN = r'''
 import glob, os, signal, sys, time
@@ -74,7 +74,7 @@ def test_chain_runs_until_complete(lsf_env, tmp_path):
     assert [r["job_id"] for r in rows] == first + queued
     logs = cli(["logs", str(run_dir)], env, timeout=60)
     assert all(r["state"] == "DONE" for r in rows), (
-        [(r["job_id"], r["state"], r["exit_code"], r.get("lsf_state")) for r in rows], logs.stdout + logs.stderr)
+        [(r["job_id"], r["state"], r["exit_code"], r.get("native_state")) for r in rows], logs.stdout + logs.stderr)
     assert logs.stdout.count("summit-jobs: chain: queued link") == len(queued)
     assert "the warning before the run limit" in logs.stderr + logs.stdout
 
@@ -141,7 +141,7 @@ def test_a_link_queued_while_cancel_runs_never_trains_and_a_resubmission_does(ls
     (second,) = (run_dir / "chain.jobs").read_text().split()
     assert [r["job_id"] for r in rows] == [first[0], second], rows
     assert rows[1]["state"] == "EXIT", rows
-    record = lsf_state.load_job(Path(env["SUMMIT_JOBS_LSF_HOME"]), int(second))
+    record = native_state.load_job(Path(env["SUMMIT_JOBS_LSF_HOME"]), int(second))
     assert record is not None and not record.get("start_time"), record          # killed before it ran
     events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
     by_link = [e for e in events if e["event"] == "chain_stopped" and "cancelled" in e["reason"]]

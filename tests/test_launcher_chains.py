@@ -42,7 +42,7 @@ import torch
 
 from conftest_lsf import (bjobs_state, cli, job_processes, lsf_environment, newest_step, recorded_state, wait_for,
                           warn_job)
-from summit_jobs.schedulers.lsf.embedded import state as lsf_state
+from summit_jobs.schedulers.lsf.embedded import state as native_state
 from summit_jobs.schedulers.lsf.embedded.state import node_names
 from test_launchers import _trainer_args
 from user_chain_checks import check_user_chain
@@ -306,7 +306,7 @@ def test_torchrun_chains_of_two_homes_run_side_by_side_with_ids_and_ports_of_the
     links = []                                  # (cell, job, start, finish, port) of every link
     for cell in cells:
         for job in cell.jobs:
-            rec = lsf_state.load_job(cell.folder.parent / "lsf", int(job))
+            rec = native_state.load_job(cell.folder.parent / "lsf", int(job))
             out = (cell.run_dir / f"torchrun-{cell.program}.{job}.out").read_text(errors="replace")
             found = re.search(TORCHRUN_LINE.format(job=job), out)
             assert rec is not None and found, out[-3000:]

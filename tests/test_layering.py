@@ -194,3 +194,123 @@ def test_the_planner_and_the_command_line_reach_a_scheduler_only_through_the_int
 def schedulers_packages():
     """The implementation packages under summit_jobs/schedulers/."""
     return {p.parent.name for p in (REPO / "summit_jobs" / "schedulers").glob("*/__init__.py")}
+
+
+# -- one direction of imports between the rooms, and no circles -------------------------------------------
+#: The login side's rooms, top to bottom (docs/architecture.md): a module may import its own room and the rooms
+#: below it, lazily inside a function too, never one above. The package's front (errors, wording, resources,
+#: progress) and the trainer's torch-free contract are below them all.
+LOGIN_ROOMS = ("summit_jobs.cli", "summit_jobs.runs", "summit_jobs.planning", "summit_jobs.data",
+               "summit_jobs.schedulers", "summit_jobs.hosts", "summit_jobs.profiles", "summit_jobs", "trainer")
+#: Modules that sit in a higher room than their folder: a scheduler's command group (`summit-jobs lsf`) is a
+#: command module that lives with the scheduler it drives; the demo runs the whole tool.
+ROOM_OF = {"summit_jobs.schedulers.lsf.cli": "summit_jobs.cli", "summit_jobs.demo": "summit_jobs.cli",
+           "summit_jobs.__main__": "summit_jobs.cli"}
+#: Imports that still climb, each with why it is not undone yet. A new one fails the test.
+CLIMBS_LEFT = {
+    # The profile checks its scheduler section and takes its launcher default while it loads, so that a bad
+    # key is reported with its file and line; the checks are the scheduler packages' own functions.
+    ("summit_jobs.profiles.machines", "summit_jobs.schedulers"),
+}
+#: Circles of imports (each closed by an import inside a function), with why. A new one fails the test.
+CIRCLES_LEFT = {
+    # the profile's scheduler section checks (above) and the request modules reading the profile's types
+    ("summit_jobs.profiles.machines", "summit_jobs.schedulers.lsf.request", "summit_jobs.schedulers.slurm.request"),
+    # virtual node names: state asks vnode_ns (network namespaces) for them, vnode_ns writes into state's home
+    ("summit_jobs.schedulers.lsf.embedded.state", "summit_jobs.schedulers.lsf.embedded.vnode_ns"),
+    # the `python -m trainer.rendezvous --free-port` entry point reads the job id through rankenv
+    ("trainer.rankenv", "trainer.rendezvous"),
+    # --decode device: the pipeline builds the device input, which builds on the pipeline's datasets
+    ("trainer.data.datasets", "trainer.data.devicedecode"),
+    # the torch-free `convert` front and the torch side that re-exports its names
+    ("trainer.models.interop", "trainer.models.interop_cli"),
+}
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(REPO).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph():
+    """Module -> the project's modules it imports, at any depth (a lazy import is a dependency too)."""
+    mods = {module_name(p): p for p in sources()}
+    graph = {m: set() for m in mods}
+    for m, path in mods.items():
+        for module, names in imports(path):
+            for candidate in [f"{module}.{n}" for n in names] + [module]:
+                if candidate in mods and candidate != m:
+                    graph[m].add(candidate)
+                    break
+    return graph
+
+
+def room(module: str) -> str:
+    if module in ROOM_OF:
+        return ROOM_OF[module]
+    return next(r for r in LOGIN_ROOMS if module == r or module.startswith(r + "."))
+
+
+def test_no_import_climbs_to_a_room_above():
+    climbs = set()
+    for module, targets in import_graph().items():
+        if module.startswith("summit_jobs.schedulers.lsf.embedded"):
+            continue   # the embedded LSF is a program of its own, run by its commands, not a room of the tool
+        for target in targets:
+            if LOGIN_ROOMS.index(room(target)) < LOGIN_ROOMS.index(room(module)):
+                climbs.add((module, room(target)))
+    assert climbs == CLIMBS_LEFT, ("imports that climb to a room above:\n" + "\n".join(
+        f"{m} -> {r}" for m, r in sorted(climbs - CLIMBS_LEFT)) + "\nno longer climbing (take them off "
+        "CLIMBS_LEFT):\n" + "\n".join(f"{m} -> {r}" for m, r in sorted(CLIMBS_LEFT - climbs)))
+
+
+def circles(graph):
+    """The strongly connected groups of more than one module (Tarjan's algorithm, iterative)."""
+    index, low, on, stack, out, counter = {}, {}, set(), [], [], [0]
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = counter[0]
+        counter[0] += 1
+        stack.append(root)
+        on.add(root)
+        while work:
+            v, it = work[-1]
+            for w in it:
+                if w not in index:
+                    index[w] = low[w] = counter[0]
+                    counter[0] += 1
+                    stack.append(w)
+                    on.add(w)
+                    work.append((w, iter(sorted(graph[w]))))
+                    break
+                if w in on:
+                    low[v] = min(low[v], index[w])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[v])
+                if low[v] == index[v]:
+                    group = []
+                    while True:
+                        w = stack.pop()
+                        on.discard(w)
+                        group.append(w)
+                        if w == v:
+                            break
+                    if len(group) > 1:
+                        out.append(tuple(sorted(group)))
+    return set(out)
+
+
+def test_no_new_circle_of_imports():
+    found = circles(import_graph())
+    assert found == CIRCLES_LEFT, ("new circles:\n" + "\n".join(map(str, sorted(found - CIRCLES_LEFT)))
+                                   + "\nundone (take them off CIRCLES_LEFT):\n"
+                                   + "\n".join(map(str, sorted(CIRCLES_LEFT - found))))
+
+
+def test_the_circle_finder_finds_a_circle():
+    assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == {("a", "b", "c")}
+    assert circles({"a": {"b"}, "b": set()}) == set()

@@ -92,7 +92,7 @@ def test_bjobs_json_after_busy_banner_lines():
 def test_bjobs_json_psusp_job_on_summit():
     found, _ = lsf.parse_bjobs_json(read("bjobs_json_psusp_summit.txt"))
     held = found["58652"]
-    assert held.state == "PSUSP" and held.lsf_state == "PSUSP" and not held.finished
+    assert held.state == "PSUSP" and held.native_state == "PSUSP" and not held.finished
     assert held.exit_code is None and held.name == "hold_job"
 
 
@@ -110,7 +110,7 @@ def test_bjobs_json_bad_records_do_not_cost_the_others():
     assert missing == ["2"]
     assert found["779469"].state == "RUN" and found["779469"].finish_time == "Nov 10 14:05 E"
     odd = found["779471"]
-    assert odd.state == lsf.UNKNOWN and odd.lsf_state == "SUSP" and "'SUSP'" in odd.reason and not odd.finished
+    assert odd.state == lsf.UNKNOWN and odd.native_state == "SUSP" and "'SUSP'" in odd.reason and not odd.finished
     assert found["779472"].state == "DONE" and found["779472"].exit_code == 0
     assert set(lsf.parse_bjobs_owner(read("bjobs_json_bad_records.txt"))) == {"779469", "779471", "779472"}
 
@@ -177,7 +177,7 @@ def test_bjobs_plain_unknown_state_keeps_lsf_word():
     text = ("JOBID   USER    STAT  QUEUE      FROM_HOST   EXEC_HOST   JOB_NAME   SUBMIT_TIME\n"
             "779471  alice   SUSP  batch      login3      batch2      tsm        Nov 10 12:03\n")
     st = lsf.parse_bjobs_plain(text)[0]["779471"]
-    assert st.state == lsf.UNKNOWN and st.lsf_state == "SUSP" and "'SUSP'" in st.reason
+    assert st.state == lsf.UNKNOWN and st.native_state == "SUSP" and "'SUSP'" in st.reason
 
 
 def test_bkill_already_finished_on_stderr_with_exit_255():
@@ -281,14 +281,14 @@ def test_status_reads_bjobs_behind_a_busy_banner(tmp_path, cli_env):
 def test_status_of_a_job_named_only_in_an_error_text(tmp_path, cli_env):
     """{"ERROR": "Job <2> is not found"} without JOBID: job 2 is gone from bjobs, the status goes on."""
     row = status_json(site_lsf(tmp_path, cli_env, "bjobs_json_bad_records.txt"), "2")
-    assert row["state"] == "UNKNOWN" and "gone from bjobs" in row["reason"] and row["lsf_state"] is None
+    assert row["state"] == "UNKNOWN" and "gone from bjobs" in row["reason"] and row["native_state"] is None
 
 
 def test_status_watch_goes_on_while_lsf_lists_a_job_in_an_unknown_state(tmp_path, cli_env):
     """SUSP (not a documented state) shows as UNKNOWN with LSF's word, and --watch waits for the job's end."""
     env = site_lsf(tmp_path, cli_env, "bjobs_json_bad_records.txt", "bjobs_json_bad_records_later.txt")
     row = status_json(env, "779471")
-    assert row["state"] == "UNKNOWN" and row["lsf_state"] == "SUSP" and "'SUSP'" in row["reason"]
+    assert row["state"] == "UNKNOWN" and row["native_state"] == "SUSP" and "'SUSP'" in row["reason"]
     (tmp_path / "count").unlink()            # the site's answers start again from the first
     proc = run_cli(["--machine", "summit", "--host", "local", "status", "--watch", "--interval", "0.2", "779471"],
                    env)

@@ -88,7 +88,7 @@ def test_squeue_json_while_running_and_pending():
     # squeue_json_running.txt.source: job 1 and 3 RUNNING, job 2 PENDING (Dependency).
     jobs = client.parse_squeue_json(read("squeue_json_running.txt"), ["1", "2", "3"])
     first, second, third = (client.status(jobs[j]) for j in "123")
-    assert (first.state, first.lsf_state, first.exec_host, first.queue, first.name, first.exit_code) == \
+    assert (first.state, first.native_state, first.exec_host, first.queue, first.name, first.exit_code) == \
         ("RUN", "RUNNING", "node[1-2]", "debug", "two-nodes", None)
     assert (second.state, second.reason, second.start_time, second.exec_host) == ("PEND", "Dependency", "", "")
     assert not first.finished and not second.finished
@@ -101,7 +101,7 @@ def test_squeue_json_after_the_end_decodes_wait_statuses():
     raw = {str(j["job_id"]): j["exit_code"] for j in json.loads(read("squeue_json_ended.txt"))["jobs"]}
     assert raw == {"1": 0, "2": 0, "3": 15, "4": 768}
     jobs = client.parse_squeue_json(read("squeue_json_ended.txt"), ["1", "2", "3", "4"])
-    got = {j: (s.state, s.lsf_state, s.exit_code, s.reason) for j, s in
+    got = {j: (s.state, s.native_state, s.exit_code, s.reason) for j, s in
            ((j, client.status(job)) for j, job in jobs.items())}
     assert got == {"1": ("DONE", "COMPLETED", 0, ""), "2": ("DONE", "COMPLETED", 0, ""),
                    "3": ("EXIT", "CANCELLED", 128 + 15, ""), "4": ("EXIT", "FAILED", 3, "NonZeroExitCode")}
@@ -122,8 +122,8 @@ def test_squeue_json_times_and_folders_agree_with_sacct(utc):
         a, b = from_squeue[jid], from_sacct[jid]
         assert (a.submit, a.start, a.end, a.name, a.work_dir, a.nodes) == \
             (b.submit, b.start, b.end, b.name, b.work_dir, b.nodes), jid
-        assert (client.status(a).state, client.status(a).lsf_state) == \
-            (client.status(b).state, client.status(b).lsf_state)
+        assert (client.status(a).state, client.status(a).native_state) == \
+            (client.status(b).state, client.status(b).native_state)
 
 
 def test_squeue_json_of_slurm_23_02_wraps_its_numbers():
@@ -169,7 +169,7 @@ def test_squeue_json_errors_without_jobs_are_raised_unless_the_id_is_unknown():
 def test_sacct_p_allocation_lines():
     # sacct_p_format.txt.source: four ended jobs, exit 3 as 3:0, a cancelled one as "CANCELLED by 0".
     jobs = client.parse_sacct(read("sacct_p_format.txt"), ["1", "2", "3", "4"])
-    got = {j: (s.state, s.lsf_state, s.exit_code, s.reason, s.exec_host) for j, s in
+    got = {j: (s.state, s.native_state, s.exit_code, s.reason, s.exec_host) for j, s in
            ((j, client.status(job)) for j, job in jobs.items())}
     assert got == {"1": ("DONE", "COMPLETED", 0, "", "node[1-2]"), "2": ("DONE", "COMPLETED", 0, "", "node1"),
                    "3": ("EXIT", "CANCELLED", 0, "cancelled by uid 0", "node1"),
@@ -265,7 +265,7 @@ def test_a_held_pending_job_is_suspended_while_pending():
 
 def test_an_unknown_state_is_unknown_with_slurms_word_kept():
     st = client.status(SlurmJob(job_id="5", state="LEVITATING", reason="Magic"))
-    assert (st.state, st.lsf_state) == (UNKNOWN, "LEVITATING")
+    assert (st.state, st.native_state) == (UNKNOWN, "LEVITATING")
     assert "LEVITATING" in st.reason and "Magic" in st.reason and not st.finished
 
 

@@ -122,7 +122,7 @@ def test_srun_and_torchrun_train_to_the_weights_of_the_embedded_lsf(slurm_cluste
     for launcher, run_dir in runs.items():
         row = ended(env, run_dir)
         text = output(run_dir, launcher)
-        assert (row["state"], row["exit_code"], row["lsf_state"]) == ("DONE", 0, "COMPLETED"), text
+        assert (row["state"], row["exit_code"], row["native_state"]) == ("DONE", 0, "COMPLETED"), text
         assert f"ranks started by {launcher}; rank 0 on node1, rendezvous host node1" in text, text
         assert "ddp engine, 4 ranks" in text
         weights = _weights(run_dir)
@@ -160,13 +160,13 @@ def test_status_and_cancel_of_a_running_slurm_job(slurm_cluster, env, tmp_path):
                  f"{sys.executable} {program} --steps 100000 --step-seconds 0.2")
     running = status_when(env, run_dir, lambda r: r[0]["state"] == "RUN" and (r[0]["step"] or 0) >= 1,
                           lambda: False, 120, "the job to run its first step", every=1.0)[0]
-    assert (running["job_id"], running["lsf_state"]) == (job, "RUNNING")
+    assert (running["job_id"], running["native_state"]) == (job, "RUNNING")
     assert len(cluster_job_processes(slurm_cluster, job)) >= 4
     res = cli(["cancel", str(run_dir)], env, timeout=60)
     assert res.returncode == 0, res.stderr
     assert job in res.stdout + res.stderr
     row = ended(env, run_dir, timeout=120)
-    assert (row["state"], row["cancelled"], row["lsf_state"]) == ("EXIT", True, "CANCELLED"), row
+    assert (row["state"], row["cancelled"], row["native_state"]) == ("EXIT", True, "CANCELLED"), row
     assert row["last_event"]["text"].startswith("cancelled (exit "), row
     logs = output(run_dir, "user_train")
     assert "Traceback" not in logs, logs[-4000:]
@@ -186,7 +186,7 @@ def test_simulate_on_two_slurm_nodes_matches_a_real_four_node_run(slurm_cluster,
     assert sim.returncode == 0, sim.stderr
     assert "k = 2" in sim.stderr and "#SBATCH" not in sim.stdout
     row = ended(env, sim_dir)
-    assert (row["state"], row["exit_code"], row["lsf_state"]) == ("DONE", 0, "COMPLETED"), output(sim_dir, "acc")
+    assert (row["state"], row["exit_code"], row["native_state"]) == ("DONE", 0, "COMPLETED"), output(sim_dir, "acc")
     plan = json.loads((sim_dir / "plan.json").read_text())
     assert (plan["scheduler"], plan["virtual_nodes"], plan["nodes"], plan["accum_steps"]) == ("slurm", 4, 2, 2)
     ref = simulated_params(real_four_node_run["run"], SIMULATE_STEPS)
@@ -235,7 +235,7 @@ def test_a_chain_until_complete_runs_three_links_each_stopped_by_the_signal(slur
     assert [r["job_id"] for r in rows] == [first] + (run_dir / "chain.jobs").read_text().split()
     logs = cli(["logs", str(run_dir)], env, timeout=60).stdout
     assert all((r["state"], r["exit_code"]) == ("DONE", 0) for r in rows), (
-        [(r["job_id"], r["state"], r["exit_code"], r.get("lsf_state")) for r in rows], logs)
+        [(r["job_id"], r["state"], r["exit_code"], r.get("native_state")) for r in rows], logs)
     assert logs.count("rank 0: warned at step") == 3 and logs.count("rank 0: resumed at step") == 2, logs
     assert logs.count("summit-jobs: USR2 (the warning before the time limit)") == 3, logs
     assert "chain stopped before COMPLETE: 3 links ran, the --max-links cap" in logs

@@ -140,7 +140,7 @@ def _resumed_to_complete(cluster: LocalSlurmCluster, env, run_dir: Path, first: 
     res = cli(["status", "--json", str(run_dir)], env, timeout=60)
     assert res.returncode == 0, res.stderr
     rows = {r["job_id"]: r for r in json.loads(res.stdout)}
-    assert rows[first]["lsf_state"] == state and rows[first]["restarts"] == 0, rows[first]
+    assert rows[first]["native_state"] == state and rows[first]["restarts"] == 0, rows[first]
     assert says in rows[first]["last_event"]["text"], rows[first]
     assert rows[second]["state"] == "DONE", rows[second]
     wait_for(lambda: not cluster_job_processes(cluster, second), 30, f"every process of job {second} to end")

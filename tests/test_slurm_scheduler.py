@@ -79,9 +79,9 @@ def test_a_chain_is_submitted_queried_owned_and_cancelled(slurm_cluster, host, t
                         20, "the first link running")
     assert gone == [unknown]
     running, waiting = found[first.job_id], found[second.job_id]
-    assert (running.exec_host, running.name, running.lsf_state, running.exit_code) == \
+    assert (running.exec_host, running.name, running.native_state, running.exit_code) == \
         ("node[1-2]", "chain link", "RUNNING", None)
-    assert (waiting.state, waiting.reason, waiting.lsf_state) == ("PEND", "Dependency", "PENDING")
+    assert (waiting.state, waiting.reason, waiting.native_state) == ("PEND", "Dependency", "PENDING")
     owners = sched.owners(host, ids + [unknown])
     assert {j: (o.name, o.work_dir) for j, o in owners.items()} == \
         {j: ("chain link", str(tmp_path)) for j in ids}
@@ -90,14 +90,14 @@ def test_a_chain_is_submitted_queried_owned_and_cancelled(slurm_cluster, host, t
     found, _ = until(lambda: sched.query(host, ids), lambda r: all(s.finished for s in r[0].values()), 20,
                      "both links ended")
     for st in found.values():
-        assert (st.state, st.exit_code, st.lsf_state, st.reason) == ("EXIT", 3, "FAILED", "NonZeroExitCode")
+        assert (st.state, st.exit_code, st.native_state, st.reason) == ("EXIT", 3, "FAILED", "NonZeroExitCode")
     assert found[second.job_id].start_time >= found[first.job_id].finish_time
     # sacct says the same once slurmdbd has the final record (a moment after the end; before it, sacct may
     # show a placeholder named "allocation": tests/slurm_cluster.py's sacct_job).
     accounted = until(lambda: sched.accounted(host, [first.job_id]),
                       lambda r: first.job_id in r and r[first.job_id].name == "chain link"
                       and r[first.job_id].finished, 20, "sacct's final record")[first.job_id]
-    assert (accounted.state, accounted.lsf_state, accounted.exit_code, accounted.exec_host) == \
+    assert (accounted.state, accounted.native_state, accounted.exit_code, accounted.exec_host) == \
         ("EXIT", "FAILED", 3, "node[1-2]")
     outputs = sched.output_files(LINK, first.job_id)
     assert outputs == [f"out chain link-{int(first.job_id):04d}-{first.job_id}-%.txt"]
@@ -115,7 +115,7 @@ def test_cancel_of_a_running_job_ends_every_process_of_it(slurm_cluster, host, t
     assert sched.cancel(host, [job]) == {job: "terminating"}
     until(lambda: cluster_job_processes(slurm_cluster, job), lambda p: not p, 20, f"the end of job {job}'s processes")
     ended = until(lambda: sched.query(host, [job])[0][job], lambda s: s.finished, 20, "the cancelled job ended")
-    assert (ended.state, ended.lsf_state) == ("EXIT", "CANCELLED")
+    assert (ended.state, ended.native_state) == ("EXIT", "CANCELLED")
     assert sched.cancel(host, [job]) == {job: "finished"}
 
 

@@ -61,7 +61,7 @@ def ckpt(step: int) -> str:
 
 def rows_for(states: List[Tuple[str, str]], files: statusview.RunFiles) -> List[Dict]:
     rows = [{"run": "r", "job_id": j, "state": s, "exit_code": 0 if s == "DONE" else None,
-             "source": "exit-code file", "lsf_state": None, "reason": ""} for j, s in states]
+             "source": "exit-code file", "native_state": None, "reason": ""} for j, s in states]
     statusview.add_facts(rows, files)
     return rows
 
@@ -117,7 +117,7 @@ def test_a_cancel_a_run_limit_and_a_failure_are_told_apart():
         run.steps(1, 3)
         run.end("1", **kw)
         rows = [{"run": "r", "job_id": "1", "state": "EXIT", "exit_code": 130, "source": "exit-code file",
-                 "lsf_state": native, "reason": ""}]
+                 "native_state": native, "reason": ""}]
         statusview.add_facts(rows, run.files(["1"]))
         return rows[0]["last_event"]["text"]
 
@@ -142,7 +142,7 @@ def test_records_before_the_first_link_event_belong_to_no_link():
 
 def test_an_end_without_events_is_aged_by_the_exit_code_files_time():
     rows = [{"run": "r", "job_id": "1", "state": "EXIT", "exit_code": 137, "source": "exit-code file",
-             "lsf_state": "EXIT", "reason": "", "finish_time": "Dec  7 04:14", "ended_at": T0 + 28.0}]
+             "native_state": "EXIT", "reason": "", "finish_time": "Dec  7 04:14", "ended_at": T0 + 28.0}]
     statusview.add_facts(rows, statusview.RunFiles(plan={"user_command": True}, chain_ids=["1"]))
     assert rows[0]["last_event"]["time"] == T0 + 28.0
     assert statusview.event_cell(rows[0], T0 + 30.0).startswith("2s ago: ended with exit code 137")
@@ -177,6 +177,6 @@ def test_lsfs_run_limit_reason_names_the_end_of_a_signalled_link():
     run.steps(1, 3)
     run.end("1", code=140, warned=True, cancelled=True)
     rows = [{"run": "r", "job_id": "1", "state": "EXIT", "exit_code": 140, "source": "exit-code file",
-             "lsf_state": "EXIT", "reason": "TERM_RUNLIMIT: job killed after reaching LSF run time limit"}]
+             "native_state": "EXIT", "reason": "TERM_RUNLIMIT: job killed after reaching LSF run time limit"}]
     statusview.add_facts(rows, run.files(["1"]))
     assert rows[0]["last_event"]["text"].startswith("run limit reached (TERM_RUNLIMIT; exit 140)"), rows

@@ -470,7 +470,7 @@ def test_status_through_a_pipe_is_plain_lines_with_the_same_facts(finished):
         assert row["state"] in line and row["last_event"]["text"] in line
         assert f"{row['step']}/{row['total_steps']}" in line if row["step"] is not None else True
     # --json keeps every key it had, and says the new facts.
-    for key in ("run", "job_id", "host", "run_dir", "exit_code", "source", "cancelled", "lsf_state", "state",
+    for key in ("run", "job_id", "host", "run_dir", "exit_code", "source", "cancelled", "native_state", "state",
                 "reason", "link", "links", "more_links", "epoch", "epochs", "step", "total_steps", "clips_per_s",
                 "eta_s", "last_event", "finish_time"):
         assert all(key in r for r in rows), key

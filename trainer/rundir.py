@@ -101,6 +101,13 @@ GIT_TIMEOUT_S = 2.0
 PathLike = Union[str, "os.PathLike[str]"]
 
 
+def nvme_data_dir(nvme_path: str) -> str:
+    """Where a job's staging step puts a node's shards under the node's NVMe folder (the trainer's --data
+    there): one rule for the planner, which writes it into the script, and stage-data's plans, which print it.
+    Here because both sides read it and this contract is cheap to import."""
+    return f"{nvme_path}/summit-jobs/data"
+
+
 def exitcode_name(job_id: Union[int, str]) -> str:
     """``exitcode.<id>``: written by the job script as its last act."""
     return f"exitcode.{job_id}"

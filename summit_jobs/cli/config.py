@@ -144,7 +144,7 @@ def _as_submit_takes_it(ctx: click.Context, param: click.Parameter, value: Optio
         return value
     if any(c in value for c in "\n\r\0"):
         raise UserError(f"{param.opts[0]} {value!r} contains a line break or NUL byte; use a plain value.")
-    from summit_jobs.planning.plan import ACCOUNT_RE
+    from summit_jobs.schedulers import ACCOUNT_RE
     if param.name == "project" and not ACCOUNT_RE.fullmatch(value.strip()):
         raise UserError(f"--project {value!r} is not a valid project name: use letters, digits, '_', '.' and '-' "
                         "only (at most 64 characters), as printed by your allocation.")

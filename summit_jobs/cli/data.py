@@ -395,8 +395,8 @@ def _run_local_hop2(profile, manifest_on_pfs, nodes: int, policy: str, quiet: bo
 
 
 def count(n: int, word: str) -> str:
-    """``1 shard``, ``2 shards`` (summit_jobs.planning.wording, imported when a summary is printed)."""
-    from summit_jobs.planning import wording
+    """``1 shard``, ``2 shards`` (summit_jobs.wording, imported when a summary is printed)."""
+    from summit_jobs import wording
     return wording.count(n, word)
 
 

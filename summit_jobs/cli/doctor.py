@@ -236,7 +236,7 @@ def doctor_cmd(ctx: click.Context, machine: Optional[str], host: Optional[str], 
     if state.ssh_options.get("trust_new_host_key"):
         checks.append(Check(WARN, "--trust-new-host-key", "ignored: doctor never accepts a new host key",
                             "check the fingerprint with the site and add the key by hand"))
-    with hosts.for_profile(profile, options) as target:
+    with hosts.for_profile(profile, options, login_command=schedulers.for_profile(profile).submit_command) as target:
         checks += run_checks(state, profile, target, state.project(project), runs_dir, data_dirs, command)
     if as_json:
         click.echo(json.dumps([c.to_dict() for c in checks], indent=2))

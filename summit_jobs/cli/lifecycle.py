@@ -129,7 +129,7 @@ def _rows(state: State, pairs, hosts_: lifecycle.Hosts, reader: lifecycle.RunRea
 def _ended(row: Dict[str, object]) -> bool:
     """Whether --watch may stop for this job: a final state, but not a state word LSF printed and this
     tool does not know (shown as UNKNOWN while LSF still lists the job, which may yet run and end)."""
-    return row["state"] in lifecycle.FINAL and not (row["state"] == "UNKNOWN" and row.get("lsf_state"))
+    return row["state"] in lifecycle.FINAL and not (row["state"] == "UNKNOWN" and row.get("native_state"))
 
 
 class _StatusView:

@@ -124,8 +124,9 @@ def simulate_cmd(state: State, virtual_nodes: int, forced_nodes: Optional[int], 
 
 def _cost_lines(plan, shape, run, quota: int) -> List[str]:
     """What the simulated run costs, for stderr: the figures a user weighs before spending node-hours. Counts
-    read as counts, and the ranks of nodes without GPUs as CPU ranks (summit_jobs.planning.wording)."""
-    from summit_jobs.planning import simulate, wording
+    read as counts, and the ranks of nodes without GPUs as CPU ranks (summit_jobs.wording)."""
+    from summit_jobs import wording
+    from summit_jobs.planning import simulate
     est, clips, rate = run.estimate, run.training_set.clips, run.rate
     gpus = plan.gpus_per_node
     lines = [
@@ -181,7 +182,8 @@ def _walltime_lines(plan, run, given: Optional[str]) -> List[str]:
     """Why the job asks for the walltime it does: the planner takes the longest the bin and queue allow when
     --walltime is not given (a run limit is a cap, not a charge: a job that ends early is charged what it ran);
     say so, and what the estimate would need, since a shorter job may start sooner."""
-    from summit_jobs.planning import simulate, wording
+    from summit_jobs import wording
+    from summit_jobs.planning import simulate
     if given is not None:
         return []
     est, startup = run.estimate, run.startup_seconds

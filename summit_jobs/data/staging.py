@@ -41,8 +41,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from summit_jobs.errors import UserError
 from summit_jobs.data.pack import human_bytes
 from summit_jobs.data.pack import interrupted as interrupted_pack
-from summit_jobs.planning import wording
-from summit_jobs.planning.plan import nvme_data_dir  # noqa: F401  (one rule for the NVMe data path)
+from summit_jobs import wording
+from trainer.rundir import nvme_data_dir  # noqa: F401  (one rule for the NVMe data path)
 from summit_jobs.progress import Progress
 from trainer import shards, units
 from trainer import stage as node_stage

@@ -33,7 +33,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Dict, Iterator, List, Optional, Sequence
 
-from summit_jobs import resources, schedulers
+from summit_jobs import resources
 from summit_jobs.errors import UserError
 from trainer import files
 
@@ -683,7 +683,8 @@ class _Policy:
             fh.write(f"{hostname} {key.get_name()} {key.get_base64()}\n")
 
 
-def ssh_target_for(profile, options: Optional[Dict[str, object]] = None) -> Optional[SshTarget]:
+def ssh_target_for(profile, options: Optional[Dict[str, object]] = None, *,
+                   login_command: str) -> Optional[SshTarget]:
     """The SSH target from the profile's ``ssh`` block and the CLI, or None to run on this machine.
 
     ``--host`` selects SSH; without it the profile's ssh.host is used when this
@@ -703,8 +704,8 @@ def ssh_target_for(profile, options: Optional[Dict[str, object]] = None) -> Opti
     if not host:
         if not ssh.host:
             return None
-        if not profile.scheduler.embedded and shutil.which(schedulers.for_profile(profile).submit_command):
-            return None          # we are on the login node already
+        if not profile.scheduler.embedded and shutil.which(login_command):
+            return None          # the scheduler's submit command is here: we are on the login node already
         host = ssh.host
     user, name, port = sshlogin.split_spec(str(host), "SSH host")
     port = opts.get("port") or port or (ssh.port if ssh.port != 22 else None)
@@ -716,8 +717,10 @@ def ssh_target_for(profile, options: Optional[Dict[str, object]] = None) -> Opti
     return target
 
 
-def for_profile(profile, options: Optional[Dict[str, object]] = None) -> Host:
-    target = ssh_target_for(profile, options)
+def for_profile(profile, options: Optional[Dict[str, object]] = None, *, login_command: str) -> Host:
+    """This machine, or the profile's login node over SSH (``ssh_target_for``; ``login_command``: the
+    scheduler's submit command, whose presence here means this is a login node)."""
+    target = ssh_target_for(profile, options, login_command=login_command)
     if target is not None:
         return SshHost(target)
     return local_for(profile)

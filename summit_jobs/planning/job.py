@@ -202,7 +202,8 @@ def expected_links(profile, plan, data: Optional[str], environ) -> str:
     """How many links a chain until complete should take: the training time (``estimate``) over what each link
     trains, its minutes before the warning less the profile's start-up (the built-in trainer's: a user's own
     command runs at a speed no profile knows)."""
-    from summit_jobs.planning import simulate, wording
+    from summit_jobs import wording
+    from summit_jobs.planning import simulate
     training = wording.count(max(1, plan.walltime_minutes - plan.warning_minutes), "minute")
     if plan.user_command:
         return (f"expected links: unknown for your own command (no profile knows its speed); at most "

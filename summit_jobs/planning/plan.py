@@ -20,7 +20,9 @@ from typing import Dict, List, Optional, Tuple
 
 from summit_jobs import schedulers
 from summit_jobs.profiles import settings
-from summit_jobs.planning import trainer_args, wording
+from summit_jobs import wording
+from trainer.rundir import nvme_data_dir
+from summit_jobs.planning import trainer_args
 from summit_jobs.profiles.choices import LAYOUTS, STAGE_POLICIES  # noqa: F401 - part of this module's interface
 from summit_jobs.errors import UserError
 from summit_jobs.profiles.machines import Profile, Queue, WalltimeBin, format_hhmm, parse_hhmm
@@ -30,7 +32,7 @@ from trainer import rundir
 #: Patterns that guard values are always applied with ``fullmatch``: ``re.match`` with ``$`` accepts a
 #: trailing newline, which would split a ``#BSUB`` line.
 JOB_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
-ACCOUNT_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+ACCOUNT_RE = schedulers.ACCOUNT_RE
 #: Marker the trainer writes when all epochs are done; later chain links exit at once.
 COMPLETE_MARKER = rundir.COMPLETE
 #: The job script in the run directory.
@@ -292,11 +294,6 @@ class Plan:
 
     def to_dict(self) -> Dict[str, object]:
         return asdict(self)
-
-
-def nvme_data_dir(nvme_path: str) -> str:
-    """Where the job's staging step puts a node's shards (the trainer's --data)."""
-    return f"{nvme_path}/summit-jobs/data"
 
 
 def linear_lr(global_batch: int, lr_per_8_clips: float) -> float:
@@ -935,7 +932,7 @@ def make_plan(profile: Profile, opts: JobOptions) -> Plan:
 
 def describe(plan: Plan) -> str:
     """Short plan summary for stderr next to a dry-run script. Counts read as counts (``1 node``, ``2 nodes``)
-    and the ranks of nodes without GPUs as CPU ranks (summit_jobs.planning.wording): the summary is what a
+    and the ranks of nodes without GPUs as CPU ranks (summit_jobs.wording): the summary is what a
     user checks before spending node-hours, and "8 GPUs" there for CPU ranks read as a request for GPUs."""
     rank = "rank" if plan.gpus_per_node else "CPU rank"
     lines = [

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass
 from typing import Dict, List, Optional, Sequence
 
 from summit_jobs.errors import UserError
-from summit_jobs.planning import wording
+from summit_jobs import wording
 from summit_jobs.profiles.machines import Profile
 
 #: Kinetics-400 training videos (the paper: about 240k).

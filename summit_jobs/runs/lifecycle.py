@@ -79,11 +79,13 @@ class Hosts:
         self.open: Dict[str, object] = {}
 
     def get(self, record: Optional[Dict]):
+        from summit_jobs import schedulers
         from summit_jobs.hosts import host as hosts
         key = host_key(record)
         if key not in self.open:
             if record is None:
-                self.open[key] = hosts.for_profile(self.state.profile, self.state.ssh_options)
+                login = schedulers.for_profile(self.state.profile).submit_command
+                self.open[key] = hosts.for_profile(self.state.profile, self.state.ssh_options, login_command=login)
             else:
                 self.open[key] = _in_own_lsf(hosts.from_record(record, self.state.ssh_options,
                                                                 self._vouched(record)), record)
@@ -253,7 +255,7 @@ def _unasked(record: Optional[Dict], jid: str, scheduler, exc: UserError) -> Dic
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     return {"run": (record or {}).get("name", "-"), "job_id": jid, "host": host_key(record),
             "run_dir": (record or {}).get("run_dir"), "exit_code": None, "source": "none", "cancelled": False,
-            "lost": False, "restarts": 0, "lsf_state": None, "finish_time": None, "state": "UNKNOWN",
+            "lost": False, "restarts": 0, "native_state": None, "finish_time": None, "state": "UNKNOWN",
             "reason": f"{scheduler.label} could not be asked about this run's jobs: {first}"}
 
 
@@ -301,9 +303,9 @@ def job_row(record: Optional[Dict], jid: str, where: str, st, code: Optional[int
     row: Dict[str, object] = {"run": (record or {}).get("name", "-"), "job_id": jid, "host": where,
                               "run_dir": (record or {}).get("run_dir"), "exit_code": code,
                               "source": "exit-code file", "cancelled": False, "lost": False, "restarts": 0,
-                              "lsf_state": None, "finish_time": None, "ended_at": None}
+                              "native_state": None, "finish_time": None, "ended_at": None}
     if st is not None:
-        row.update(state=st.state, lsf_state=st.lsf_state or None, reason=st.reason, finish_time=st.finish_time or None,
+        row.update(state=st.state, native_state=st.native_state or None, reason=st.reason, finish_time=st.finish_time or None,
                    restarts=st.restarts)
         if st.finished and code is None:
             row.update(exit_code=st.exit_code, source=listed_by,

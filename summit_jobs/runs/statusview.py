@@ -328,7 +328,7 @@ def last_event(job: str, files: RunFiles, mine: Sequence[Dict], row: Dict) -> Op
         # No event says how it ended (killed before its script could): the exit-code file's time, which the
         # scheduler's finish time (LSF's to the minute, Slurm's none at all) only stands in for.
         when = row.get("ended_at") if is_time(row.get("ended_at")) else parse_lsf_time(row.get("finish_time"))
-        newest = {"event": "exit", "code": row.get("exit_code"), "time": when, "native": row.get("lsf_state")}
+        newest = {"event": "exit", "code": row.get("exit_code"), "time": when, "native": row.get("native_state")}
     if newest is None:
         return None
     kind, text = newest.get("event"), event_text(newest)
@@ -337,7 +337,7 @@ def last_event(job: str, files: RunFiles, mine: Sequence[Dict], row: Dict) -> Op
         # The scheduler's word for the end: a cancel (lifecycle.mark_cancelled), LSF's TERM_* reason, Slurm's state.
         reason = str(row.get("reason") or "")
         native = ("CANCELLED" if row.get("cancelled") else reason.split()[0].rstrip(":;,") if reason.startswith("TERM_")
-                  else str(row.get("lsf_state") or ""))
+                  else str(row.get("native_state") or ""))
         if trainer:   # the trainer said how it ended; the script's link_end after it only confirms that
             kind, text = trainer[-1]["event"], event_text(trainer[-1])
         else:
@@ -459,7 +459,7 @@ def chain_stop_reason(job: str, files: RunFiles, row: Optional[Dict] = None) -> 
         return None
     reason = str(stops[-1].get("reason") or "no reason recorded")
     row = row or {}
-    native = str(row.get("lsf_state") or "")
+    native = str(row.get("native_state") or "")
     plain = native in ("", "DONE", "EXIT", "COMPLETED", "FAILED")     # words that say no more than the exit code
     said = " ".join(w for w in ("" if plain else native, str(row.get("reason") or "")) if w)
     if said and row.get("state") in ("DONE", "EXIT") and said not in reason:

@@ -37,7 +37,9 @@ def prepare(state, kw: dict) -> dict:
     must be absolute (``~`` would be expanded on the wrong machine). Returns
     the options to plan with: a new mapping, ``kw`` itself is left as given.
     """
-    target = hosts.ssh_target_for(state.profile, ssh_options(state))
+    from summit_jobs import schedulers
+    target = hosts.ssh_target_for(state.profile, ssh_options(state),
+                                  login_command=schedulers.for_profile(state.profile).submit_command)
     kw = _with_script_path(kw, target)
     if target is None:
         _warn_unused_ssh_options(ssh_options(state))
@@ -143,7 +145,7 @@ def submit(state, profile, plan, script: str, kw: dict) -> List[str]:
     from summit_jobs import schedulers  # here, not at the top: a dry run needs neither
     from summit_jobs.runs import records as runs
     scheduler = schedulers.for_profile(profile)
-    host = hosts.for_profile(profile, ssh_options(state))
+    host = hosts.for_profile(profile, ssh_options(state), login_command=scheduler.submit_command)
     with host:
         ssh = host.target.record() if isinstance(host, hosts.SshHost) else None
         if kw.get("force"):

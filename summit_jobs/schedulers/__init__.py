@@ -22,6 +22,7 @@ this module and an implementation's class must stay cheap: ``summit-jobs --help`
 """
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Callable, Dict, List, Mapping, NamedTuple, Optional, Protocol, Sequence, Tuple, \
     TypeVar
@@ -32,6 +33,10 @@ if TYPE_CHECKING:                       # the report's line type; imported only 
     from summit_jobs.hosts.doctor import Check
 
 T = TypeVar("T")
+
+#: An account (LSF's project, Slurm's account) as the tool accepts one: what reaches a scheduler's command line
+#: and a job script's header, so nothing a shell or a directive parser could read differently.
+ACCOUNT_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 
 #: The largest job id of the schedulers whose ids are whole numbers: LSF's (2^31 - 2); Slurm's are below it.
 MAX_DECIMAL_JOB_ID = 2147483646
@@ -83,7 +88,7 @@ class JobStatus:
     #: How often the scheduler started the job again after a failure or a preemption (Slurm's restart count).
     restarts: int = 0
     #: The state word the scheduler printed, kept when ``state`` is UNKNOWN because the word is not a known one.
-    lsf_state: str = ""
+    native_state: str = ""
 
     @property
     def finished(self) -> bool:

@@ -174,7 +174,7 @@ def _status(jid: str, rec: Dict[str, object]) -> JobStatus:
         job_id=jid, state=state, queue=str(rec.get("QUEUE", "")), name=str(rec.get("JOB_NAME", "")),
         exit_code=exit_code, reason=reason, submit_time=str(rec.get("SUBMIT_TIME", "")),
         start_time=str(rec.get("START_TIME", "")), finish_time=str(rec.get("FINISH_TIME", "")),
-        exec_host=str(rec.get("EXEC_HOST", "")), work_dir=str(rec.get("SUB_CWD", "") or ""), lsf_state=raw)
+        exec_host=str(rec.get("EXEC_HOST", "")), work_dir=str(rec.get("SUB_CWD", "") or ""), native_state=raw)
 
 
 def parse_bjobs_json(text: str, asked: Sequence[str] = ()) -> Tuple[Dict[str, JobStatus], List[str]]:
@@ -183,7 +183,7 @@ def parse_bjobs_json(text: str, asked: Sequence[str] = ()) -> Tuple[Dict[str, Jo
     ``asked``: the ids bjobs was asked about, so that an error naming no job
     marks the asked jobs it left without a record UNKNOWN instead of losing
     every other record. A state LSF documents is kept as LSF's word; any
-    other is UNKNOWN with the word in ``lsf_state`` and the reason.
+    other is UNKNOWN with the word in ``native_state`` and the reason.
     """
     recs = _sort_records(text, asked)
     found = {jid: _status(jid, rec) for jid, rec in recs.good.items()}
@@ -284,7 +284,7 @@ def _plain_status(values: Dict[str, str]) -> JobStatus:
     return JobStatus(job_id=jid, state=state, queue=values.get("QUEUE", ""), name=values.get("JOB_NAME", ""),
                      reason=reason, submit_time=times["SUBMIT_TIME"], start_time=times["START_TIME"],
                      finish_time=times["FINISH_TIME"], exec_host=values.get("EXEC_HOST", ""),
-                     lsf_state=values["STAT"])
+                     native_state=values["STAT"])
 
 
 def _skipped(line: str) -> bool:

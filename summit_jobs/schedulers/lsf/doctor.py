@@ -220,7 +220,7 @@ def check_account(profile, project: Optional[str]) -> Check:
     """Step 2: the account (-P project / -G group): set where the site requires one; its validity is not
     something LSF lets anyone check reliably before a submission, so a set account is a warning."""
     flag, what = profile.scheduler.account_flag, profile.scheduler.account_name
-    from summit_jobs.planning.plan import ACCOUNT_RE
+    from summit_jobs.schedulers import ACCOUNT_RE
     if project and not ACCOUNT_RE.fullmatch(project.strip()):
         return Check(FAIL, "account", f"{flag} {project!r} is not a valid {what} name: submit refuses it",
                      "use letters, digits, '_', '.' and '-' only (at most 64 characters), as printed by your "

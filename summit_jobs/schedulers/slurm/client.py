@@ -190,7 +190,7 @@ def time_text(text: str) -> str:
 
 
 def status(job: SlurmJob) -> JobStatus:
-    """The interface's record of a job: its state word mapped, Slurm's word kept in ``lsf_state``, the exit
+    """The interface's record of a job: its state word mapped, Slurm's word kept in ``native_state``, the exit
     code and finish time only once the job has ended, the start time once it has started."""
     state = interface_state(job.state, job.reason)
     reason = "" if job.reason in ("", "None") else job.reason
@@ -206,7 +206,7 @@ def status(job: SlurmJob) -> JobStatus:
                      reason=reason, submit_time=job.submit,
                      start_time=job.start if state not in ("PEND", "PSUSP") else "",
                      finish_time=job.end if ended else "", exec_host=job.nodes, work_dir=job.work_dir,
-                     restarts=job.restarts, lsf_state=job.state)
+                     restarts=job.restarts, native_state=job.state)
 
 
 def owner(job: SlurmJob) -> Owner:

@@ -252,7 +252,7 @@ def check_account(profile, project: Optional[str]) -> Check:
     """Step 2: the account (--account): set where the site requires one. Whether the account may be charged is
     the site's association table, which not every site lets users read, so a set account is a warning."""
     flag, what = profile.scheduler.account_flag, profile.scheduler.account_name
-    from summit_jobs.planning.plan import ACCOUNT_RE
+    from summit_jobs.schedulers import ACCOUNT_RE
     if project and not ACCOUNT_RE.fullmatch(project.strip()):
         return Check(FAIL, "account", f"{flag} {project!r} is not a valid {what} name: submit refuses it",
                      "use letters, digits, '_', '.' and '-' only (at most 64 characters), as printed by your "
