@@ -146,6 +146,7 @@ import torch  # noqa: E402
 from trainer.dist import compat  # noqa: E402
 from trainer.loop import setup  # noqa: E402
 from trainer.data.clips import ClipSpec  # noqa: E402
+from trainer.data import devicedecode  # noqa: E402
 from trainer.data.datasets import Pipeline, TrainClips  # noqa: E402
 from trainer.dist.engines import Engine, Launch  # noqa: E402
 from trainer.models.model import build_model  # noqa: E402
@@ -305,7 +306,8 @@ def train_clips(a: argparse.Namespace) -> Optional[TrainClips]:
 def reader(a: argparse.Namespace, train: TrainClips, dev: torch.device) -> Tuple[Pipeline, Iterator]:
     """The trainer's input path over ``train``, as the trainer builds it: (pipeline to close, endless batches).
     With ``--decode device`` the workers hand over JPEG bytes and ``StepContext.prep`` decodes on ``dev``."""
-    pipeline = Pipeline(train, {}, a.workers, dev.type == "cuda", a.prefetch, decode=a.decode, device=dev)
+    pipeline = devicedecode.pipeline(train, {}, a.workers, dev.type == "cuda", a.prefetch, decode=a.decode,
+                                     device=dev)
     return pipeline, _epochs(pipeline, len(train), a.batch, a.reader_pass)
 
 

@@ -20,7 +20,7 @@ from trainer_utils import one_torch_thread  # noqa: F401 (a fixture)
 
 from trainer.data import devicedecode
 from trainer.data.clips import ClipSpec
-from trainer.data.datasets import Pipeline, SampleError, TrainClips
+from trainer.data.datasets import SampleError, TrainClips
 from trainer.loop.metrics import read_metrics
 from trainer.data.sampler import MicroBatchSampler, ShapeBatchSampler
 
@@ -43,7 +43,8 @@ def large(tmp_path_factory):
 
 def _batches(data, spec, decode, sampler, workers=0):
     """Every batch of one pass of a real Pipeline, as the training step receives it (uint8 clips, labels)."""
-    pipe = Pipeline(TrainClips(str(data), spec, seed=7), {}, workers=workers, pin=False, decode=decode, device=CPU)
+    pipe = devicedecode.pipeline(TrainClips(str(data), spec, seed=7), {}, workers=workers, pin=False, decode=decode,
+                                 device=CPU)
     try:
         out = []
         for x, y in pipe.train_batches(sampler):

@@ -218,10 +218,6 @@ CIRCLES_LEFT = {
     ("summit_jobs.profiles.machines", "summit_jobs.schedulers.lsf.request", "summit_jobs.schedulers.slurm.request"),
     # virtual node names: state asks vnode_ns (network namespaces) for them, vnode_ns writes into state's home
     ("summit_jobs.schedulers.lsf.embedded.state", "summit_jobs.schedulers.lsf.embedded.vnode_ns"),
-    # the `python -m trainer.rendezvous --free-port` entry point reads the job id through rankenv
-    ("trainer.rankenv", "trainer.rendezvous"),
-    # --decode device: the pipeline builds the device input, which builds on the pipeline's datasets
-    ("trainer.data.datasets", "trainer.data.devicedecode"),
     # the torch-free `convert` front and the torch side that re-exports its names
     ("trainer.models.interop", "trainer.models.interop_cli"),
 }

@@ -31,7 +31,9 @@ import sys
 from typing import Dict, List, Mapping, Optional, Tuple
 
 from trainer import lsf_hosts, slurm_tasks
-from trainer.rendezvous import PORT_BASE, PORT_SPAN
+
+#: The ports a job's rendezvous uses, derived from its id (derived_port; trainer.rendezvous tries pairs in it).
+PORT_BASE, PORT_SPAN = 20000, 20000
 
 #: torchrun's own port, when there is neither a job id nor MASTER_PORT.
 DEFAULT_PORT = 29500

@@ -51,11 +51,11 @@ from pathlib import Path
 from typing import Dict, Optional, Tuple
 
 from trainer import files
+from trainer.rankenv import PORT_BASE, PORT_SPAN, job_id
 
 TOKEN_KEY = "summit_jobs/rendezvous_token"
 #: How many ports rank 0 tries (every second one, so the derived pair p, p+1 keeps its parity).
 TRIES = 64
-PORT_BASE, PORT_SPAN = 20000, 20000
 #: A probe of a published port: long enough for a loaded node, short enough to move on from a dead one.
 PROBE_SECONDS = 5.0
 STORE_TIMEOUT = datetime.timedelta(minutes=30)
@@ -306,8 +306,7 @@ def main(argv: Optional[list] = None) -> int:
         print("usage: python -m trainer.rendezvous --free-port", file=sys.stderr)
         return 2
     try:
-        from trainer import rankenv     # here: rankenv imports this module
-        print(free_port(rankenv.job_id(os.environ)))
+        print(free_port(job_id(os.environ)))
     except RendezvousError as exc:
         print(exc, file=sys.stderr)
         return 1

@@ -526,21 +526,19 @@ class Pipeline:
     persistent: at 1,536 GPUs an epoch is ~19 steps (~8.5 s) while starting a
     pool of forkserver workers takes seconds (bench/epoch_boundary.py).
 
-    With ``decode="device"`` the training workers hand over each clip's JPEG
-    bytes and its drawn crop and flip, and the rank decodes and augments them
-    on ``device`` (``trainer.data.devicedecode``); validation and test clips are
-    decoded by the workers either way.
+    ``train_input``: the dataset the training workers read and its collate,
+    instead of ``train`` and torch's default: ``--decode device`` gives the
+    workers' side of ``trainer.data.devicedecode`` (each clip's JPEG bytes and
+    its drawn crop and flip; the rank decodes and augments on its device:
+    ``devicedecode.pipeline``); validation and test clips are decoded by the
+    workers either way.
     """
 
     def __init__(self, train: TrainClips, evals: Dict[str, "EvalClips"], workers: int, pin: bool,
-                 prefetch: int = 2, persistent: bool = True, decode: str = "cpu",
-                 device: Optional[torch.device] = None):
+                 prefetch: int = 2, persistent: bool = True,
+                 train_input: Optional[Tuple[Dataset, Callable]] = None):
         persistent = persistent and workers > 0
-        train_set: Dataset = train
-        collate: Optional[Callable] = None
-        if decode == "device":
-            from trainer.data import devicedecode  # imported here: it builds on this module's datasets and errors
-            train_set, collate = devicedecode.train_input(train, device or torch.device("cpu"))
+        train_set, collate = train_input if train_input is not None else (train, None)
         self.train_pool = _Pool({"train": train_set}, workers, pin, prefetch, persistent, collate)
         self.eval_pool = _Pool(dict(evals), workers, pin, prefetch, persistent)
 

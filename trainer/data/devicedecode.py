@@ -34,7 +34,7 @@ from torch.utils.data import Dataset
 from trainer import preflight
 from trainer.data import transforms
 from trainer.loop.metrics import log
-from trainer.data.datasets import TrainClips, bad_rgb, decoded, sample_error, shard_path
+from trainer.data.datasets import Pipeline, TrainClips, bad_rgb, decoded, sample_error, shard_path
 
 #: JPEG byte tensors (1-D uint8, on the host) -> (3, H, W) uint8 frames on the device.
 Decoder = Callable[[List[torch.Tensor]], List[torch.Tensor]]
@@ -235,6 +235,13 @@ def train_input(train: TrainClips, device: torch.device) -> Tuple[Dataset, Calla
     preflight.device_decode("device", train.spec.modality)
     decoder_for(torch.device(device))
     return TrainBytes(train), collate
+
+
+def pipeline(train: TrainClips, evals: dict, workers: int, pin: bool, prefetch: int = 2, persistent: bool = True,
+             decode: str = "cpu", device: Optional[torch.device] = None) -> Pipeline:
+    """The run's input Pipeline; with ``decode="device"`` its training workers read ``train_input``'s bytes."""
+    feed = train_input(train, device or torch.device("cpu")) if decode == "device" else None
+    return Pipeline(train, evals, workers, pin, prefetch, persistent, train_input=feed)
 
 
 # -- the rank's side ----------------------------------------------------------------------------

@@ -40,7 +40,8 @@ from trainer.loop import tboard
 from trainer.methods.aavg import average_learners
 from trainer.dist.bnstats import merge_running_stats, pooled_row, rank_rows, set_running_stats
 from trainer.loop.ckptwriter import CheckpointWriter
-from trainer.data.datasets import EvalClips, Pipeline, SampleError, error_line
+from trainer.data import devicedecode
+from trainer.data.datasets import EvalClips, SampleError, error_line
 from trainer.dist.engines import Engine, make_engine, unwrap
 from trainer.loop.metrics import MetricsWriter, log, progress_line
 from trainer.rundir import COMPLETE, RUN_CONFIG
@@ -207,8 +208,8 @@ class Trainer:
         self.train_data, self.val_set, self.num_classes = data.train, data.val_set, data.num_classes
         self.test_set = data.test_set
         evals = {name: d for name, d in (("val", data.val_set), ("test", data.test_set)) if d is not None}
-        self.pipeline = Pipeline(data.train.train_set, evals, a.workers, self.device.type == "cuda", a.prefetch,
-                                 a.persistent_workers == "on", a.decode, self.device)
+        self.pipeline = devicedecode.pipeline(data.train.train_set, evals, a.workers, self.device.type == "cuda",
+                                              a.prefetch, a.persistent_workers == "on", a.decode, self.device)
         self.k = a.accum_steps
         self.virtual = e.size * self.k
         self.global_batch = data.global_batch
