@@ -148,3 +148,26 @@ def test_pools_started_per_pass_do_not_read_ahead(data):
         assert pipe.train_pool.passes == 2
     finally:
         pipe.close()
+
+
+def test_partitioned_shares_yield_the_epochs_steps_so_the_read_ahead_is_taken():
+    """Partitioned staging: each node samples its own share, and every node stops at the smallest share's
+    steps. The sampler of a node with more clips yields only those steps, so the loop takes all of a segment
+    and the next epoch's read-ahead matches (before, the surplus batches ended every pass)."""
+    import argparse
+    from trainer.methods.schedules import AAVGSchedule, Schedule, TrainData
+
+    class Share:
+        def __init__(self, n):
+            self.n = n
+
+        def __len__(self):
+            return self.n
+    args = argparse.Namespace(epochs=3, warmup_epochs=0, batch_per_gpu=2, seed=1, aavg_eval_every=0)
+    big = TrainData(Share(40), sample_rank=0, sample_size=2, accum=1, node_counts=[40, 24])
+    steps = big.steps_for_batch(2)
+    assert steps == 24 // 4 < 40 // 4
+    for schedule in (Schedule(args, big, steps, 0.1, 2), AAVGSchedule(Schedule(args, big, steps, 0.1, 2))):
+        real, ahead = schedule.sampler(1, 0), schedule.sampler_ahead(1)
+        assert len(real) == len(list(real)) == steps * 1 and real.key == ahead.key
+        assert len(schedule.sampler(1, 2)) == steps - 2

@@ -111,8 +111,22 @@ def test_each_scheduler_refuses_what_is_not_its_id(fakes, tmp_path):
                                   ("fakeflux", "12", "base-58")):
         with pytest.raises(UserError, match=re.escape(words)):
             records.check_record({"run_dir": "/x", "job_ids": [bad], "scheduler": scheduler}, "run.json")
-    with pytest.raises(UserError, match="'scheduler' 'pbs' is not one this tool drives"):
-        records.check_record({"run_dir": "/x", "job_ids": ["1"], "scheduler": "pbs"}, "run.json")
+    for kind in ("pbs", ["lsf"], {"kind": "lsf"}, 7):
+        with pytest.raises(UserError, match=re.escape(f"'scheduler' {kind!r} is not one this tool drives")):
+            records.check_record({"run_dir": "/x", "job_ids": ["1"], "scheduler": kind}, "run.json")
+    for kind in (None, ""):   # records written before the key was there, or with it empty: LSF's
+        assert records.check_record({"run_dir": "/x", "job_ids": ["7"], "scheduler": kind}, "r")["job_ids"] == ["7"]
+
+
+def test_an_id_a_scheduler_would_take_is_still_refused_when_it_cannot_name_a_file(fakes, monkeypatch):
+    """Ids name files (exitcode.<id>) and reach command lines: a scheduler that took "../x" or "-rf" would
+    still see them refused by the records."""
+    monkeypatch.setattr(FakePbs, "pattern", r".+")
+    for bad in ("../x", "a/b", "-rf", ".hidden", "a b", "a;b", "$(x)"):
+        with pytest.raises(UserError, match="not a job id of PBS"):
+            records.check_record({"run_dir": "/x", "job_ids": [bad], "scheduler": "fakepbs"}, "run.json")
+    assert records.check_record({"run_dir": "/x", "job_ids": ["7.pbs-1"], "scheduler": "fakepbs"},
+                                "run.json")["job_ids"] == ["7.pbs-1"]
 
 
 def test_ids_sort_numbers_by_value_and_the_rest_as_text():

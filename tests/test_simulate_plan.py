@@ -134,31 +134,50 @@ def test_summits_input_figures_keep_up_and_leave_table3_as_it_was():
     assert [r["seconds"] for r in rows] == [r["seconds"] for r in bare]
     assert all(not r["input_bound"] and r["input_share"] == 0 for r in rows)
     assert rows[0]["input_seconds_per_iter"] == pytest.approx(48 / (36 * 118))
-    # 256 nodes: the paper's ~19 steps per epoch at 1,536 GPUs.
-    assert rows[-1]["steps_per_epoch"] == pytest.approx(240000 / (48 * 256)) and 19 < rows[-1]["steps_per_epoch"] < 20
+    assert rows[0]["seconds"] == pytest.approx(simulate.PAPER_TABLE3[1]) and rows[0]["efficiency"] == 1.0
+    # 256 nodes: the paper's ~19 steps per epoch at 1,536 GPUs (the trainer runs whole steps: 240,000 // 12,288).
+    assert rows[-1]["steps_per_epoch"] == 240000 // (48 * 256) == 19
 
 
 def test_an_epoch_start_wait_weighs_where_epochs_are_short():
-    """0.45 s per epoch (one pool pass per epoch on an H200): nothing on one node (the measured single-node
-    time holds its own epoch starts), a little at 8 nodes, several percent at 1,536 GPUs."""
+    """0.45 s per epoch (one pool pass per epoch on an H200), 100 epochs: the measured single-node time holds
+    its own 45 s of starts, which are taken off before it is divided into iterations; every node count pays
+    the same 45 s, a sliver on one node and several percent at 1,536 GPUs."""
     rows = {r["nodes"]: r for r in _summit_rows(simulate.InputModel(118.0, 36, 0.45))}
     bare = {r["nodes"]: r for r in _summit_rows(simulate.InputModel(118.0, 36, 0.0))}
-    assert rows[1]["seconds"] == bare[1]["seconds"] and rows[1]["input_share"] == 0
-    for n in (8, 64, 256):
-        assert rows[n]["seconds"] == pytest.approx(bare[n]["seconds"] + 100 * 0.45)
+    assert rows[1]["seconds"] == pytest.approx(bare[1]["seconds"]) == pytest.approx(simulate.PAPER_TABLE3[1])
+    for n in (1, 8, 64, 256):
+        assert rows[n]["seconds"] == pytest.approx(bare[n]["seconds"] + 45 - 45 / n)
         assert rows[n]["input_share"] == pytest.approx(45 / rows[n]["seconds"])
     assert rows[8]["input_share"] < 0.005 < 0.03 < rows[256]["input_share"] < 0.1
     assert rows[256]["efficiency"] < bare[256]["efficiency"]
+    with pytest.raises(UserError, match="all of the single-node time"):
+        _summit_rows(simulate.InputModel(118.0, 36, 2000.0))
 
 
 def test_input_that_cannot_keep_up_sets_the_step():
-    """1 clip/s per core: 36 cores need 1.33 s for a 48-clip step, longer than its compute: that is the step."""
+    """1 clip/s per core: 36 cores need 1.33 s for a 48-clip step, longer than its compute: that is the step.
+    The batch per node is the same at every count, so it is no scaling loss: efficiency is against the
+    projection's own one-node time."""
     rows = _summit_rows(simulate.InputModel(1.0, 36, 0.0), counts=(1, 256))
     t_compute = simulate.PAPER_TABLE3[1] / (100 * 240000 / 48)
     for r in rows:
+        iters = 100 * 240000 / r["batch"]
         assert r["input_bound"] and r["input_seconds_per_iter"] == pytest.approx(48 / 36)
-        assert r["seconds"] == pytest.approx(100 * r["steps_per_epoch"] * (48 / 36 + r["comm_seconds_per_iter"]))
-        assert r["input_share"] == pytest.approx(100 * r["steps_per_epoch"] * (48 / 36 - t_compute) / r["seconds"])
+        assert r["seconds"] == pytest.approx(iters * (48 / 36 + r["comm_seconds_per_iter"]))
+        assert r["input_share"] == pytest.approx(iters * (48 / 36 - t_compute) / r["seconds"])
+    assert rows[0]["efficiency"] == 1.0 and rows[1]["efficiency"] > 0.9
+
+
+def test_where_the_ranks_take_every_core_decoding_adds_to_the_step():
+    """A CPU machine (the embedded LSF's: 2 cores, 2 ranks): no core is left for the workers, so their
+    decoding is not hidden behind the compute."""
+    local = machines.load("local")
+    feed = simulate.input_model(local, clips_per_second_per_core=100.0)
+    assert (feed.cores_per_node, feed.overlapped) == (2, False)
+    assert feed.step_seconds(0.5, 0.2) == pytest.approx(0.7)
+    summit = simulate.input_model(machines.load("summit"))
+    assert summit.overlapped and summit.step_seconds(0.5, 0.2) == 0.5
 
 
 def test_scaling_prints_steps_per_epoch_and_the_input_line(cli_env, tmp_path):
@@ -166,7 +185,7 @@ def test_scaling_prints_steps_per_epoch_and_the_input_line(cli_env, tmp_path):
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert lines[0].split() == ["nodes", "GPUs", "batch", "steps/ep", "time", "to", "train", "efficiency", "input"]
-    assert lines[2].split()[:4] == ["256", "1,536", "12,288", "19.5"]
+    assert lines[2].split()[:4] == ["256", "1,536", "12,288", "19"]
     assert lines[-1] == ("INPUT: the input pipeline's share of the time: 36 cores x 118 clips/s = 4,248 clips/s per "
                          "node against the 134 a step takes: they keep up; no wait at an epoch's start counted")
     slow = run_cli(["--machine", "summit", "scaling", "--nodes-list", "1,256", "--epoch-start-seconds", "0.45",

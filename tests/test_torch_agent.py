@@ -61,3 +61,19 @@ def test_more_signals_during_the_shutdown_leave_no_traceback_and_no_worker(tmp_p
     # The shutdown ran to its end: the worker had its time to save, and nothing of it is left.
     assert (tmp_path / "ended").exists(), err[-3000:]
     assert not os.path.exists(f"/proc/{worker_pid}"), f"worker {worker_pid} outlived the agent"
+
+
+def test_only_torchruns_shutdown_lets_a_signal_pass_and_the_warning_is_never_torchruns():
+    """The handler lets a signal pass only while torchrun's shutdown is on the stack (a frame of a function
+    named _shutdown, close or _close in torch.distributed.elastic); anywhere else it raises, every time."""
+    from trainer import agent
+    here = {}
+    exec(compile("import sys\ndef _shutdown(f):\n    return f()\n", "/site/torch/distributed/elastic/agent.py",
+                 "exec"), here)
+    assert agent.in_shutdown(here["_shutdown"](sys._getframe))
+    assert not agent.in_shutdown(sys._getframe())
+    elsewhere = {}
+    exec(compile("def _shutdown(f):\n    return f()\n", "/site/mine.py", "exec"), elsewhere)
+    assert not agent.in_shutdown(elsewhere["_shutdown"](sys._getframe))
+    assert agent.without_ignored("SIGTERM, SIGUSR2,SIGINT") == "SIGTERM,SIGINT"
+    assert agent.without_ignored("SIGUSR2") == "SIGTERM,SIGINT,SIGHUP,SIGQUIT"

@@ -24,9 +24,11 @@ A cancel often reaches the agent twice (bkill signals the job's processes and
 blaunch passes the signal to its task as well; LSF follows INT with TERM).
 torchrun's handler raises on every one, so the second lands inside its own
 shutdown, most often in a logging call, and logging prints the exception's
-traceback ("--- Logging error ---"). The agent's handler raises once: later
-signals find the shutdown already passing the first to the workers, and that
-shutdown ends them with SIGKILL after its own timeout.
+traceback ("--- Logging error ---"). The agent's handler does not raise while
+torchrun's shutdown is on the stack: that shutdown already passes the first
+signal to the workers and ends them with SIGKILL after its own timeout.
+Anywhere else it raises, every time: a first signal that a logging call
+swallowed is not the last word.
 """
 from __future__ import annotations
 
@@ -43,25 +45,48 @@ SIGNAL_MODULE = "torch.distributed.elastic.multiprocessing.api"
 IGNORED = (signal.SIGUSR2,)
 
 
+#: Functions of torchrun's shutdown (the agent's ``_shutdown``, the process context's ``close``/``_close``):
+#: a signal that arrives while one of them runs is let pass.
+SHUTDOWN_FUNCTIONS = ("_shutdown", "close", "_close")
+
+
+def in_shutdown(frame: Optional[FrameType]) -> bool:
+    """Whether torchrun's shutdown is on the stack of ``frame`` (the frame a signal interrupted)."""
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name in SHUTDOWN_FUNCTIONS and "distributed/elastic" in code.co_filename.replace(os.sep, "/"):
+            return True
+        frame = frame.f_back
+    return False
+
+
 def raise_once(api: ModuleType) -> None:
     """Make torchrun's signal handler (``api._terminate_process_handler``, looked up when torchrun starts
-    its workers) raise its SignalException for the first signal only; later ones are let pass."""
-    seen: List[int] = []
+    its workers) raise its SignalException unless torchrun is shutting down already."""
 
     def handler(signum: int, frame: Optional[FrameType]) -> None:
-        if seen:
+        if in_shutdown(frame):
             return
-        seen.append(signum)
         sigval = signal.Signals(signum)
         raise api.SignalException(f"Process {os.getpid()} got signal: {sigval}", sigval=sigval)
 
     api._terminate_process_handler = handler
 
 
+def without_ignored(names: str) -> str:
+    """torchrun's TORCHELASTIC_SIGNALS_TO_HANDLE (a site may set it) without the signals the agent ignores;
+    torchrun's default when nothing else is left."""
+    kept = [n.strip() for n in names.split(",") if n.strip() and n.strip() not in {s.name for s in IGNORED}]
+    return ",".join(kept) or "SIGTERM,SIGINT,SIGHUP,SIGQUIT"
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     for sig in IGNORED:
         signal.signal(sig, signal.SIG_IGN)
+    # torchrun installs its handler for the signals this names: never for the ignored warning signal.
+    if os.environ.get("TORCHELASTIC_SIGNALS_TO_HANDLE") is not None:
+        os.environ["TORCHELASTIC_SIGNALS_TO_HANDLE"] = without_ignored(os.environ["TORCHELASTIC_SIGNALS_TO_HANDLE"])
     try:
         from torch.distributed.elastic.multiprocessing.api import SignalException
         from torch.distributed.run import main as torchrun

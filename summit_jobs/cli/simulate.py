@@ -138,8 +138,7 @@ def _cost_lines(plan, shape, run, quota: int) -> List[str]:
         f"{wording.count(est.iterations_per_epoch, 'iteration')} per epoch ({wording.count(clips, 'clip')}, "
         f"{run.training_set.source}), {wording.count(plan.epochs, 'epoch')}",
         _input_words(est),
-        f"estimated step {est.step_seconds:.2f} s ({est.compute_seconds_per_step:.2f} s compute for "
-        f"{wording.count(plan.accum_steps, 'micro-batch', 'micro-batches')} + "
+        f"estimated step {est.step_seconds:.2f} s ({_step_parts(plan, est)} + "
         f"{est.comm_seconds_per_step * 1000:.1f} ms allreduce, one per step) at {rate:g} clips/s "
         f"{wording.per_rank(gpus)}; wall time {simulate.hms(est.wall_seconds)}",
         f"walltime bin {est.bin} (max {est.bin_max_walltime}); job walltime {plan.walltime}; "
@@ -152,11 +151,28 @@ def _cost_lines(plan, shape, run, quota: int) -> List[str]:
     return lines
 
 
+def _step_parts(plan, est) -> str:
+    """What a step's time before its allreduce is made of: compute, or decoding where that is the limit or
+    shares the ranks' cores."""
+    from summit_jobs import wording
+    compute = (f"{est.compute_seconds_per_step:.2f} s compute for "
+               f"{wording.count(plan.accum_steps, 'micro-batch', 'micro-batches')}")
+    decode = est.input_seconds_per_step
+    if decode > 0 and not est.input_overlapped:
+        return f"{compute} + {decode:.2f} s decoding its clips on the same cores"
+    if decode > est.compute_seconds_per_step:
+        return f"{decode:.2f} s for the node's workers to decode its clips, longer than its {compute}"
+    return compute
+
+
 def _input_words(est) -> str:
     """The input pipeline's part of the estimate: whether a node's data workers keep up with a step, and the
     wait each epoch's start adds."""
     if est.input_seconds_per_step <= 0:
         words = "input: decoding not counted (the profile has no performance.input_clips_per_second_per_core)"
+    elif not est.input_overlapped:
+        words = (f"input: the ranks take every core, so decoding a step's clips ({est.input_seconds_per_step:.3f} s) "
+                 "adds to each step")
     elif est.input_seconds_per_step > est.compute_seconds_per_step:
         words = (f"input: the node's data workers need {est.input_seconds_per_step:.2f} s for a step's clips, more "
                  f"than its {est.compute_seconds_per_step:.2f} s of compute: the input is the limit")
@@ -205,15 +221,20 @@ def _input_line(feed, rows, per_node_batch: int, step_seconds: float) -> str:
     if feed.clips_per_second_per_core <= 0:
         decode = ("decoding not counted (no performance.input_clips_per_second_per_core; "
                   "--input-clips-per-core gives one)")
+    elif not feed.overlapped:
+        decode = (f"the ranks take all {feed.cores_per_node} cores, so decoding a step's clips adds "
+                  f"{feed.seconds_per_iteration(per_node_batch):.3f} s to each step")
     else:
         need = per_node_batch / step_seconds
         have = feed.clips_per_second_per_node()
         decode = (f"{feed.cores_per_node} cores x {feed.clips_per_second_per_core:g} clips/s = {have:,.0f} clips/s per "
                   f"node against the {need:,.0f} a step takes: "
-                  + ("they keep up" if have >= need else f"the input is the limit ({need / have:.2f}x short)"))
+                  + ("they keep up" if have >= need else
+                     f"the input is the limit ({need / have:.2f}x short; a measured single-node time cannot be "
+                     "that fast: check the figures)"))
     last = rows[-1]
     start = (f"; each epoch's start waits {feed.epoch_start_seconds:g} s"
-             f" ({last['steps_per_epoch']:,.1f} steps per epoch at {last['nodes']:,} nodes)"
+             f" ({last['steps_per_epoch']:,} steps per epoch at {last['nodes']:,} nodes)"
              if feed.epoch_start_seconds > 0 else "; no wait at an epoch's start counted")
     return "INPUT: the input pipeline's share of the time: " + decode + start
 
@@ -318,7 +339,7 @@ def scaling_cmd(state: State, nodes_list: str, single_node_hours: float, per_nod
         head += f" {'paper':>15} {'deviation':>9}"
     click.echo(head)
     for r in rows:
-        line = (f"{r['nodes']:>6,} {r['gpus']:>6,} {r['batch']:>7,} {r['steps_per_epoch']:>9,.1f} "
+        line = (f"{r['nodes']:>6,} {r['gpus']:>6,} {r['batch']:>7,} {r['steps_per_epoch']:>9,} "
                 f"{simulate.hms(r['seconds']):>15} {r['efficiency']:>10.1%} {r['input_share']:>6.1%}")
         if compare_paper and "paper_seconds" in r:
             line += f" {simulate.hms(r['paper_seconds']):>15} {r['deviation']:>+9.1%}"

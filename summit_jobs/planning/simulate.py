@@ -144,6 +144,9 @@ class InputModel:
     clips_per_second_per_core: float
     cores_per_node: int
     epoch_start_seconds: float
+    #: Whether the workers have cores of their own, so that they decode while the ranks compute; without (a CPU
+    #: machine whose ranks take every core) the decoding adds to each step.
+    overlapped: bool = True
 
     def seconds_per_iteration(self, clips_per_node: float) -> float:
         """Seconds the node's data workers need for one iteration's clips (0: rate unknown)."""
@@ -153,15 +156,23 @@ class InputModel:
     def clips_per_second_per_node(self) -> float:
         return self.clips_per_second_per_core * self.cores_per_node
 
+    def step_seconds(self, compute: float, decode: float) -> float:
+        """An iteration's time before its allreduce: the longer of compute and decoding when they overlap."""
+        return max(compute, decode) if self.overlapped else compute + decode
+
 
 def input_model(profile: Profile, clips_per_second_per_core: Optional[float] = None,
                 epoch_start_seconds: Optional[float] = None) -> InputModel:
-    """The profile's input figures (performance.input_*, epoch_start_seconds), each overridable."""
+    """The profile's input figures (performance.input_*, epoch_start_seconds), each overridable. The workers'
+    cores: ``input_cores_per_node``, else the node's cores less one per rank; where the ranks take every core,
+    the workers share them and their decoding adds to the step."""
     perf = profile.performance
-    cores = perf.input_cores_per_node or max(1, profile.node.cores - profile.node.slots)
+    free = profile.node.cores - profile.node.slots
+    cores = perf.input_cores_per_node or (free if free >= 1 else profile.node.cores)
+    overlapped = bool(perf.input_cores_per_node) or free >= 1
     rate = perf.input_clips_per_second_per_core if clips_per_second_per_core is None else clips_per_second_per_core
     start = perf.epoch_start_seconds if epoch_start_seconds is None else epoch_start_seconds
-    return InputModel(rate, cores, start)
+    return InputModel(rate, cores, start, overlapped)
 
 
 @dataclass(frozen=True)
@@ -179,6 +190,8 @@ class Estimate:
     #: the wait at each epoch's start (in the wall time once per epoch); 0 where the profile has no figure.
     input_seconds_per_step: float = 0.0
     epoch_start_seconds: float = 0.0
+    #: Whether decoding overlaps the compute (InputModel.overlapped).
+    input_overlapped: bool = True
 
     def to_dict(self) -> Dict[str, object]:
         return asdict(self)
@@ -252,13 +265,13 @@ def estimate(profile: Profile, *, nodes: int, ranks_per_node: int, accum_steps: 
     comm = comm_model(profile, fusion_bytes).seconds(ranks, model_params * 4)
     feed = input_model(profile)
     decode = feed.seconds_per_iteration(ranks_per_node * accum_steps * clips_per_gpu)
-    step = max(compute, decode) + comm     # the workers decode the next step's clips while this one computes
+    step = feed.step_seconds(compute, decode) + comm   # the workers decode the next step's clips meanwhile
     wall = epochs * (iters * step + feed.epoch_start_seconds)
     nbin = profile.bin_for(nodes)
     per_link = link_training_seconds(walltime_minutes, warning_minutes, seconds_per_minute, startup_seconds)
     jobs = max(1, math.ceil(wall / per_link)) if per_link > 0 else 0
     return Estimate(iters, compute, comm, step, wall, nodes * wall / 3600.0, jobs, nbin.bin if nbin else 0,
-                    nbin.max_walltime if nbin else "?", decode, feed.epoch_start_seconds)
+                    nbin.max_walltime if nbin else "?", decode, feed.epoch_start_seconds, feed.overlapped)
 
 
 def link_training_seconds(walltime_minutes: int, warning_minutes: int, seconds_per_minute: float = 60.0,
@@ -290,30 +303,39 @@ def project_scaling(profile: Profile, node_counts: Sequence[int], *, single_node
     compute time of an iteration of ``per_node_batch`` clips per node; each
     iteration on more than one node adds the ring allreduce of the model's fp32
     gradients over all ranks (the paper's model: latency + size / bandwidth).
-    The input pipeline (``feed``, default the profile's) makes an iteration last
-    as long as the node's cores take to decode its clips when that is longer
-    than its compute, and adds its wait at every epoch's start; the single-node
-    time it scales from already holds its own epochs' starts, so only the
-    starts beyond those count against efficiency.
+    The input pipeline (``feed``, default the profile's): an iteration lasts as
+    long as the node's cores take to decode its clips when that is longer than
+    its compute, and every epoch's start adds its wait, at every node count
+    alike. The single-node time is taken to hold its own epochs' starts, so they
+    are taken off it before it is divided into iterations. Efficiency is against
+    the projection's own one-node time (the measured one unless the input is the
+    limit, which the measurement then contradicts: the INPUT line says so).
     """
     model = comm_model(profile, fusion_bytes)
     feed = feed or input_model(profile)
     per_node_ranks = profile.node.slots
-    clips_per_second_per_node = epochs * train_clips / single_node_seconds
-    t_iter = per_node_batch / clips_per_second_per_node
-    decode = feed.seconds_per_iteration(per_node_batch)
+    starts = epochs * feed.epoch_start_seconds
+    if starts >= single_node_seconds:
+        raise UserError(f"{epochs} epoch starts of {feed.epoch_start_seconds:g} s take {hms(starts)}, all of the "
+                        f"single-node time ({hms(single_node_seconds)}): give a smaller --epoch-start-seconds.")
+    t_iter = per_node_batch * (single_node_seconds - starts) / (epochs * train_clips)
+    step = feed.step_seconds(t_iter, feed.seconds_per_iteration(per_node_batch))
+
+    def seconds(n: int, comm: float) -> float:
+        return epochs * train_clips / (per_node_batch * n) * (step + comm) + starts
+
+    base = seconds(1, 0.0)
     rows = []
     for n in node_counts:
-        per_epoch = train_clips / (per_node_batch * n)
         comm = model.seconds(n * per_node_ranks, model_params * 4) if n > 1 else 0.0
-        step = max(t_iter, decode) + comm
-        starts = epochs * feed.epoch_start_seconds if n > 1 else 0.0
-        seconds = epochs * per_epoch * step + starts
+        total = seconds(n, comm)
+        per_epoch = train_clips / (per_node_batch * n)
         rows.append({"nodes": n, "gpus": n * per_node_ranks, "batch": per_node_batch * n,
-                     "seconds": seconds, "efficiency": single_node_seconds / (n * seconds),
-                     "comm_seconds_per_iter": comm, "steps_per_epoch": per_epoch,
-                     "input_seconds_per_iter": decode, "input_bound": decode > t_iter,
-                     "input_share": (epochs * per_epoch * max(0.0, decode - t_iter) + starts) / seconds})
+                     "seconds": total, "efficiency": base / (n * total),
+                     "comm_seconds_per_iter": comm, "steps_per_epoch": int(per_epoch),
+                     "input_seconds_per_iter": feed.seconds_per_iteration(per_node_batch),
+                     "input_bound": feed.overlapped and step > t_iter,
+                     "input_share": (epochs * per_epoch * (step - t_iter) + starts) / total})
     return rows
 
 

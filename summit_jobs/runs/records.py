@@ -211,7 +211,7 @@ def save(host: Host, record: Dict[str, object]) -> None:
 def _job_id(value: object, record: Optional[Dict] = None) -> Optional[str]:
     """A job id of the run's scheduler (``record``'s; LSF's for none) as text, or None when ``value`` is not
     one. The ids are opaque here: the scheduler says what its ids look like (``Scheduler.job_id``)."""
-    return schedulers.for_record(record).job_id(value)
+    return schedulers.safe_job_id(schedulers.for_record(record).job_id(value))
 
 
 def _check_ids(rec: Dict[str, object], key: str, where: str, required: bool) -> None:
@@ -222,7 +222,7 @@ def _check_ids(rec: Dict[str, object], key: str, where: str, required: bool) -> 
         raise UserError(f"{where}: '{key}' must be a list of job ids, not {ids!r}; the run record is damaged. "
                         "Fix or restore the file, or name the job ids directly.")
     scheduler = schedulers.for_record(rec)
-    clean = [scheduler.job_id(j) for j in ids]
+    clean = [schedulers.safe_job_id(scheduler.job_id(j)) for j in ids]
     bad = [j for j, c in zip(ids, clean) if c is None]
     if bad:
         raise UserError(f"{where}: '{key}' holds {bad[0]!r}, which is not a job id of {scheduler.label} "
@@ -253,8 +253,9 @@ def check_record(rec: object, where: str) -> Dict[str, object]:
     if not isinstance(rec, dict):
         raise UserError(f"{where} is not a run record (a JSON object), it holds {type(rec).__name__}; "
                         "the run record is damaged.")
-    if rec.get("scheduler") is not None and rec["scheduler"] not in schedulers.IMPLEMENTATIONS:
-        raise UserError(f"{where}: 'scheduler' {rec['scheduler']!r} is not one this tool drives (known: "
+    kind = rec.get("scheduler")
+    if kind not in (None, "") and not (isinstance(kind, str) and kind in schedulers.IMPLEMENTATIONS):
+        raise UserError(f"{where}: 'scheduler' {kind!r} is not one this tool drives (known: "
                         f"{', '.join(sorted(schedulers.IMPLEMENTATIONS))}); the run record is damaged.")
     if not isinstance(rec.get("run_dir"), str) or not rec["run_dir"]:
         raise UserError(f"{where}: 'run_dir' {rec.get('run_dir')!r} is not a folder name; the run record is "

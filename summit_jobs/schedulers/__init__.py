@@ -53,6 +53,17 @@ def decimal_job_id(value: object, maximum: int = MAX_DECIMAL_JOB_ID) -> Optional
     return str(int(text))
 
 
+#: What any job id must look like besides its scheduler's form: a file-name part and one shell word, so that it
+#: can name files (exitcode.<id>) and reach a command line: no "/", space, quote or control character, and
+#: nothing that starts like an option or a hidden file.
+SAFE_JOB_ID = re.compile(r"[^\s/\\'\"`$;&|<>()*?!#~\x00-\x1f\x7f.-][^\s/\\'\"`$;&|<>()*?!#~\x00-\x1f\x7f]{0,127}")
+
+
+def safe_job_id(text: Optional[str]) -> Optional[str]:
+    """``text`` when it is a job id that is safe to name files with and to pass as one argument, else None."""
+    return text if text is not None and SAFE_JOB_ID.fullmatch(text) else None
+
+
 def id_order(job_id: str) -> Tuple[int, int, str]:
     """A sort key for job ids of any scheduler: whole numbers by value (LSF, Slurm), then the rest as text
     (PBS's ``123.server``, Flux's ``ƒ2Mq...``)."""
@@ -272,7 +283,9 @@ class Scheduler(Protocol):
     def job_id(self, value: object) -> Optional[str]:
         """``value`` as this scheduler's job id (its canonical text), or None when it is not one. Ids are opaque
         to everything outside the scheduler's package (a PBS id is ``123.server``): run records, targets and
-        chain files are checked here, since the ids they hold reach the scheduler's commands."""
+        chain files are checked here, since the ids they hold reach the scheduler's commands. An id also names
+        files (``exitcode.<id>``, output files), so whatever an implementation accepts must pass
+        ``safe_job_id`` (the callers check)."""
 
     #: How a job id of this scheduler looks, for messages: "a whole number from 1 to 2147483646".
     job_id_words: str
@@ -310,16 +323,6 @@ def for_profile(profile) -> Scheduler:
 def for_record(record: Optional[Mapping]) -> Scheduler:
     """The scheduler that ran a run (its run record says; records written before it did are LSF runs)."""
     return by_name(str((record or {}).get("scheduler") or "lsf"))
-
-
-def job_id_of_any(value: object) -> Optional[Tuple[Scheduler, str]]:
-    """The first scheduler (IMPLEMENTATIONS' order) whose job ids ``value`` is one of, with the id; None when it
-    is none of theirs. For a job id named without a run: what it could be."""
-    for scheduler in known():
-        jid = scheduler.job_id(value)
-        if jid is not None:
-            return scheduler, jid
-    return None
 
 
 def known() -> List[Scheduler]:

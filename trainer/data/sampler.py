@@ -16,7 +16,7 @@ Mapping (documented contract):
 """
 from __future__ import annotations
 
-from typing import Iterator, List, Sequence, Tuple
+from typing import Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -50,7 +50,9 @@ class MicroBatchSampler:
     """
 
     def __init__(self, n: int, rank: int, size: int, accum_steps: int, batch: int, seed: int,
-                 epoch: int, start_step: int = 0):
+                 epoch: int, start_step: int = 0, max_steps: Optional[int] = None):
+        """``max_steps``: the epoch's steps when they are fewer than these ``n`` samples give (each node
+        samples its own share of partitioned data, and every node stops at the smallest share's steps)."""
         self.n, self.rank, self.size, self.k, self.batch, self.seed = n, rank, size, accum_steps, batch, seed
         self.epoch, self.start_step = epoch, start_step
         self.virtual = size * accum_steps
@@ -58,6 +60,8 @@ class MicroBatchSampler:
         if self.steps == 0:
             raise ValueError(f"{n} training samples are fewer than one global batch "
                              f"({self.virtual} virtual ranks x {batch} clips)")
+        if max_steps is not None:
+            self.steps = min(self.steps, max_steps)
 
     def __len__(self) -> int:
         return (self.steps - self.start_step) * self.k
@@ -66,7 +70,8 @@ class MicroBatchSampler:
     def key(self) -> tuple:
         """Equal for two samplers exactly when they yield the same micro-batches (a pool that read ahead
         into this epoch compares it with the sampler the epoch really uses)."""
-        return ("micro", self.n, self.rank, self.virtual, self.k, self.batch, self.seed, self.epoch, self.start_step)
+        return ("micro", self.n, self.rank, self.virtual, self.k, self.batch, self.seed, self.epoch, self.start_step,
+                self.steps)
 
     def __iter__(self) -> Iterator[List[Tuple[int, int]]]:
         perm = epoch_permutation(self.n, self.seed, self.epoch)

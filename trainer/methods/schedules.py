@@ -84,7 +84,7 @@ class Schedule:
         """The batch sampler of ``epoch`` from its step ``start``: what the rank's workers read next."""
         a, d = self.args, self.data
         return MicroBatchSampler(len(d.train_set), d.sample_rank, d.sample_size, d.accum, a.batch_per_gpu, a.seed,
-                                 epoch, start)
+                                 epoch, start, max_steps=self.epoch_steps(epoch))
 
     def sampler_ahead(self, epoch: int):
         """The sampler ``epoch`` will use from its first step, as far as it is known now; None past the run's
@@ -228,7 +228,7 @@ class AAVGSchedule(Schedule):
             return self.inner.sampler(epoch, start)
         a, d = self.args, self.data
         return MicroBatchSampler(len(d.train_set), d.sample_rank, d.sample_size, d.accum, self.epoch_batch, a.seed,
-                                 epoch, start)
+                                 epoch, start, max_steps=self.epoch_steps(epoch))
 
     def sampler_ahead(self, epoch: int):
         """The batch rule's newest batch: what the next epoch starts with unless a later check changes it."""
@@ -236,7 +236,7 @@ class AAVGSchedule(Schedule):
             return super().sampler_ahead(epoch)
         a, d = self.args, self.data
         return MicroBatchSampler(len(d.train_set), d.sample_rank, d.sample_size, d.accum, self.controller.batch,
-                                 a.seed, epoch, 0)
+                                 a.seed, epoch, 0, max_steps=d.steps_for_batch(self.controller.batch))
 
     def adapt_model(self, model: torch.nn.Module) -> None:
         self.inner.adapt_model(model)

@@ -45,7 +45,8 @@ def _shift_one_pass(x: torch.Tensor, t: int, fold: int, reverse: bool) -> torch.
     puts a frame's own values there first). A pure data movement, so it equals the reference bit for
     bit in every dtype (tests/test_tsm.py).
 
-    Contiguous (NCHW): rows of H*W values, one per (frame, channel), selected by ``index_select``.
+    Contiguous (NCHW): rows of H*W values, one per (frame, channel), selected by ``index_select`` with the
+    batch's row index, made at each call from the cached one of a clip (T*C integers, whatever the batch).
     channels_last: ``gather`` along the frame axis of the (clips, T, H*W, C) view, with an index of
     (1, T, 1, C) expanded (no memory per element). Other layouts are made contiguous first.
     """
@@ -53,7 +54,7 @@ def _shift_one_pass(x: torch.Tensor, t: int, fold: int, reverse: bool) -> torch.
     channels_last = x.dim() == 4 and not x.is_contiguous() and x.is_contiguous(memory_format=torch.channels_last)
     if not channels_last and not x.is_contiguous():
         x = x.contiguous()
-    frames, rows = _shift_index(nt, c, t, fold, reverse, channels_last, x.device)
+    frames, rows = _shift_index(c, t, fold, reverse, channels_last, x.device)
     clips = nt // t
     if channels_last:
         out = torch.empty_like(x, memory_format=torch.channels_last)
@@ -62,7 +63,9 @@ def _shift_one_pass(x: torch.Tensor, t: int, fold: int, reverse: bool) -> torch.
         torch.gather(src, 1, frames.expand(clips, t, h * w, c), out=dst)
         ends = dst
     else:
-        out = torch.index_select(x.view(nt * c, h * w), 0, rows).view(nt, c, h, w)
+        # the batch's rows from the clip's (index_select along the first dimension: the fast copy of whole rows)
+        batch_rows = (torch.arange(0, nt * c, t * c, device=x.device).view(clips, 1) + rows).view(-1)
+        out = torch.index_select(x.view(nt * c, h * w), 0, batch_rows).view(nt, c, h, w)
         ends = out.view(clips, t, c, h * w).transpose(2, 3)   # (clips, T, H*W, C), as above
     if fold:
         first, last = (0, t - 1) if reverse else (t - 1, 0)   # the frame whose fold-0 (fold-1) values are zeros
@@ -72,19 +75,19 @@ def _shift_one_pass(x: torch.Tensor, t: int, fold: int, reverse: bool) -> torch.
 
 
 @functools.lru_cache(maxsize=64)
-def _shift_index(nt: int, c: int, t: int, fold: int, reverse: bool, channels_last: bool,
+def _shift_index(c: int, t: int, fold: int, reverse: bool, channels_last: bool,
                  device: torch.device) -> Tuple[torch.Tensor, torch.Tensor]:
     """(the source frame of each (frame, channel), shaped (1, T, 1, C) for the channels_last gather; the
-    source row of each (frame, channel) row of a contiguous batch of ``nt`` frames, for index_select).
+    source row of each (frame, channel) row of one contiguous clip, T*C of them, for index_select).
     Clip-end positions point at their own frame (their zeros are written after). Cached per shape: the
-    index is built on the host once, not at every step."""
+    index is built on the host once, not at every step, and it is one clip's (T*C integers), so a batch
+    size or a multigrid shape adds no large tensor to the cache."""
     step = torch.zeros(c, dtype=torch.long)
     step[:fold], step[fold:2 * fold] = (-1, 1) if reverse else (1, -1)   # fold 0 reads t+1 (forward)
     src = (torch.arange(t).view(t, 1) + step.view(1, c)).clamp_(0, t - 1)   # (T, C)
     if channels_last:
         return src.view(1, t, 1, c).to(device), torch.empty(0, dtype=torch.long)
-    clip = torch.arange(nt // t).view(-1, 1, 1) * t
-    rows = ((clip + src.view(1, t, c)) * c + torch.arange(c).view(1, 1, c)).reshape(-1)
+    rows = (src * c + torch.arange(c).view(1, c)).reshape(-1)
     return torch.empty(0, dtype=torch.long), rows.to(device)
 
 
