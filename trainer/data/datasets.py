@@ -451,7 +451,9 @@ class _Pool:
     room in its prefetch queue, so the workers decode the next epoch's first batches while the rank trains
     on this epoch's last. The next ``batches`` call takes them when its sampler is the one read ahead
     (``key``); otherwise (a batch size changed at the epoch start, a segment left unfinished) the pass ends
-    and a new one starts, as every epoch did before.
+    and a new one starts, as every epoch did before, after the workers have answered for the batches they
+    had read ahead (torch's reset waits for them: up to ``prefetch`` batches per worker, paid only at such
+    an epoch, which AAVG's batch rule makes a few times a run).
     """
 
     def __init__(self, sets: Dict[str, Dataset], workers: int, pin: bool, prefetch: int, persistent: bool,
