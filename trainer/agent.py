@@ -60,7 +60,7 @@ def in_shutdown(frame: Optional[FrameType]) -> bool:
     return False
 
 
-def raise_once(api: ModuleType) -> None:
+def raise_outside_shutdown(api: ModuleType) -> None:
     """Make torchrun's signal handler (``api._terminate_process_handler``, looked up when torchrun starts
     its workers) raise its SignalException unless torchrun is shutting down already."""
 
@@ -93,7 +93,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     except ImportError as exc:
         print(f"trainer.agent: cannot start torchrun with {sys.executable}: {exc}", file=sys.stderr)
         return 127
-    raise_once(importlib.import_module(SIGNAL_MODULE))
+    raise_outside_shutdown(importlib.import_module(SIGNAL_MODULE))
     sys.argv[0] = "torchrun"
     try:
         torchrun(args)

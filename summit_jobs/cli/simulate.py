@@ -214,7 +214,7 @@ def _walltime_lines(plan, run, given: Optional[str]) -> List[str]:
     return [line]
 
 
-def _input_line(feed, rows, per_node_batch: int, step_seconds: float) -> str:
+def _input_line(feed, rows, per_node_batch: int) -> str:
     """What INPUT counts: the workers' decode against the step, and the epoch start's weight where epochs are
     shortest."""
     from summit_jobs.planning import simulate
@@ -225,7 +225,7 @@ def _input_line(feed, rows, per_node_batch: int, step_seconds: float) -> str:
         decode = (f"the ranks take all {feed.cores_per_node} cores, so decoding a step's clips adds "
                   f"{feed.seconds_per_iteration(per_node_batch):.3f} s to each step")
     else:
-        need = per_node_batch / step_seconds
+        need = per_node_batch / rows[0]["compute_seconds_per_iter"]
         have = feed.clips_per_second_per_node()
         decode = (f"{feed.cores_per_node} cores x {feed.clips_per_second_per_core:g} clips/s = {have:,.0f} clips/s per "
                   f"node against the {need:,.0f} a step takes: "
@@ -344,6 +344,6 @@ def scaling_cmd(state: State, nodes_list: str, single_node_hours: float, per_nod
         if compare_paper and "paper_seconds" in r:
             line += f" {simulate.hms(r['paper_seconds']):>15} {r['deviation']:>+9.1%}"
         click.echo(line)
-    click.echo(_input_line(feed, rows, per_node_batch, hours * 3600 / (epochs * train / per_node_batch)))
+    click.echo(_input_line(feed, rows, per_node_batch))
     if png:
         click.echo(f"plot written to {png}", err=True)

@@ -332,7 +332,8 @@ def project_scaling(profile: Profile, node_counts: Sequence[int], *, single_node
         per_epoch = train_clips / (per_node_batch * n)
         rows.append({"nodes": n, "gpus": n * per_node_ranks, "batch": per_node_batch * n,
                      "seconds": total, "efficiency": base / (n * total),
-                     "comm_seconds_per_iter": comm, "steps_per_epoch": int(per_epoch),
+                     "comm_seconds_per_iter": comm, "compute_seconds_per_iter": t_iter,
+                     "steps_per_epoch": int(per_epoch),
                      "input_seconds_per_iter": feed.seconds_per_iteration(per_node_batch),
                      "input_bound": feed.overlapped and step > t_iter,
                      "input_share": (epochs * per_epoch * (step - t_iter) + starts) / total})

@@ -312,8 +312,8 @@ def find(target: str) -> List[Dict[str, object]]:
     # A job id of a run's scheduler (opaque: 123, 123.server, ƒ2Mq...), of the runs of the LSF in use only:
     # another embedded LSF's run may hold the same id (in_lsf_home).
     here = current_embedded_home()
-    by_id = [r for r in records if _job_id(target, r) is not None
-             and _job_id(target, r) in [str(j) for j in r.get("job_ids") or []] and in_lsf_home(r, here)]
+    by_id = [r for r in records if in_lsf_home(r, here)
+             and (jid := _job_id(target, r)) is not None and jid in [str(j) for j in r.get("job_ids") or []]]
     if by_id or target.isdecimal():
         return by_id
     stripped = target.rstrip("/")

@@ -442,9 +442,8 @@ class _Segment:
 
 
 class _Pool:
-    """One persistent DataLoader over named datasets; ``passes`` counts the passes it started, ``segments``
-    the samplers it served (a pass serves one or several in a row); ``collate`` makes a batch of items (None:
-    torch's default).
+    """One persistent DataLoader over named datasets; ``passes`` counts the passes it started (a pass serves
+    one sampler or several in a row); ``collate`` makes a batch of items (None: torch's default).
 
     A pass given ``ahead`` (the sampler of an epoch from its first step, None past the run's last) runs on
     into the next epoch: the loader asks its batch sampler for a batch of the next epoch as soon as it has
@@ -462,7 +461,7 @@ class _Pool:
         self.collate = collate
         self._feed = _Feed()
         self._loader: Optional[DataLoader] = None
-        self.passes = self.segments = 0
+        self.passes = 0
         self._stream: Optional[Iterator] = None
         self._ahead: Optional[Callable[[int], Optional[object]]] = None
         self._queued: Deque[Tuple[object, int]] = collections.deque()  # (key, batches) the feed ran into
@@ -483,7 +482,6 @@ class _Pool:
         """The batches of ``sampler`` (``len(sampler)`` of them) from dataset ``name``; the previous pass of
         this pool ends unless it read ahead into exactly this sampler (class docstring)."""
         self._ahead = ahead
-        self.segments += 1
         if (self._stream is not None and self._owed == 0 and self._queued
                 and self._queued[0][0] == sampler_key(sampler)):
             _, count = self._queued.popleft()

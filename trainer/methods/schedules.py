@@ -82,9 +82,13 @@ class Schedule:
 
     def sampler(self, epoch: int, start: int):
         """The batch sampler of ``epoch`` from its step ``start``: what the rank's workers read next."""
+        return self._micro(self.args.batch_per_gpu, epoch, start, self.epoch_steps(epoch))
+
+    def _micro(self, batch: int, epoch: int, start: int, steps: int) -> MicroBatchSampler:
+        """This rank's fixed-batch sampler of ``epoch`` from step ``start``, ``steps`` steps long at most."""
         a, d = self.args, self.data
-        return MicroBatchSampler(len(d.train_set), d.sample_rank, d.sample_size, d.accum, a.batch_per_gpu, a.seed,
-                                 epoch, start, max_steps=self.epoch_steps(epoch))
+        return MicroBatchSampler(len(d.train_set), d.sample_rank, d.sample_size, d.accum, batch, a.seed, epoch, start,
+                                 max_steps=steps)
 
     def sampler_ahead(self, epoch: int):
         """The sampler ``epoch`` will use from its first step, as far as it is known now; None past the run's
@@ -226,17 +230,14 @@ class AAVGSchedule(Schedule):
     def sampler(self, epoch: int, start: int):
         if isinstance(self.inner, MultigridSchedule):
             return self.inner.sampler(epoch, start)
-        a, d = self.args, self.data
-        return MicroBatchSampler(len(d.train_set), d.sample_rank, d.sample_size, d.accum, self.epoch_batch, a.seed,
-                                 epoch, start, max_steps=self.epoch_steps(epoch))
+        return self._micro(self.epoch_batch, epoch, start, self.epoch_steps(epoch))
 
     def sampler_ahead(self, epoch: int):
         """The batch rule's newest batch: what the next epoch starts with unless a later check changes it."""
         if epoch >= self.args.epochs or isinstance(self.inner, MultigridSchedule) or self.controller is None:
             return super().sampler_ahead(epoch)
-        a, d = self.args, self.data
-        return MicroBatchSampler(len(d.train_set), d.sample_rank, d.sample_size, d.accum, self.controller.batch,
-                                 a.seed, epoch, 0, max_steps=d.steps_for_batch(self.controller.batch))
+        batch = self.controller.batch
+        return self._micro(batch, epoch, 0, self.data.steps_for_batch(batch))
 
     def adapt_model(self, model: torch.nn.Module) -> None:
         self.inner.adapt_model(model)

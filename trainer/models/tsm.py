@@ -15,7 +15,6 @@ unchanged; ``fold = C // fold_div``.
 from __future__ import annotations
 
 import functools
-from typing import Tuple
 
 import torch
 import torch.nn.functional as F
@@ -51,20 +50,20 @@ def _shift_one_pass(x: torch.Tensor, t: int, fold: int, reverse: bool) -> torch.
     (1, T, 1, C) expanded (no memory per element). Other layouts are made contiguous first.
     """
     nt, c, h, w = x.shape
-    channels_last = x.dim() == 4 and not x.is_contiguous() and x.is_contiguous(memory_format=torch.channels_last)
+    channels_last = not x.is_contiguous() and x.is_contiguous(memory_format=torch.channels_last)
     if not channels_last and not x.is_contiguous():
         x = x.contiguous()
-    frames, rows = _shift_index(c, t, fold, reverse, channels_last, x.device)
+    index = _shift_index(c, t, fold, reverse, channels_last, x.device)
     clips = nt // t
     if channels_last:
         out = torch.empty_like(x, memory_format=torch.channels_last)
         src = x.permute(0, 2, 3, 1).view(clips, t, h * w, c)
         dst = out.permute(0, 2, 3, 1).view(clips, t, h * w, c)
-        torch.gather(src, 1, frames.expand(clips, t, h * w, c), out=dst)
+        torch.gather(src, 1, index.expand(clips, t, h * w, c), out=dst)
         ends = dst
     else:
         # the batch's rows from the clip's (index_select along the first dimension: the fast copy of whole rows)
-        batch_rows = (torch.arange(0, nt * c, t * c, device=x.device).view(clips, 1) + rows).view(-1)
+        batch_rows = (torch.arange(0, nt * c, t * c, device=x.device).view(clips, 1) + index).view(-1)
         out = torch.index_select(x.view(nt * c, h * w), 0, batch_rows).view(nt, c, h, w)
         ends = out.view(clips, t, c, h * w).transpose(2, 3)   # (clips, T, H*W, C), as above
     if fold:
@@ -76,9 +75,9 @@ def _shift_one_pass(x: torch.Tensor, t: int, fold: int, reverse: bool) -> torch.
 
 @functools.lru_cache(maxsize=64)
 def _shift_index(c: int, t: int, fold: int, reverse: bool, channels_last: bool,
-                 device: torch.device) -> Tuple[torch.Tensor, torch.Tensor]:
-    """(the source frame of each (frame, channel), shaped (1, T, 1, C) for the channels_last gather; the
-    source row of each (frame, channel) row of one contiguous clip, T*C of them, for index_select).
+                 device: torch.device) -> torch.Tensor:
+    """The source frame of each (frame, channel), shaped (1, T, 1, C) for the channels_last gather; else the
+    source row of each (frame, channel) row of one contiguous clip, T*C of them, for index_select.
     Clip-end positions point at their own frame (their zeros are written after). Cached per shape: the
     index is built on the host once, not at every step, and it is one clip's (T*C integers), so a batch
     size or a multigrid shape adds no large tensor to the cache."""
@@ -86,9 +85,8 @@ def _shift_index(c: int, t: int, fold: int, reverse: bool, channels_last: bool,
     step[:fold], step[fold:2 * fold] = (-1, 1) if reverse else (1, -1)   # fold 0 reads t+1 (forward)
     src = (torch.arange(t).view(t, 1) + step.view(1, c)).clamp_(0, t - 1)   # (T, C)
     if channels_last:
-        return src.view(1, t, 1, c).to(device), torch.empty(0, dtype=torch.long)
-    rows = (src * c + torch.arange(c).view(1, c)).reshape(-1)
-    return torch.empty(0, dtype=torch.long), rows.to(device)
+        return src.view(1, t, 1, c).to(device)
+    return (src * c + torch.arange(c).view(1, c)).reshape(-1).to(device)
 
 
 def _shift_padded(v: torch.Tensor, fold: int, reverse: bool) -> torch.Tensor:
