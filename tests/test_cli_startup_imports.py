@@ -356,7 +356,7 @@ def test_an_edited_template_is_never_served_from_the_compiled_template_cache(tmp
     """Jinja's bytecode cache is keyed on the template's text too: a same-size, same-time edit is seen."""
     part = tmp_path / "templates" / "lsf" / "partials" / "epilogue.j2"
     part.parent.mkdir(parents=True)
-    part.write_text((REPO / "templates" / "lsf" / "partials" / "epilogue.j2").read_text() + "# mark AAAA\n")
+    part.write_text((REPO / "templates" / "common" / "partials" / "epilogue.j2").read_text() + "# mark AAAA\n")
     args = DRY_RUN + ["--run-dir", "/tmp/r", "--template-dir", str(tmp_path / "templates")]
 
     def script():

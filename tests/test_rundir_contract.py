@@ -77,7 +77,7 @@ def test_names_are_spelled_once():
     repo = Path(__file__).resolve().parent.parent
     from summit_jobs.runs import records as runs
     assert (runs.RECORD, runs.SCRIPT, report.METRICS) == (rundir.RECORD, rundir.SCRIPT, rundir.METRICS)
-    prologue = (repo / "templates" / "lsf" / "partials" / "prologue.j2").read_text()
+    prologue = (repo / "templates" / "common" / "partials" / "prologue.j2").read_text()
     assert "{{ rundir.EVENTS }}" in prologue and "events.jsonl" not in prologue
 
 
