@@ -48,8 +48,12 @@ import time
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from summit_jobs.schedulers import DONE, FINISHED, UNKNOWN
 from summit_jobs.schedulers.lsf.minute import chain_setup
 from trainer import rundir
+
+#: A status row in one of these has nothing more to wait for (unless unknown while the scheduler still lists it).
+FINAL = FINISHED + (UNKNOWN,)
 
 
 #: Test top-1 points by which the TSM must beat the same network without the shift (full demo).
@@ -210,9 +214,10 @@ def next_minute_main(argv: Sequence[str]) -> int:
 
 
 def active(row: Dict) -> bool:
-    """Whether a status row's job may still run (status --watch's rule: a final state LSF agrees with)."""
+    """Whether a status row's job may still run (status --watch's rule: a final state the scheduler agrees
+    with; an unknown job the scheduler still lists may yet run)."""
     state = row.get("state")
-    return state not in ("DONE", "EXIT", "UNKNOWN") or (state == "UNKNOWN" and bool(row.get("native_state")))
+    return state not in FINAL or (state == UNKNOWN and bool(row.get("native_state")))
 
 
 def chain_stopped(run_dir: Path, since: float) -> Optional[Dict]:
@@ -226,7 +231,7 @@ def failure(run_dir: Path, what: str, since: float, rows: List[Dict]) -> Optiona
     """Why the run did not train to the end, in one sentence; None when it is complete.
 
     Complete: the trainer's COMPLETE marker. Otherwise the chain's own reason (its chain_stopped record)
-    comes first, then the first job that did not end DONE, then the lack of the marker itself.
+    comes first, then the first job that did not end done, then the lack of the marker itself.
     """
     if (run_dir / "COMPLETE").exists():
         return None
@@ -239,20 +244,20 @@ def failure(run_dir: Path, what: str, since: float, rows: List[Dict]) -> Optiona
     for row in rows:
         if active(row):
             return f"the {what} run's job {row.get('job_id')} is still {row.get('state')} after {WATCHES} watches"
-        if row.get("state") != "DONE":
+        if row.get("state") != DONE:
             detail = "; ".join(str(x) for x in (row.get("reason"), None if row.get("exit_code") is None
                                                  else f"exit {row['exit_code']}") if x)
-            return (f"the {what} run's job {row.get('job_id')} ended {row.get('state')}"
+            return (f"the {what} run's job {row.get('job_id')} ended {str(row.get('state')).replace('_', ' ')}"
                     f"{f' ({detail})' if detail else ''} before training was complete")
     return f"the {what} run's jobs ended without completing its training (no COMPLETE in {run_dir})"
 
 
 def unsettled(run_dir: Path, since: float, rows: List[Dict]) -> bool:
-    """Whether the run may still go on: a job of it may run, or every job ended DONE though training is not
+    """Whether the run may still go on: a job of it may run, or every job ended done though training is not
     complete and no chain said it stopped (the next link not yet in the rows)."""
     if any(active(r) for r in rows):
         return True
-    quiet_end = all(r.get("state") == "DONE" for r in rows) and chain_stopped(run_dir, since) is None
+    quiet_end = all(r.get("state") == DONE for r in rows) and chain_stopped(run_dir, since) is None
     return quiet_end and bool(rows) and not (run_dir / "COMPLETE").exists()
 
 
@@ -416,7 +421,7 @@ class Demo:
     def trained(self, run_dir: Path, what: str, since: float) -> None:
         """Wait for the run's jobs; stop the demo with one reason unless its training is complete.
 
-        A watch that ends before the run has (a job of it still queued or running, or every job DONE with
+        A watch that ends before the run has (a job of it still queued or running, or every job done with
         neither COMPLETE nor a chain's reason to stop: a link queued between two of its looks) is started
         again, up to WATCHES times."""
         for _ in range(WATCHES):

@@ -25,7 +25,7 @@ def test_a_cancelled_torchrun_link_ends_quietly_and_status_says_cancelled(tmp_pa
 
     def training():
         rows = json.loads(cli(["status", "--json", str(run_dir)], env, timeout=60).stdout)
-        return rows[0] if rows[0]["state"] == "RUN" and (rows[0]["step"] or 0) >= 2 else None
+        return rows[0] if rows[0]["state"] == "running" and (rows[0]["step"] or 0) >= 2 else None
     wait_for(training, timeout=120, what=f"job {jid} to train two steps")
     res = cli(["cancel", str(run_dir)], env, timeout=60)
     assert res.returncode == 0, res.stderr

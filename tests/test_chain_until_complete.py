@@ -13,6 +13,7 @@ from pathlib import Path
 from conftest_lsf import cli, gated, lsf_env, run_recorded_ended, wait_for, write_template  # noqa: F401
 from conftest_lsf import run as lsf_run
 from summit_jobs.schedulers.lsf.embedded import state as native_state
+from summit_jobs.schedulers import FINISHED
 
 STAND_IN = r'''
 import glob, os, signal, sys, time
@@ -56,7 +57,7 @@ def _settled(env, run_dir: Path):
         res = cli(["status", str(run_dir), "--json"], env, timeout=60)
         assert res.returncode == 0, res.stderr
         data = json.loads(res.stdout)
-        return data if data and all(r["state"] in ("DONE", "EXIT", "UNKNOWN") for r in data) else None
+        return data if data and all(r["state"] in FINISHED + ("unknown",) for r in data) else None
     last = None
     for _ in range(3):   # a link queues the next one just before it ends: look until nothing new appears
         last = wait_for(gated(lambda: run_recorded_ended(run_dir, env), rows), timeout=120, what="the chain to end")
@@ -73,7 +74,7 @@ def test_chain_runs_until_complete(lsf_env, tmp_path):
     assert len(rows) == 1 + len(queued) >= 2, rows
     assert [r["job_id"] for r in rows] == first + queued
     logs = cli(["logs", str(run_dir)], env, timeout=60)
-    assert all(r["state"] == "DONE" for r in rows), (
+    assert all(r["state"] == "done" for r in rows), (
         [(r["job_id"], r["state"], r["exit_code"], r.get("native_state")) for r in rows], logs.stdout + logs.stderr)
     assert logs.stdout.count("summit-jobs: chain: queued link") == len(queued)
     assert "the warning before the run limit" in logs.stderr + logs.stdout
@@ -107,8 +108,8 @@ def test_cancel_reaches_the_links_the_chain_queued(lsf_env, tmp_path):
     rows = _settled(env, run_dir)
     # a link the dying link queued while the cancel ran was killed by cancel or by the link, or ended at its
     # start: the chain goes no further, and nothing after the cancel trained
-    assert all(r["state"] == "EXIT" or r["job_id"] in first + queued_before for r in rows), rows
-    assert rows[-1]["state"] == "EXIT", rows
+    assert all(r["state"] in ("cancelled", "failed") or r["job_id"] in first + queued_before for r in rows), rows
+    assert rows[-1]["state"] in ("cancelled", "failed"), rows
     assert not (run_dir / "COMPLETE").exists()
 
 
@@ -140,7 +141,7 @@ def test_a_link_queued_while_cancel_runs_never_trains_and_a_resubmission_does(ls
     rows = _settled(env, run_dir)
     (second,) = (run_dir / "chain.jobs").read_text().split()
     assert [r["job_id"] for r in rows] == [first[0], second], rows
-    assert rows[1]["state"] == "EXIT", rows
+    assert rows[1]["state"] == "cancelled", rows
     record = native_state.load_job(Path(env["SUMMIT_JOBS_LSF_HOME"]), int(second))
     assert record is not None and not record.get("start_time"), record          # killed before it ran
     events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
@@ -220,7 +221,7 @@ def test_a_bsub_that_fails_once_or_gets_signals_does_not_lose_the_next_link(lsf_
     env, run_dir, first = _run(lsf_env, tmp_path)
     rows = _settled(env, run_dir)
     assert (run_dir / "COMPLETE").read_text() == "step 30\n" and (run_dir / ".bsub-failed-once").exists()
-    assert len(rows) >= 2 and all(r["state"] == "DONE" for r in rows), rows
+    assert len(rows) >= 2 and all(r["state"] == "done" for r in rows), rows
     logs = cli(["logs", str(run_dir)], env, timeout=60)
     assert "Slave LIM configuration is not ready yet" in logs.stdout + logs.stderr
 
@@ -232,7 +233,7 @@ def test_a_link_whose_next_bsub_is_refused_ends_non_zero_and_says_why(lsf_env, t
     env, run_dir, first = _run(dict(lsf_env, SUMMIT_JOBS_LSF_RUNLIMIT_GRACE="5"), tmp_path, steps=400,
                                step_seconds=0.5)
     rows = _settled(env, run_dir)
-    assert len(rows) == 1 and rows[0]["state"] == "EXIT" and not (run_dir / "COMPLETE").exists(), rows
+    assert len(rows) == 1 and rows[0]["state"] in ("failed", "timed_out") and not (run_dir / "COMPLETE").exists(), rows
     assert (run_dir / f"exitcode.{first[0]}").read_text() == "1\n"
     events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
     stopped = [e for e in events if e["event"] == "chain_stopped"]

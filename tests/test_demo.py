@@ -124,7 +124,7 @@ def test_a_stopped_chain_is_one_reason(tmp_path):
     events(run, {"event": "chain_stopped", "job": "41", "reason": "old run's", "exit": 0, "time": since - 100},
            {"event": "chain_stopped", "job": "42", "by": "script", "exit": 1, "time": since + 3,
             "reason": "link 2 ended (exit 1) before the warning signal"})
-    rows = [{"job_id": "41", "state": "DONE"}, {"job_id": "42", "state": "EXIT", "exit_code": 1}]
+    rows = [{"job_id": "41", "state": "done"}, {"job_id": "42", "state": "failed", "exit_code": 1}]
     why = demo.failure(run, "TSM", since, rows)
     assert why == ("the TSM chain stopped before training was complete: link 2 ended (exit 1) before the "
                    "warning signal (job 42)")
@@ -135,10 +135,10 @@ def test_a_stopped_chain_is_one_reason(tmp_path):
 def test_a_failed_job_without_a_chain_record(tmp_path):
     run = tmp_path / "real"
     run.mkdir()
-    rows = [{"job_id": "9", "state": "EXIT", "reason": "TERM_RUNLIMIT", "exit_code": 140}]
+    rows = [{"job_id": "9", "state": "timed_out", "reason": "TERM_RUNLIMIT", "exit_code": 140}]
     assert demo.failure(run, "real 4-node", 0, rows) == \
-        "the real 4-node run's job 9 ended EXIT (TERM_RUNLIMIT; exit 140) before training was complete"
-    assert "no COMPLETE" in demo.failure(run, "real 4-node", 0, [{"job_id": "9", "state": "DONE"}])
+        "the real 4-node run's job 9 ended timed out (TERM_RUNLIMIT; exit 140) before training was complete"
+    assert "no COMPLETE" in demo.failure(run, "real 4-node", 0, [{"job_id": "9", "state": "done"}])
 
 
 def test_the_summary_of_a_run_without_test_figures_says_one_thing(quiet_demo, tmp_path, capsys):
@@ -183,13 +183,13 @@ def test_the_pasted_status_finds_the_demos_jobs(quiet_demo, tmp_path):
     for _ in range(100):
         proc = subprocess.run(["bash", "-c", line], env=env, capture_output=True, text=True, timeout=60)
         assert proc.returncode == 0, proc.stderr
-        if " DONE " in proc.stdout:
+        if " done " in proc.stdout:
             break
         time.sleep(0.2)
-    assert [ln for ln in proc.stdout.splitlines() if job in ln and " DONE " in ln], proc.stdout
+    assert [ln for ln in proc.stdout.splitlines() if job in ln and " done " in ln], proc.stdout
     plain = subprocess.run(["bash", "-c", line.split(" ", 1)[1]], env=env, capture_output=True, text=True,
                            timeout=60)
-    assert "UNKNOWN" in plain.stdout
+    assert "unknown" in plain.stdout
 
 
 def test_the_config_is_the_demos_own(tmp_path, monkeypatch):
@@ -213,11 +213,11 @@ def test_an_earlier_run_is_replaced_only_when_it_is_the_demos_and_idle(quiet_dem
         d.fresh(run)
     assert (run / "notes.txt").exists()
     (run / "run.json").write_text("{}")
-    monkeypatch.setattr(d, "rows", lambda run_dir: [{"job_id": "5", "state": "PEND"}])
+    monkeypatch.setattr(d, "rows", lambda run_dir: [{"job_id": "5", "state": "pending"}])
     with pytest.raises(SystemExit, match="job\\(s\\) 5 of an earlier demo's run .* still queued or running"):
         d.fresh(run)
     assert run.exists()
-    monkeypatch.setattr(d, "rows", lambda run_dir: [{"job_id": "5", "state": "DONE"}])
+    monkeypatch.setattr(d, "rows", lambda run_dir: [{"job_id": "5", "state": "done"}])
     d.fresh(run)
     assert not run.exists()
 
@@ -248,9 +248,9 @@ def test_a_watch_that_ends_early_is_started_again(quiet_demo, monkeypatch, tmp_p
             (run / "COMPLETE").write_text("done\n")
         return rows
     # Link 1 DONE and its next link not yet in the rows; then link 2 running; then complete.
-    looks = iter([lambda: look([{"job_id": "1", "state": "DONE"}]),
-                  lambda: look([{"job_id": "1", "state": "DONE"}, {"job_id": "2", "state": "RUN"}]),
-                  lambda: look([{"job_id": "1", "state": "DONE"}, {"job_id": "2", "state": "DONE"}], True)])
+    looks = iter([lambda: look([{"job_id": "1", "state": "done"}]),
+                  lambda: look([{"job_id": "1", "state": "done"}, {"job_id": "2", "state": "running"}]),
+                  lambda: look([{"job_id": "1", "state": "done"}, {"job_id": "2", "state": "done"}], True)])
     watched = []
     monkeypatch.setattr(d, "wait", lambda run_dir: watched.append(run_dir) or True)
     monkeypatch.setattr(d, "rows", lambda run_dir: next(looks)())
@@ -265,7 +265,7 @@ def test_a_failed_run_cancels_what_still_runs_then_gives_its_reason(quiet_demo, 
                  "reason": "link 3 got the warning signal but wrote no new checkpoint"})
     cancelled = []
     monkeypatch.setattr(d, "wait", lambda run_dir: True)
-    monkeypatch.setattr(d, "rows", lambda run_dir: [{"job_id": "3", "state": "DONE"}])
+    monkeypatch.setattr(d, "rows", lambda run_dir: [{"job_id": "3", "state": "done"}])
     monkeypatch.setattr(d, "cancel_active", lambda run_dirs: cancelled.extend(run_dirs))
     with pytest.raises(SystemExit) as exc:
         d.trained(run, "TSM", 0.0)

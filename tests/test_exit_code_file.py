@@ -36,7 +36,7 @@ def test_garbage_in_the_exit_code_file_is_named_not_called_missing(tmp_path, lsf
         res = cli(["status", "--json", jid], forgetful)
         assert res.returncode == 0, res.stderr
         row = json.loads(res.stdout)[0]
-        assert row["state"] == "UNKNOWN" and row["exit_code"] is None
+        assert row["state"] == "unknown" and row["exit_code"] is None
         assert f"its exit-code file exitcode.{jid} {words}" in row["reason"], row["reason"]
         assert "no exit-code file" not in row["reason"]
         res = cli(["report", "--json", "--quiet", "--out", str(tmp_path / f"report-{len(text)}"), run_dir],

@@ -58,7 +58,7 @@ def test_a_job_that_fills_its_disk_leaves_no_temporary_file_and_status_says_so(t
     assert f"exitcode.{jid}" not in left, left
     rows = json.loads(cli(["status", "--json", str(run_dir)], env).stdout)
     (row,) = rows
-    assert row["state"] in ("EXIT", "UNKNOWN") and "no space left on" in row["reason"], row
+    assert row["state"] in ("failed", "unknown") and "no space left on" in row["reason"], row
     assert row["chain"].startswith("stopped: ") and "no space left on" in row["chain"], row
     table = cli(["status", str(run_dir)], env)
     assert "no space left on" in table.stdout, table.stdout

@@ -242,7 +242,7 @@ def test_connection_dropping_during_watch_is_clean(server, laptop, tmp_path):
         watch.kill()
     assert "Traceback" not in err, err
     assert f"summit-jobs: connection to {sshd.user}@127.0.0.1:{sshd.port} lost; reconnecting... (1/3)" in err, err
-    assert watch.returncode == 0 and "DONE" in out, (out, err)
+    assert watch.returncode == 0 and "done" in out, (out, err)
 
 
 def test_connection_dropping_during_logs_follow_is_clean(server, laptop, tmp_path):

@@ -19,6 +19,7 @@ from conftest_lsf import (cli, lsf_env, newest_step, recorded_state, run, submit
                           wait_state, warn_job)
 from trainer_utils import REPO, make_dataset, tiny_args
 from summit_jobs.schedulers.lsf.embedded.state import node_names
+from summit_jobs.schedulers import FINISHED
 
 #: The virtual nodes' host names on this machine: vnode1... where tasks get host names, else 127.1.0.1...
 NODE1, NODE2, NODE3, NODE4 = node_names(4)
@@ -110,11 +111,11 @@ def test_a_user_command_chains_until_its_complete_marker(tmp_path, lsf_env):
     def settled():
         rows = json.loads(cli(["status", str(run_dir), "--json"], env, timeout=60).stdout)
         queued = (run_dir / "chain.jobs").read_text().split() if (run_dir / "chain.jobs").exists() else []
-        done = rows and all(r["state"] in ("DONE", "EXIT") for r in rows) and len(rows) == 1 + len(queued)
+        done = rows and all(r["state"] in FINISHED for r in rows) and len(rows) == 1 + len(queued)
         return rows if done and (run_dir / "COMPLETE").exists() else None
 
     rows = wait_for(settled, timeout=30, what="status to show the user command's chain complete")
-    assert len(rows) == 3 and all(r["state"] == "DONE" for r in rows), rows
+    assert len(rows) == 3 and all(r["state"] == "done" for r in rows), rows
     assert (run_dir / "COMPLETE").read_text().startswith(f"step {USER_STEPS} ")
     logs = cli(["logs", str(run_dir)], env, timeout=60)
     assert logs.stdout.count("rank 0: warned at step") == len(rows) - 1, logs.stdout

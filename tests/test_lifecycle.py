@@ -12,6 +12,7 @@ from pathlib import Path
 from conftest_lsf import (bjobs_state, cli, lsf_env, program, recorded_state, run, stretched,  # noqa: F401
                           submitted_id, template_dir, wait_for, wait_state)
 from summit_jobs.schedulers.lsf.embedded.state import node_names
+from summit_jobs.schedulers import FINISHED
 
 #: The virtual nodes' host names on this machine: vnode1... where tasks get host names, else 127.1.0.1...
 NODE1, NODE2, NODE3, NODE4 = node_names(4)
@@ -54,24 +55,27 @@ def test_end_to_end_pend_run_done_logs_and_exit_code(tmp_path, lsf_env, template
     try:
         seen = []
         rows = status_rows(env, run_dir.name)
-        assert rows[0]["job_id"] == jid and rows[0]["state"] == "PEND"
+        assert rows[0]["job_id"] == jid and rows[0]["state"] == "pending"
         assert "virtual nodes" in rows[0]["reason"]
-        seen.append("PEND")
+        seen.append("pending")
+        native = [rows[0]["native_state"]]
         (tmp_path / "release").write_text("")
         deadline, asked = time.time() + stretched(40), 0.0
         while time.time() < deadline:
             # status is asked when the job's record has moved on from the state last seen (or every second)
-            if recorded_state(jid, env) == seen[-1] and time.time() - asked < 1.0:
+            if recorded_state(jid, env) == native[-1] and time.time() - asked < 1.0:
                 time.sleep(0.05)
                 continue
             asked = time.time()
-            state = status_rows(env, str(run_dir))[0]["state"]
+            row = status_rows(env, str(run_dir))[0]
+            state = row["state"]
             if state != seen[-1]:
                 seen.append(state)
-            if state in ("DONE", "EXIT", "UNKNOWN"):
+                native.append(row["native_state"])
+            if state in FINISHED + ("unknown",):
                 break
             time.sleep(0.2)
-        assert seen == ["PEND", "RUN", "DONE"], seen
+        assert seen == ["pending", "running", "done"], seen
         out, err = follow.communicate(timeout=stretched(30))
     finally:
         follow.kill()
@@ -135,9 +139,9 @@ def test_checkpoint_and_chain(tmp_path, lsf_env, template_dir):
     for jid in ids:
         assert (run_dir / f"exitcode.{jid}").read_text() == "0\n"
     rows = status_rows(env, run_dir.name)
-    assert [r["state"] for r in rows] == ["DONE"] * 3
+    assert [r["state"] for r in rows] == ["done"] * 3
     watch = cli(["status", "--watch", "--interval", "0.2", run_dir.name], env)
-    assert watch.returncode == 0 and watch.stdout.count("DONE") == 3
+    assert watch.returncode == 0 and watch.stdout.count("done") == 3
 
 
 def test_status_never_reads_a_vanished_job_as_success(tmp_path, lsf_env, template_dir):
@@ -150,15 +154,15 @@ def test_status_never_reads_a_vanished_job_as_success(tmp_path, lsf_env, templat
     wait_for(lambda: "is not found" in run(["bjobs", jid], forgetful).stderr, 10,
              f"job {jid} to vanish from bjobs after the clean period")
     row = status_rows(forgetful, jid)[0]
-    assert row["state"] == "DONE" and row["exit_code"] == 0 and "exit-code file" in row["reason"]
+    assert row["state"] == "done" and row["exit_code"] == 0 and "exit-code file" in row["reason"]
     (run_dir / f"exitcode.{jid}").write_text("1\n")
     row = status_rows(forgetful, jid)[0]
-    assert row["state"] == "EXIT" and row["exit_code"] == 1
+    assert row["state"] == "failed" and row["exit_code"] == 1
     (run_dir / f"exitcode.{jid}").unlink()
     row = status_rows(forgetful, jid)[0]
-    assert row["state"] == "UNKNOWN" and row["exit_code"] is None
+    assert row["state"] == "unknown" and row["exit_code"] is None
     watch = cli(["status", "--watch", "--interval", "0.2", jid], forgetful)
-    assert watch.returncode == 1 and "UNKNOWN" in watch.stdout
+    assert watch.returncode == 1 and "unknown" in watch.stdout
 
 
 def test_cancel_kills_a_chain_without_starting_later_links(tmp_path, lsf_env, template_dir):
@@ -182,7 +186,7 @@ def test_cancel_kills_a_chain_without_starting_later_links(tmp_path, lsf_env, te
     again = cli(["cancel", ids[0]], env)
     assert again.returncode == 0 and "had already finished" in again.stdout
     rows = status_rows(env, run_dir.name)
-    assert [r["state"] for r in rows] == ["EXIT", "EXIT"]
+    assert [r["state"] for r in rows] == ["cancelled", "cancelled"]
 
 
 def test_user_mistakes_are_one_paragraph(tmp_path, lsf_env):

@@ -39,6 +39,7 @@ from summit_jobs.schedulers.lsf.embedded import vnode_ns
 from test_launcher_chains import _chain as drive_lsf_chain
 from trainer.loop.chain import STOP_SIGNALS
 from trainer_utils import REPO
+from summit_jobs.schedulers import FINISHED
 
 PROGRAM = REPO / "docs" / "examples" / "lightning_train.py"
 #: Steps of the run; an epoch is 8 steps (256 samples, 4 ranks, batches of 8), so a warned link (a step or
@@ -145,9 +146,9 @@ def check_chain(run_dir: Path, jobs: List[str], env: Dict[str, str], environment
 
     def settled():
         rows = json.loads(cli(["status", str(run_dir), "--json"], env, timeout=60).stdout)
-        return rows if len(rows) == len(jobs) and all(r["state"] in ("DONE", "EXIT") for r in rows) else None
+        return rows if len(rows) == len(jobs) and all(r["state"] in FINISHED for r in rows) else None
     rows = wait_for(settled, timeout=60, what="status to show every link ended")
-    assert [(r["job_id"], r["state"], r["exit_code"]) for r in rows] == [(j, "DONE", 0) for j in jobs], rows
+    assert [(r["job_id"], r["state"], r["exit_code"]) for r in rows] == [(j, "done", 0) for j in jobs], rows
 
     got = final_state(run_dir)
     for part, tensors in reference.items():

@@ -46,11 +46,11 @@ def test_bsub_refusal_keeps_raw_output():
 def test_bjobs_json_states_codes_and_not_found():
     found, missing = lsf.parse_bjobs_json(read("bjobs_json.txt"))
     assert missing == ["123"]
-    assert found["779469"].state == "DONE" and found["779469"].exit_code == 0
+    assert found["779469"].state == "done" and found["779469"].exit_code == 0
     long = found["12345678"]
-    assert long.state == "EXIT" and long.exit_code == 140 and long.reason.startswith("TERM_RUNLIMIT")
+    assert long.state == "timed_out" and long.exit_code == 140 and long.reason.startswith("TERM_RUNLIMIT")
     pend = found["12345679"]
-    assert pend.state == "PEND" and "dependency" in pend.reason and pend.exit_code is None
+    assert pend.state == "pending" and "dependency" in pend.reason and pend.exit_code is None
     assert not pend.finished and long.finished
 
 
@@ -64,7 +64,7 @@ def test_bjobs_plain_pending_row_without_exec_host_and_long_id():
     found, missing = lsf.parse_bjobs_plain(read("bjobs_plain.txt"))
     assert set(found) == {"779469", "12345678", "779470"}
     assert missing == ["123"]
-    assert found["12345678"].state == "PEND" and found["12345678"].queue == "debug"
+    assert found["12345678"].state == "pending" and found["12345678"].queue == "debug"
     assert found["12345678"].name == "tsm-256" and found["12345678"].exec_host == ""
     assert found["779469"].exec_host == "batch2" and found["779469"].submit_time == "Nov 10 12:01"
 
@@ -83,8 +83,8 @@ def test_bjobs_json_after_busy_banner_lines():
     """The banner lines before the JSON do not cost the status of any job."""
     found, missing = lsf.parse_bjobs_json(read("bjobs_json_banner.txt"))
     assert missing == []
-    assert found["12345678"].state == "EXIT" and found["12345678"].reason.startswith("TERM_OWNER")
-    assert found["12345679"].state == "PEND" and "waiting for scheduling" in found["12345679"].reason
+    assert found["12345678"].state == "cancelled" and found["12345678"].reason.startswith("TERM_OWNER")
+    assert found["12345679"].state == "pending" and "waiting for scheduling" in found["12345679"].reason
     owners = lsf.parse_bjobs_owner(read("bjobs_json_banner.txt"))
     assert set(owners) == {"12345678", "12345679"}
 
@@ -92,14 +92,15 @@ def test_bjobs_json_after_busy_banner_lines():
 def test_bjobs_json_psusp_job_on_summit():
     found, _ = lsf.parse_bjobs_json(read("bjobs_json_psusp_summit.txt"))
     held = found["58652"]
-    assert held.state == "PSUSP" and held.native_state == "PSUSP" and not held.finished
+    assert held.state == "held" and held.native_state == "PSUSP" and not held.finished
     assert held.exit_code is None and held.name == "hold_job"
 
 
-def test_bjobs_json_every_documented_state_is_kept():
+def test_bjobs_json_every_documented_state_is_placed_and_kept():
     found, _ = lsf.parse_bjobs_json(read("bjobs_json_documented_states.txt"))
-    assert {j: s.state for j, s in found.items()} == {
-        "2001": "PROV", "2002": "WAIT", "2003": "USUSP", "2004": "SSUSP", "2005": "UNKWN", "2006": "ZOMBI"}
+    assert {j: (s.state, s.native_state) for j, s in found.items()} == {
+        "2001": ("pending", "PROV"), "2002": ("pending", "WAIT"), "2003": ("suspended", "USUSP"),
+        "2004": ("suspended", "SSUSP"), "2005": ("unknown", "UNKWN"), "2006": ("unknown", "ZOMBI")}
     assert not any(s.finished for s in found.values())
 
 
@@ -108,10 +109,10 @@ def test_bjobs_json_bad_records_do_not_cost_the_others():
     with LSF's word kept; the good records around them are read as usual."""
     found, missing = lsf.parse_bjobs_json(read("bjobs_json_bad_records.txt"), ["779469", "2", "779471", "779472"])
     assert missing == ["2"]
-    assert found["779469"].state == "RUN" and found["779469"].finish_time == "Nov 10 14:05 E"
+    assert found["779469"].state == "running" and found["779469"].finish_time == "Nov 10 14:05 E"
     odd = found["779471"]
     assert odd.state == lsf.UNKNOWN and odd.native_state == "SUSP" and "'SUSP'" in odd.reason and not odd.finished
-    assert found["779472"].state == "DONE" and found["779472"].exit_code == 0
+    assert found["779472"].state == "done" and found["779472"].exit_code == 0
     assert set(lsf.parse_bjobs_owner(read("bjobs_json_bad_records.txt"))) == {"779469", "779471", "779472"}
 
 
@@ -120,7 +121,7 @@ def test_bjobs_json_error_naming_no_job_marks_only_the_jobs_left_without_a_recor
             '{"ERROR":"Failed in an LSF library call: Slave LIM configuration is not ready yet"},'
             '{"JOBID":"8","ERROR":"Job <8>: Permission denied"}]}')
     found, missing = lsf.parse_bjobs_json(text, ["7", "8", "9"])
-    assert missing == [] and found["7"].state == "RUN"
+    assert missing == [] and found["7"].state == "running"
     assert found["8"].state == lsf.UNKNOWN and "Permission denied" in found["8"].reason
     assert found["9"].state == lsf.UNKNOWN and "LIM configuration" in found["9"].reason
     assert lsf.parse_bjobs_owner(text, ["7", "8", "9"])["9"]["ERROR"].startswith("bjobs printed no record")
@@ -133,7 +134,7 @@ def test_bjobs_plain_wide_table_names_with_spaces_and_all_states():
     assert len(found) == 14 and missing == []
     assert found["5085585"].name == "phenix.autobuild autobuild_config.eff"
     assert found["5085585"].exec_host == "it-c05b12" and found["5085585"].submit_time == "Oct 31 14:05"
-    assert {found[j].state for j in ("5085611", "5085607", "5085608")} == {"PSUSP", "UNKWN", "ZOMBI"}
+    assert {found[j].state for j in ("5085611", "5085607", "5085608")} == {"held", "unknown"}
     assert found["5085704"].name == "nf-trinityInchwormChrysalis" and found["5085704"].queue == "normal"
     assert found["5085704"].exec_host.count("it-r16u31") == 10
 
@@ -145,7 +146,7 @@ def test_bjobs_plain_banner_lines_and_truncated_names():
 
 def test_bjobs_plain_nine_digit_ids_and_blank_exec_host():
     found, _ = lsf.parse_bjobs_plain(read("bjobs_plain_cern_pending.txt"))
-    assert len(found) == 10 and all(s.state == "PEND" and s.exec_host == "" for s in found.values())
+    assert len(found) == 10 and all(s.state == "pending" and s.exec_host == "" for s in found.values())
     assert found["811659822"].queue == "grid_1nd_a" and found["811659822"].name == "*223962398"
 
 
@@ -158,16 +159,16 @@ def test_bjobs_plain_cut_name_with_a_space():
     """'*sleep 100': a pending job's name with a space is not taken for its (blank) EXEC_HOST."""
     found, _ = lsf.parse_bjobs_plain(read("bjobs_plain_name_with_spaces.txt"))
     pend, run = found["779471"], found["779472"]
-    assert (pend.state, pend.exec_host, pend.name, pend.submit_time) == ("PEND", "", "*sleep 100", "Nov 10 12:03")
+    assert (pend.state, pend.exec_host, pend.name, pend.submit_time) == ("pending", "", "*sleep 100", "Nov 10 12:03")
     assert (run.exec_host, run.name) == ("batch2", "*sleep 100")
-    assert found["779473"].state == "PROV"
+    assert (found["779473"].state, found["779473"].native_state) == ("pending", "PROV")
 
 
 def test_bjobs_plain_columns_read_from_the_header():
     """Summit's LSB_BJOBS_FORMAT: SLOTS, START/FINISH_TIME before JOB_NAME, '-' for no value."""
     found, _ = lsf.parse_bjobs_plain(read("bjobs_plain_summit_format.txt"))
     run = found["779469"]
-    assert (run.state, run.queue, run.name) == ("RUN", "batch", "tsm 256 nodes")
+    assert (run.state, run.queue, run.name) == ("running", "batch", "tsm 256 nodes")
     assert (run.start_time, run.finish_time) == ("Nov 10 12:05", "Nov 10 14:05")
     assert found["779470"].start_time == "" and found["779470"].name == "tsm-chain"
     assert found["779468"].finish_time == "Nov 10 11:40 L" and found["779468"].name == "probe"
@@ -228,11 +229,11 @@ def test_embedded_bjobs_output_round_trips(tmp_path, monkeypatch, capsys):
     assert bjobs.main(["-a", "-o", " ".join(lsf.STATUS_FIELDS), "-json", "12345678", "7", "9"]) == 0
     found, missing = lsf.parse_bjobs_json(capsys.readouterr().out)
     assert missing == ["9"]
-    assert found["12345678"].state == "PEND" and "virtual nodes" in found["12345678"].reason
+    assert found["12345678"].state == "pending" and "virtual nodes" in found["12345678"].reason
     assert found["7"].exit_code == 143 and found["7"].reason.startswith("TERM_RUNLIMIT")
     bjobs.main(["-a"])
     found, _ = lsf.parse_bjobs_plain(capsys.readouterr().out)
-    assert found["12345678"].state == "PEND" and found["7"].state == "EXIT"
+    assert found["12345678"].state == "pending" and found["7"].state == "failed"   # the plain table has no reason
     json.dumps(found["7"].to_dict())
 
 
@@ -275,25 +276,25 @@ def status_json(env: dict, job_id: str) -> dict:
 
 def test_status_reads_bjobs_behind_a_busy_banner(tmp_path, cli_env):
     row = status_json(site_lsf(tmp_path, cli_env, "bjobs_json_banner.txt"), "12345678")
-    assert row["state"] == "EXIT" and row["cancelled"] is True and "TERM_OWNER" in row["reason"]
+    assert row["state"] == "cancelled" and row["cancelled"] is True and "TERM_OWNER" in row["reason"]
 
 
 def test_status_of_a_job_named_only_in_an_error_text(tmp_path, cli_env):
     """{"ERROR": "Job <2> is not found"} without JOBID: job 2 is gone from bjobs, the status goes on."""
     row = status_json(site_lsf(tmp_path, cli_env, "bjobs_json_bad_records.txt"), "2")
-    assert row["state"] == "UNKNOWN" and "gone from bjobs" in row["reason"] and row["native_state"] is None
+    assert row["state"] == "unknown" and "gone from bjobs" in row["reason"] and row["native_state"] is None
 
 
 def test_status_watch_goes_on_while_lsf_lists_a_job_in_an_unknown_state(tmp_path, cli_env):
     """SUSP (not a documented state) shows as UNKNOWN with LSF's word, and --watch waits for the job's end."""
     env = site_lsf(tmp_path, cli_env, "bjobs_json_bad_records.txt", "bjobs_json_bad_records_later.txt")
     row = status_json(env, "779471")
-    assert row["state"] == "UNKNOWN" and row["native_state"] == "SUSP" and "'SUSP'" in row["reason"]
+    assert row["state"] == "unknown" and row["native_state"] == "SUSP" and "'SUSP'" in row["reason"]
     (tmp_path / "count").unlink()            # the site's answers start again from the first
     proc = run_cli(["--machine", "summit", "--host", "local", "status", "--watch", "--interval", "0.2", "779471"],
                    env)
     assert proc.returncode == 0, (proc.stdout, proc.stderr)
-    assert "UNKNOWN" in proc.stdout and "DONE" in proc.stdout
+    assert "unknown" in proc.stdout and "done" in proc.stdout
 
 
 def test_cancel_kills_the_checked_jobs_when_bjobs_errs_on_others(tmp_path, cli_env):

@@ -92,15 +92,15 @@ def _status(*args: str) -> List[Dict]:
                                            ("fakeflux", ["ƒ2Mq7bdXT", "ƒ2MqAb9Zz"])])
 def test_records_targets_and_status_carry_ids_that_are_not_numbers(fakes, tmp_path, scheduler, ids):
     record = _run(tmp_path, scheduler, ids)
-    STATES.update({ids[0]: "DONE", ids[1]: "RUN"})
+    STATES.update({ids[0]: "done", ids[1]: "running"})
     assert records.parse_record((tmp_path / f"run-{scheduler}" / "run.json").read_bytes(), "run.json")["job_ids"] \
         == ids
     # A job id names its run through the index, as an LSF id does.
     assert lifecycle.targets(None, ids[1]) == [(records.find(str(record["run_dir"]))[0], [ids[1]])]
     rows = _status(str(record["run_dir"]))
-    assert [(r["job_id"], r["state"]) for r in rows] == [(ids[0], "DONE"), (ids[1], "RUN")]
+    assert [(r["job_id"], r["state"]) for r in rows] == [(ids[0], "done"), (ids[1], "running")]
     (row,) = _status(ids[0])
-    assert (row["job_id"], row["run"], row["state"]) == (ids[0], record["name"], "DONE")
+    assert (row["job_id"], row["run"], row["state"]) == (ids[0], record["name"], "done")
 
 
 def test_each_scheduler_refuses_what_is_not_its_id(fakes, tmp_path):

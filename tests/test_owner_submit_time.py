@@ -86,14 +86,14 @@ def test_status_and_cancel_of_the_embedded_lsf_see_a_job_older_than_the_run(tmp_
     jid = str(json.loads(res.stdout)["job_ids"][0])
     assert wait_state(jid, env, timeout=60)["STAT"] == "DONE"
     rows = json.loads(cli(["status", "--json", str(run_dir)], env).stdout)
-    assert [(r["job_id"], r["state"], r["lost"]) for r in rows] == [(jid, "DONE", False)], rows
+    assert [(r["job_id"], r["state"], r["lost"]) for r in rows] == [(jid, "done", False)], rows
 
     record = json.loads((run_dir / "run.json").read_text())
     record["created"] = time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(time.time() + 86400))
     (run_dir / "run.json").write_text(json.dumps(record))
     (run_dir / f"exitcode.{jid}").unlink(missing_ok=True)     # nothing of the run tells how its link ended
     rows = json.loads(cli(["status", "--json", str(run_dir)], env).stdout)
-    assert len(rows) == 1 and rows[0]["lost"] and rows[0]["state"] == "UNKNOWN", rows
+    assert len(rows) == 1 and rows[0]["lost"] and rows[0]["state"] == "unknown", rows
     assert f"job {jid} is now another job; this run's link was lost" in rows[0]["reason"], rows
     assert "before this run was created" in rows[0]["reason"], rows
 

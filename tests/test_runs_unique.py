@@ -50,8 +50,8 @@ def test_status_of_the_recent_runs_shows_them_all_when_one_scheduler_cannot_answ
     res = cli(["status", "--json"], env_a)
     assert res.returncode == 0 and "Traceback" not in res.stderr, res.stderr
     rows = {r["run"]: r for r in json.loads(res.stdout)}
-    assert rows["good"]["state"] == "DONE", rows
-    assert rows["bad"]["state"] == "UNKNOWN" and "could not be asked" in rows["bad"]["reason"], rows
+    assert rows["good"]["state"] == "done", rows
+    assert rows["bad"]["state"] == "unknown" and "could not be asked" in rows["bad"]["reason"], rows
     table = cli(["status"], env_a)
     assert table.returncode == 0 and "good" in table.stdout and "could not be asked" in table.stdout, table
 

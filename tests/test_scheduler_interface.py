@@ -103,12 +103,12 @@ def test_a_plan_that_does_not_say_gives_no_gpu_count(plan):
 def test_status_rows_name_the_records_scheduler_command():
     words = LsfScheduler().status_command
     gone = lifecycle.job_row({"name": "r", "run_dir": "/r"}, "7", "here", None, 0, None, words)
-    assert (gone["state"], gone["reason"], gone["source"]) == ("DONE", "gone from bjobs; exit-code file says 0",
+    assert (gone["state"], gone["reason"], gone["source"]) == ("done", "gone from bjobs; exit-code file says 0",
                                                                "exit-code file")
     lost = lifecycle.job_row(None, "8", "here", None, None, None, words)
-    assert lost["state"] == "UNKNOWN" and lost["reason"].startswith("gone from bjobs and no exit-code file")
-    listed = lifecycle.job_row(None, "9", "here", schedulers.JobStatus("9", "RUN"), None, None, words)
-    assert (listed["state"], listed["source"]) == ("RUN", "bjobs")
+    assert lost["state"] == "unknown" and lost["reason"].startswith("gone from bjobs and no exit-code file")
+    listed = lifecycle.job_row(None, "9", "here", schedulers.JobStatus("9", "running"), None, None, words)
+    assert (listed["state"], listed["source"]) == ("running", "bjobs")
 
 
 # ---- the command line's words are LSF's, from the scheduler ------------------------------------------------

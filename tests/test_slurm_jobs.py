@@ -36,6 +36,7 @@ from test_simulate_e2e import COMMON as SIMULATE_COMMON, STEPS as SIMULATE_STEPS
     _params as simulated_params, real_four_node_run  # noqa: F401 (a fixture)
 from trainer_utils import REPO, make_dataset
 from trainer.loop import checkpoint as ckpt
+from summit_jobs.schedulers import FINISHED
 
 #: What every run of the tiny TSM is given (the options test_launchers gives its jobs).
 TRAINER = ["--epochs", "1", "--num-classes", "4", "--clips-per-gpu", "2", "--engine", "ddp", "--arch", "resnet18",
@@ -97,7 +98,7 @@ def exit_codes(run_dir: Path) -> int:
 
 def ended(env: Dict[str, str], run_dir: Path, timeout: float = 300) -> Dict:
     """The run's one job once status shows it ended."""
-    rows = status_when(env, run_dir, lambda r: bool(r) and r[0]["state"] in ("DONE", "EXIT"),
+    rows = status_when(env, run_dir, lambda r: bool(r) and r[0]["state"] in FINISHED,
                        lambda: exit_codes(run_dir) >= 1, timeout, f"the job of {run_dir.name} to end")
     return rows[0]
 
@@ -122,7 +123,7 @@ def test_srun_and_torchrun_train_to_the_weights_of_the_embedded_lsf(slurm_cluste
     for launcher, run_dir in runs.items():
         row = ended(env, run_dir)
         text = output(run_dir, launcher)
-        assert (row["state"], row["exit_code"], row["native_state"]) == ("DONE", 0, "COMPLETED"), text
+        assert (row["state"], row["exit_code"], row["native_state"]) == ("done", 0, "COMPLETED"), text
         assert f"ranks started by {launcher}; rank 0 on node1, rendezvous host node1" in text, text
         assert "ddp engine, 4 ranks" in text
         weights = _weights(run_dir)
@@ -141,7 +142,7 @@ def test_a_users_ddp_script_runs_unmodified_under_srun(slurm_cluster, env, tmp_p
     shutil.copy(REPO / "tests" / "ddp_env_train.py", script)
     job = submit(env, run_dir, "--walltime", "0:30", "--command", f"{sys.executable} {script} --steps 6")
     row = ended(env, run_dir)
-    assert (row["state"], row["exit_code"]) == ("DONE", 0), output(run_dir, "ddp_env_train")
+    assert (row["state"], row["exit_code"]) == ("done", 0), output(run_dir, "ddp_env_train")
     assert (run_dir / "COMPLETE").read_text() == "step 6\n"
     ranks = [json.loads((run_dir / "ranks" / f"none.{r}.pid").read_text()) for r in range(4)]
     assert [(r["world"], r["local_rank"], r["group_rank"]) for r in ranks] == [
@@ -158,7 +159,7 @@ def test_status_and_cancel_of_a_running_slurm_job(slurm_cluster, env, tmp_path):
     program = REPO / "docs" / "examples" / "user_train.py"
     job = submit(env, run_dir, "--walltime", "0:30", "--launcher", "torchrun", "--command",
                  f"{sys.executable} {program} --steps 100000 --step-seconds 0.2")
-    running = status_when(env, run_dir, lambda r: r[0]["state"] == "RUN" and (r[0]["step"] or 0) >= 1,
+    running = status_when(env, run_dir, lambda r: r[0]["state"] == "running" and (r[0]["step"] or 0) >= 1,
                           lambda: False, 120, "the job to run its first step", every=1.0)[0]
     assert (running["job_id"], running["native_state"]) == (job, "RUNNING")
     assert len(cluster_job_processes(slurm_cluster, job)) >= 4
@@ -166,7 +167,7 @@ def test_status_and_cancel_of_a_running_slurm_job(slurm_cluster, env, tmp_path):
     assert res.returncode == 0, res.stderr
     assert job in res.stdout + res.stderr
     row = ended(env, run_dir, timeout=120)
-    assert (row["state"], row["cancelled"], row["native_state"]) == ("EXIT", True, "CANCELLED"), row
+    assert (row["state"], row["cancelled"], row["native_state"]) == ("cancelled", True, "CANCELLED"), row
     assert row["last_event"]["text"].startswith("cancelled (exit "), row
     logs = output(run_dir, "user_train")
     assert "Traceback" not in logs, logs[-4000:]
@@ -186,7 +187,7 @@ def test_simulate_on_two_slurm_nodes_matches_a_real_four_node_run(slurm_cluster,
     assert sim.returncode == 0, sim.stderr
     assert "k = 2" in sim.stderr and "#SBATCH" not in sim.stdout
     row = ended(env, sim_dir)
-    assert (row["state"], row["exit_code"], row["native_state"]) == ("DONE", 0, "COMPLETED"), output(sim_dir, "acc")
+    assert (row["state"], row["exit_code"], row["native_state"]) == ("done", 0, "COMPLETED"), output(sim_dir, "acc")
     plan = json.loads((sim_dir / "plan.json").read_text())
     assert (plan["scheduler"], plan["virtual_nodes"], plan["nodes"], plan["accum_steps"]) == ("slurm", 4, 2, 2)
     ref = simulated_params(real_four_node_run["run"], SIMULATE_STEPS)
@@ -228,13 +229,13 @@ def test_a_chain_until_complete_runs_three_links_each_stopped_by_the_signal(slur
 
     def settled(rows: List[Dict]) -> bool:
         queued = (run_dir / "chain.jobs").read_text().split() if (run_dir / "chain.jobs").exists() else []
-        return len(rows) == 3 == 1 + len(queued) and all(r["state"] in ("DONE", "EXIT") for r in rows)
+        return len(rows) == 3 == 1 + len(queued) and all(r["state"] in FINISHED for r in rows)
 
     rows = status_when(env, run_dir, settled, lambda: exit_codes(run_dir) >= 3, 480, "three links of the chain to end",
                        every=10.0)
     assert [r["job_id"] for r in rows] == [first] + (run_dir / "chain.jobs").read_text().split()
     logs = cli(["logs", str(run_dir)], env, timeout=60).stdout
-    assert all((r["state"], r["exit_code"]) == ("DONE", 0) for r in rows), (
+    assert all((r["state"], r["exit_code"]) == ("done", 0) for r in rows), (
         [(r["job_id"], r["state"], r["exit_code"], r.get("native_state")) for r in rows], logs)
     assert logs.count("rank 0: warned at step") == 3 and logs.count("rank 0: resumed at step") == 2, logs
     assert logs.count("summit-jobs: USR2 (the warning before the time limit)") == 3, logs

@@ -142,7 +142,7 @@ def _resumed_to_complete(cluster: LocalSlurmCluster, env, run_dir: Path, first: 
     rows = {r["job_id"]: r for r in json.loads(res.stdout)}
     assert rows[first]["native_state"] == state and rows[first]["restarts"] == 0, rows[first]
     assert says in rows[first]["last_event"]["text"], rows[first]
-    assert rows[second]["state"] == "DONE", rows[second]
+    assert rows[second]["state"] == "done", rows[second]
     wait_for(lambda: not cluster_job_processes(cluster, second), 30, f"every process of job {second} to end")
 
 

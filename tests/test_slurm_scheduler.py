@@ -75,13 +75,13 @@ def test_a_chain_is_submitted_queried_owned_and_cancelled(slurm_cluster, host, t
     second = submit(host, tmp_path, LINK, depends_on=first.job_id)
     assert first.queue == second.queue == "debug"
     ids, unknown = [first.job_id, second.job_id], str(int(second.job_id) + 1000)
-    found, gone = until(lambda: sched.query(host, ids + [unknown]), lambda r: r[0][first.job_id].state == "RUN",
+    found, gone = until(lambda: sched.query(host, ids + [unknown]), lambda r: r[0][first.job_id].state == "running",
                         20, "the first link running")
     assert gone == [unknown]
     running, waiting = found[first.job_id], found[second.job_id]
     assert (running.exec_host, running.name, running.native_state, running.exit_code) == \
         ("node[1-2]", "chain link", "RUNNING", None)
-    assert (waiting.state, waiting.reason, waiting.native_state) == ("PEND", "Dependency", "PENDING")
+    assert (waiting.state, waiting.reason, waiting.native_state) == ("pending", "Dependency", "PENDING")
     owners = sched.owners(host, ids + [unknown])
     assert {j: (o.name, o.work_dir) for j, o in owners.items()} == \
         {j: ("chain link", str(tmp_path)) for j in ids}
@@ -90,7 +90,7 @@ def test_a_chain_is_submitted_queried_owned_and_cancelled(slurm_cluster, host, t
     found, _ = until(lambda: sched.query(host, ids), lambda r: all(s.finished for s in r[0].values()), 20,
                      "both links ended")
     for st in found.values():
-        assert (st.state, st.exit_code, st.native_state, st.reason) == ("EXIT", 3, "FAILED", "NonZeroExitCode")
+        assert (st.state, st.exit_code, st.native_state, st.reason) == ("failed", 3, "FAILED", "NonZeroExitCode")
     assert found[second.job_id].start_time >= found[first.job_id].finish_time
     # sacct says the same once slurmdbd has the final record (a moment after the end; before it, sacct may
     # show a placeholder named "allocation": tests/slurm_cluster.py's sacct_job).
@@ -98,7 +98,7 @@ def test_a_chain_is_submitted_queried_owned_and_cancelled(slurm_cluster, host, t
                       lambda r: first.job_id in r and r[first.job_id].name == "chain link"
                       and r[first.job_id].finished, 20, "sacct's final record")[first.job_id]
     assert (accounted.state, accounted.native_state, accounted.exit_code, accounted.exec_host) == \
-        ("EXIT", "FAILED", 3, "node[1-2]")
+        ("failed", "FAILED", 3, "node[1-2]")
     outputs = sched.output_files(LINK, first.job_id)
     assert outputs == [f"out chain link-{int(first.job_id):04d}-{first.job_id}-%.txt"]
     assert sorted((tmp_path / outputs[0]).read_text().split()) == ["TASK", "TASK", "node1", "node2"]
@@ -115,7 +115,7 @@ def test_cancel_of_a_running_job_ends_every_process_of_it(slurm_cluster, host, t
     assert sched.cancel(host, [job]) == {job: "terminating"}
     until(lambda: cluster_job_processes(slurm_cluster, job), lambda p: not p, 20, f"the end of job {job}'s processes")
     ended = until(lambda: sched.query(host, [job])[0][job], lambda s: s.finished, 20, "the cancelled job ended")
-    assert (ended.state, ended.native_state) == ("EXIT", "CANCELLED")
+    assert (ended.state, ended.native_state) == ("cancelled", "CANCELLED")
     assert sched.cancel(host, [job]) == {job: "finished"}
 
 
@@ -131,7 +131,7 @@ def test_odd_job_names_come_back_from_squeue_and_sacct(slurm_cluster, host, tmp_
     name = "odd |name\nsecond line %x \"q\" 's 50%"
     job = sbatch(slurm_cluster, "-J", name, f"--output={tmp_path}/odd.out", "--wrap", "true", cwd=tmp_path)
     ended = until(lambda: sched.query(host, [job])[0][job], lambda s: s.finished, 20, "the job ended")
-    assert (ended.name, ended.state, ended.exit_code) == (name, "DONE", 0)
+    assert (ended.name, ended.state, ended.exit_code) == (name, "done", 0)
     assert sched.owners(host, [job])[job].name == name
     plain = slurm_cluster.run(client.squeue_plain_argv([job]))
     assert client.parse_squeue_plain(plain.stdout, [job])[job].name == name
@@ -140,7 +140,7 @@ def test_odd_job_names_come_back_from_squeue_and_sacct(slurm_cluster, host, tmp_
     accounted = until(lambda: sched.accounted(host, [job]),
                       lambda r: job in r and r[job].name == stored and r[job].finished, 20,
                       "sacct's final record, with the name as slurmdbd stores it")
-    assert (accounted[job].state, accounted[job].exit_code) == ("DONE", 0)
+    assert (accounted[job].state, accounted[job].exit_code) == ("done", 0)
 
 
 # -- replayed answers --------------------------------------------------------------------------------------
@@ -174,7 +174,7 @@ def test_query_asks_sacct_only_for_the_jobs_squeue_no_longer_knows():
     found, gone = SlurmScheduler().query(host, ["1", "2", "3", "4", "9"])
     assert gone == ["9"]
     assert {j: (s.state, s.exit_code) for j, s in found.items()} == \
-        {"1": ("RUN", None), "2": ("PEND", None), "3": ("RUN", None), "4": ("EXIT", 3)}
+        {"1": ("running", None), "2": ("pending", None), "3": ("running", None), "4": ("failed", 3)}
     assert [c[0] for c in host.calls] == ["squeue", "sacct"] and "--jobs=4,9" in host.calls[1]
     owners = SlurmScheduler().owners(host, ["2", "4", "9"])
     assert {j: o.work_dir for j, o in owners.items()} == {"2": "/tmp/summit-slurm-capture",
@@ -187,7 +187,7 @@ def test_without_squeue_json_the_format_answer_is_read_and_sacct_gives_the_exit_
                    "sacct": captured("sacct_p_odd_name.txt")})
     found, gone = SlurmScheduler().query(host, ["15", "16"])
     assert gone == []
-    assert (found["15"].state, found["15"].exit_code, found["16"].state) == ("EXIT", 3, "RUN")
+    assert (found["15"].state, found["15"].exit_code, found["16"].state) == ("failed", 3, "running")
     assert "--jobs=15" in host.calls[-1]
 
 

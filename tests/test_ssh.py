@@ -17,6 +17,7 @@ from summit_jobs.schedulers.lsf.embedded.state import node_names
 #: The virtual nodes' host names on this machine: vnode1... where tasks get host names, else 127.1.0.1...
 NODE1, NODE2, NODE3, NODE4 = node_names(4)
 from helpers_sshd import remote_lsf_env, ssh_profile, start_sshd
+from summit_jobs.schedulers import FINISHED
 
 
 @pytest.fixture(scope="module")
@@ -65,17 +66,17 @@ def test_end_to_end_over_ssh(world):
     assert json.loads((run_dir / "run.json").read_text())["ssh"]["port"] == world["server"].port
 
     seen = [status_rows(env, run_dir.name)[0]["state"]]
-    assert seen == ["PEND"]
+    assert seen == ["pending"]
     (base / "release").write_text("")
     deadline = time.time() + stretched(40)
-    while time.time() < deadline and seen[-1] not in ("DONE", "EXIT", "UNKNOWN"):
+    while time.time() < deadline and seen[-1] not in FINISHED + ("unknown",):
         state = status_rows(env, jid)[0]["state"]
         if state != seen[-1]:
             seen.append(state)
         time.sleep(0.2)
     # RUN shows when a poll (an SSH round trip each) falls inside the job's short run; on a loaded machine
     # the job can start and end between two polls. Its exit-code file (below) shows that it ran.
-    assert seen in (["PEND", "RUN", "DONE"], ["PEND", "DONE"]), seen
+    assert seen in (["pending", "running", "done"], ["pending", "done"]), seen
     logs = cli(["--machine", "viassh", "logs", run_dir.name], env)
     assert logs.returncode == 0, logs.stderr
     lines = sorted(line for line in logs.stdout.splitlines() if line.startswith("RANK "))
@@ -123,7 +124,7 @@ def test_trust_new_host_key_accepts_loudly_and_remembers(world, tmp_path):
     assert wait_state(jid, env)["STAT"] == "DONE"
     # Later commands find the key in the file without the option.
     rows = status_rows(env, jid, "--known-hosts", str(fresh))
-    assert rows[0]["state"] == "DONE" and rows[0]["exit_code"] == 0
+    assert rows[0]["state"] == "done" and rows[0]["exit_code"] == 0
 
 
 def test_cancel_over_ssh(world):
@@ -138,5 +139,5 @@ def test_cancel_over_ssh(world):
     assert res.returncode == 0, res.stderr
     for jid in ids:
         assert wait_state(jid, env, timeout=20)["STAT"] == "EXIT"
-    assert [r["state"] for r in status_rows(env, run_dir.name)] == ["EXIT", "EXIT"]
+    assert [r["state"] for r in status_rows(env, run_dir.name)] == ["cancelled", "cancelled"]
     assert os.path.isdir(run_dir)

@@ -179,7 +179,7 @@ def test_key_and_one_time_code_one_prompt_per_command_and_no_trace_of_the_code(o
     res = run_in_terminal(["--machine", "viassh", "status", "--watch", "--interval", "0.5", run_dir.name], env,
                           [("Password:", code)])
     outputs.append(res)
-    assert res.rc == 0 and "DONE" in res.stdout, (res.tty, res.stdout, res.stderr)
+    assert res.rc == 0 and "done" in res.stdout, (res.tty, res.stdout, res.stderr)
     assert res.tty.count("Password:") == 1          # one login for the whole watch
 
     folders = [Path(env["HOME"]), tmp_path, run_dir, Path(env["XDG_DATA_HOME"]), Path(env["XDG_CONFIG_HOME"]),
@@ -271,7 +271,7 @@ def test_a_watch_that_loses_its_connection_logs_in_again(otp, otp_laptop, tmp_pa
     answers = [("Password:", first)]
     res = run_in_terminal(["status", "--watch", "--interval", "0.5", str(run_dir)], env, answers,
                           on_output=drop_once)
-    assert res.rc == 0 and "DONE" in res.stdout, (res.tty, res.stdout, res.stderr)
+    assert res.rc == 0 and "done" in res.stdout, (res.tty, res.stdout, res.stderr)
     assert "Traceback" not in res.stderr
     assert f"summit-jobs: connection to {otp['sshd'].user}@127.0.0.1:{otp['sshd'].port} lost; reconnecting..." \
            in res.stderr
@@ -312,7 +312,7 @@ def test_login_node_behind_a_jump_host_from_the_ssh_config(jumped, tmp_path):
     before = jump.log.read_text()
     res = cli(["status", "--watch", "--interval", "2.5", "--json", str(run_dir)], env, timeout=90)
     assert res.returncode == 0, res.stderr
-    assert '"state": "DONE"' in res.stdout
+    assert '"state": "done"' in res.stdout
     log = jump.log.read_text()[len(before):]
     assert f"server_request_direct_tcpip: originator 127.0.0.1 port 0, target 127.0.0.2 port {target.port}" in log
     assert "rtype keepalive@lag.net" in target.log.read_text()       # ServerAliveInterval 1 over a 2.5 s pause
@@ -375,7 +375,7 @@ def test_command_line_wins_over_the_ssh_config(jumped, tmp_path):
     res = cli(["--host", f"{target.user}@login:{target.port}", "--key-file", str(target.user_key), "status",
                "--json", jid], env)
     assert res.returncode == 0, res.stderr
-    assert json.loads(res.stdout)[0]["state"] == "DONE"
+    assert json.loads(res.stdout)[0]["state"] == "done"
     # Without the overrides, the file's values are used (and refused, naming the file's line).
     res = cli(["--host", "login", "status", jid], env)
     assert res.returncode == 2 and "Traceback" not in res.stderr

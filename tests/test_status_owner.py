@@ -61,11 +61,11 @@ def test_ids_a_wiped_scheduler_gave_to_another_run_are_never_shown_as_this_runs(
     rows = {r["job_id"]: r for r in json.loads(res.stdout)}
     assert set(rows) == {"700", "701"}, rows
     lost = rows["701"]
-    assert (lost["state"], lost["exit_code"], lost["lost"]) == ("UNKNOWN", None, True), lost
+    assert (lost["state"], lost["exit_code"], lost["lost"]) == ("unknown", None, True), lost
     assert "job 701 is now another job; this run's link was lost" in lost["reason"], lost
     assert "beta" in lost["reason"] and "runs/beta" in lost["reason"], lost
     killed = rows["700"]     # its own exit-code file tells how alpha's link ended, never beta's DONE
-    assert killed["lost"] and killed["state"] == "EXIT" and killed["exit_code"] != 0, killed
+    assert killed["lost"] and killed["state"] == "failed" and killed["exit_code"] != 0, killed
 
     table = cli(["status", str(tmp_path / "runs" / "alpha")], env)
     assert "job 701 is now another job" in table.stdout + table.stderr, table.stdout
@@ -80,4 +80,4 @@ def test_ids_a_wiped_scheduler_gave_to_another_run_are_never_shown_as_this_runs(
         wait_for(lambda j=jid: not job_processes(j, env["SUMMIT_JOBS_LSF_HOME"]), 30,
                  f"every process of job {jid} to end")
     rows = json.loads(cli(["status", "--json", str(tmp_path / "runs" / "beta")], env).stdout)
-    assert [(r["job_id"], r["state"], r["lost"]) for r in rows] == [("700", "DONE", False), ("701", "DONE", False)]
+    assert [(r["job_id"], r["state"], r["lost"]) for r in rows] == [("700", "done", False), ("701", "done", False)]

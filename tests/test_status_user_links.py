@@ -60,7 +60,7 @@ def ckpt(step: int) -> str:
 
 
 def rows_for(states: List[Tuple[str, str]], files: statusview.RunFiles) -> List[Dict]:
-    rows = [{"run": "r", "job_id": j, "state": s, "exit_code": 0 if s == "DONE" else None,
+    rows = [{"run": "r", "job_id": j, "state": s, "exit_code": 0 if s == "done" else None,
              "source": "exit-code file", "native_state": None, "reason": ""} for j, s in states]
     statusview.add_facts(rows, files)
     return rows
@@ -81,19 +81,19 @@ def two_links_and_a_third_starting(timed: bool = True) -> Run:
 def test_each_link_shows_its_own_step_and_a_new_link_none_until_it_has_one():
     for timed in (True, False):
         run = two_links_and_a_third_starting(timed)
-        rows = rows_for([("1", "DONE"), ("2", "DONE"), ("3", "RUN")], run.files(["1", "2", "3"]))
+        rows = rows_for([("1", "done"), ("2", "done"), ("3", "running")], run.files(["1", "2", "3"]))
         assert [r["step"] for r in rows] == [10, 20, None], rows
         assert rows[2]["last_event"]["text"] == "started from the checkpoint at step 20", rows[2]
         assert rows[2]["eta_s"] is None
         run.steps(21, 22, timed)
-        rows = rows_for([("1", "DONE"), ("2", "DONE"), ("3", "RUN")], run.files(["1", "2", "3"]))
+        rows = rows_for([("1", "done"), ("2", "done"), ("3", "running")], run.files(["1", "2", "3"]))
         assert [r["step"] for r in rows] == [10, 20, 22], rows
 
 
 def test_the_rate_and_eta_use_only_time_inside_the_link():
     run = two_links_and_a_third_starting()
     run.steps(21, 24)
-    rows = rows_for([("1", "DONE"), ("2", "DONE"), ("3", "RUN")], run.files(["1", "2", "3"]))
+    rows = rows_for([("1", "done"), ("2", "done"), ("3", "running")], run.files(["1", "2", "3"]))
     assert rows[2]["steps_per_s"] == 2.0, rows[2]          # 0.5 s a step; the 31 s between links not counted
     assert rows[2]["eta_s"] == 3.0, rows[2]                # 6 steps left of 30
     assert rows[0]["steps_per_s"] == 2.0 and rows[1]["steps_per_s"] == 2.0
@@ -103,7 +103,7 @@ def test_each_finished_link_says_how_it_ended():
     run = two_links_and_a_third_starting()
     run.steps(21, 30)
     run.end("3", warned=False, complete=True, start=ckpt(20), checkpoint=ckpt(30))
-    rows = rows_for([("1", "DONE"), ("2", "DONE"), ("3", "DONE")], run.files(["1", "2", "3"], complete=True))
+    rows = rows_for([("1", "done"), ("2", "done"), ("3", "done")], run.files(["1", "2", "3"], complete=True))
     texts = [r["last_event"]["text"] for r in rows]
     assert texts == ["stopped by the warning: checkpoint at step 10", "stopped by the warning: checkpoint at step 20",
                      "training complete (checkpoint at step 30)"], texts
@@ -116,7 +116,7 @@ def test_a_cancel_a_run_limit_and_a_failure_are_told_apart():
         run.start("1")
         run.steps(1, 3)
         run.end("1", **kw)
-        rows = [{"run": "r", "job_id": "1", "state": "EXIT", "exit_code": 130, "source": "exit-code file",
+        rows = [{"run": "r", "job_id": "1", "state": "failed", "exit_code": 130, "source": "exit-code file",
                  "native_state": native, "reason": ""}]
         statusview.add_facts(rows, run.files(["1"]))
         return rows[0]["last_event"]["text"]
@@ -136,12 +136,12 @@ def test_records_before_the_first_link_event_belong_to_no_link():
     run = Run()
     run.steps(1, 5)
     run.start("2", ckpt(5))
-    rows = rows_for([("2", "RUN")], run.files(["2"]))
+    rows = rows_for([("2", "running")], run.files(["2"]))
     assert rows[0]["step"] is None, rows
 
 
 def test_an_end_without_events_is_aged_by_the_exit_code_files_time():
-    rows = [{"run": "r", "job_id": "1", "state": "EXIT", "exit_code": 137, "source": "exit-code file",
+    rows = [{"run": "r", "job_id": "1", "state": "failed", "exit_code": 137, "source": "exit-code file",
              "native_state": "EXIT", "reason": "", "finish_time": "Dec  7 04:14", "ended_at": T0 + 28.0}]
     statusview.add_facts(rows, statusview.RunFiles(plan={"user_command": True}, chain_ids=["1"]))
     assert rows[0]["last_event"]["time"] == T0 + 28.0
@@ -176,7 +176,7 @@ def test_lsfs_run_limit_reason_names_the_end_of_a_signalled_link():
     run.start("1")
     run.steps(1, 3)
     run.end("1", code=140, warned=True, cancelled=True)
-    rows = [{"run": "r", "job_id": "1", "state": "EXIT", "exit_code": 140, "source": "exit-code file",
+    rows = [{"run": "r", "job_id": "1", "state": "timed_out", "exit_code": 140, "source": "exit-code file",
              "native_state": "EXIT", "reason": "TERM_RUNLIMIT: job killed after reaching LSF run time limit"}]
     statusview.add_facts(rows, run.files(["1"]))
     assert rows[0]["last_event"]["text"].startswith("run limit reached (TERM_RUNLIMIT; exit 140)"), rows

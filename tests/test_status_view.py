@@ -92,7 +92,7 @@ def status_json(chain: Chain, *target: str) -> List[Dict]:
 
 def ended(chain: Chain) -> Optional[List[Dict]]:
     rows = status_json(chain)
-    return rows if rows and all(r["state"] in ("DONE", "EXIT", "UNKNOWN") for r in rows) else None
+    return rows if rows and all(r["state"] in statusview.FINISHED + ("unknown",) for r in rows) else None
 
 
 def finish(chain: Chain) -> None:
@@ -132,7 +132,7 @@ def run_files(run_dir: Path, ids: List[str]) -> statusview.RunFiles:
         plan=json.loads(text(rundir.PLAN)), chain_ids=list(ids), complete=(run_dir / rundir.COMPLETE).exists())
 
 
-def done_rows(ids: List[str], state: str = "DONE") -> List[Dict]:
+def done_rows(ids: List[str], state: str = "done") -> List[Dict]:
     return [{"run": LONG_NAME, "job_id": j, "state": state, "exit_code": 0, "reason": ""} for j in ids]
 
 
@@ -218,7 +218,7 @@ def test_watch_redraws_in_place_in_tmux_until_the_chain_ends(chain, data, tmp_pa
     assert with_rows, "no screen showed both jobs:\n" + "\n----\n".join(screens[-3:])
     first = job_lines(with_rows[0], live.ids)
     assert "1/2" in first[live.ids[0]] and "2/2" in first[live.ids[1]], with_rows[0]
-    assert re.search(r"\b(PEND|RUN|DONE)\b", first[live.ids[0]])
+    assert re.search(r"\b(pending|running|done)\b", first[live.ids[0]])
     # The screen changed as the run trained: step counts (of either link) moved on between redraws.
     steps = {(j, cells_of(line)[5]) for s in with_rows for j, line in job_lines(s, live.ids).items()}
     assert len({s for s in steps if re.fullmatch(rf"\d+/{EPOCHS * STEPS_PER_EPOCH}", s[1])}) >= 2, steps
@@ -228,7 +228,7 @@ def test_watch_redraws_in_place_in_tmux_until_the_chain_ends(chain, data, tmp_pa
     assert "LAST EVENT" not in history and live.ids[0] not in history, history
     # The chain ended: the watch drew the final table and ended with it, 0 when every job is DONE.
     assert "all jobs ended" in final and all(r["state"] in final for r in rows), final
-    assert rc == (0 if all(r["state"] == "DONE" for r in rows) else 1), final
+    assert rc == (0 if all(r["state"] == "done" for r in rows) else 1), final
     assert "Traceback" not in final
 
 
@@ -278,7 +278,7 @@ def test_eta_is_steps_left_over_the_recent_rate(finished):
                                events=[e for e in files.events if e["time"] <= cut], plan=files.plan,
                                checkpoints=[s for s in files.checkpoints if s <= train[len(train) // 2]["step"]],
                                chain_ids=finished.ids)
-    rows = [{"run": LONG_NAME, "job_id": job, "state": "RUN", "exit_code": None, "reason": ""}]
+    rows = [{"run": LONG_NAME, "job_id": job, "state": "running", "exit_code": None, "reason": ""}]
     statusview.add_facts(rows, seen)
     window = [r for r in train if r["time"] <= cut][-statusview.RATE_WINDOW:]
     rate = (window[-1]["step"] - window[0]["step"]) / (window[-1]["time"] - window[0]["time"])
@@ -290,11 +290,11 @@ def test_eta_is_steps_left_over_the_recent_rate(finished):
             s[-1]["time"] - s[0]["time"] for j, s in stretches.items() if s[0]["time"] > cut and len(s) > 1)
         assert spent / 3 <= rows[0]["eta_s"] <= spent * 3, (rows[0]["eta_s"], spent)
     assert statusview.eta_seconds(window[:1], 256) is None      # one record: no rate yet
-    for state in ("PEND", "DONE"):                                 # only a job that trains has an ETA
+    for state in ("pending", "done"):                                 # only a job that trains has an ETA
         other = [{"job_id": job, "state": state, "exit_code": 0, "reason": "dep"}]
         statusview.add_facts(other, seen)
         assert other[0]["eta_s"] is None
-    assert statusview.event_cell({"state": "PEND", "reason": "dep", "last_event": None}, cut) == "waiting: dep"
+    assert statusview.event_cell({"state": "pending", "reason": "dep", "last_event": None}, cut) == "waiting: dep"
 
 
 def test_checkpoint_and_exit_events(finished):
@@ -307,32 +307,32 @@ def test_checkpoint_and_exit_events(finished):
     launch = [e for e in files.events if e["event"] == "launch" and e["job"] == job]
     seen = statusview.RunFiles(records=[r for r in files.records if r["time"] <= at["time"]], events=launch,
                                checkpoints=[at["step"]], plan=files.plan, chain_ids=finished.ids)
-    row = {"job_id": job, "state": "RUN", "exit_code": None}
+    row = {"job_id": job, "state": "running", "exit_code": None}
     statusview.add_facts([row], seen)
     assert row["last_event"] == {"event": "checkpoint", "text": f"checkpoint at step {at['step']}",
                                  "time": at["time"]}
     assert statusview.event_cell(row, at["time"] + 75) == f"1m15s ago: checkpoint at step {at['step']}"
     # The job failed with no end recorded by the trainer: its exit code, at LSF's finish time.
-    row = {"job_id": job, "state": "EXIT", "exit_code": 3, "finish_time": "Nov 24 04:02"}
+    row = {"job_id": job, "state": "failed", "exit_code": 3, "finish_time": "Nov 24 04:02"}
     statusview.add_facts([row], seen)
     assert row["last_event"]["text"] == "ended with exit code 3"
     assert time.localtime(row["last_event"]["time"])[1:5] == (11, 24, 4, 2)
-    assert statusview.state_text(row) == "EXIT 3"
+    assert statusview.state_text(row) == "failed 3"
 
 
 def test_a_chain_until_complete_may_have_more_links_while_its_last_one_is_open():
-    rows = [{"job_id": "1", "state": "DONE", "exit_code": 0}, {"job_id": "2", "state": "RUN", "exit_code": None}]
+    rows = [{"job_id": "1", "state": "done", "exit_code": 0}, {"job_id": "2", "state": "running", "exit_code": None}]
     files = statusview.RunFiles(plan={"until_complete": True, "max_links": 20}, chain_ids=["1", "2"])
     statusview.add_facts(rows, files)
     assert [statusview.cells(r, T0)["LINK"] for r in rows] == ["1/2+", "2/2+"]
-    rows[1]["state"] = "DONE"                   # the last link ended without queueing another: the chain ended
+    rows[1]["state"] = "done"                   # the last link ended without queueing another: the chain ended
     statusview.add_facts(rows, files)
     assert [statusview.cells(r, T0)["LINK"] for r in rows] == ["1/2", "2/2"]
-    rows[1]["state"] = "RUN"
+    rows[1]["state"] = "running"
     statusview.add_facts(rows, statusview.RunFiles(plan={"until_complete": True}, chain_ids=["1", "2"],
                                                    complete=True))
     assert not any(r["more_links"] for r in rows)
-    blank = {"job_id": "9", "state": "RUN"}     # a job named by its id, of no run recorded here
+    blank = {"job_id": "9", "state": "running"}     # a job named by its id, of no run recorded here
     statusview.blank_facts(blank)
     assert statusview.cells(blank, T0)["LINK"] == "-" and blank["more_links"] is False
 
@@ -349,15 +349,15 @@ def test_the_chain_state_is_never_wrong_between_two_looks():
         assert len({r["chain"] for r in rows}) == 1
         return rows[0]["chain"]
 
-    ended = [{"job_id": "1", "state": "DONE", "exit_code": 0, "source": "exit-code file"},
-             {"job_id": "2", "state": "DONE", "exit_code": 0, "source": "exit-code file"}]
+    ended = [{"job_id": "1", "state": "done", "exit_code": 0, "source": "exit-code file"},
+             {"job_id": "2", "state": "done", "exit_code": 0, "source": "exit-code file"}]
     assert state(ended, ["1", "2", "3"]) == "between links"
-    assert state(ended[:1] + [dict(ended[1], state="RUN", exit_code=None)], ["1", "2"]) == "running"
+    assert state(ended[:1] + [dict(ended[1], state="running", exit_code=None)], ["1", "2"]) == "running"
     assert state(ended, ["1", "2"], complete=True) == "complete"
     stop = {"event": "chain_stopped", "job": "2", "reason": "link 2 ended (exit 1) before the warning signal",
             "time": T0}
     assert state(ended, ["1", "2"], [stop]) == "stopped: link 2 ended (exit 1) before the warning signal"
-    gone = ended[:1] + [{"job_id": "2", "state": "UNKNOWN", "exit_code": None, "source": "none",
+    gone = ended[:1] + [{"job_id": "2", "state": "unknown", "exit_code": None, "source": "none",
                          "reason": "gone from bjobs and no exit-code file"}]
     assert state(gone, ["1", "2"]).startswith("stopped: link 2 (job 2) ended without its script finishing")
     assert state(ended, ["1", "2"]).startswith("stopped: link 2 (job 2) ended with exit code 0 and queued no next")
@@ -375,11 +375,11 @@ def test_lsf_times_and_ages():
 
 
 def test_a_log_gets_a_new_set_of_lines_only_for_a_change_the_table_shows():
-    base = {"run": "r", "job_id": "5", "state": "RUN", "exit_code": None, "reason": "", "links": 2, "step": 40,
+    base = {"run": "r", "job_id": "5", "state": "running", "exit_code": None, "reason": "", "links": 2, "step": 40,
             "last_event": {"event": "checkpoint", "text": "checkpoint at step 32", "time": T0}}
     same = [dict(base, step=44), dict(base, exit_code=0),   # progress; the exit-code file written before LSF's end
             dict(base, last_event=dict(base["last_event"], time=T0 + 5)), dict(base, eta_s=3.0)]
-    moved = [dict(base, state="DONE", exit_code=0), dict(base, state="EXIT", exit_code=3), dict(base, links=3),
+    moved = [dict(base, state="done", exit_code=0), dict(base, state="failed", exit_code=3), dict(base, links=3),
              dict(base, last_event={"event": "stopped", "text": "stopped", "time": T0}), dict(base, reason="x")]
     assert all(statusview.signature([r]) == statusview.signature([base]) for r in same)
     assert all(statusview.signature([r]) != statusview.signature([base]) for r in moved)
@@ -404,7 +404,7 @@ def test_the_table_fits_the_width_and_cuts_the_run_name_in_the_middle(finished):
     assert lines[1].startswith(f"r1   {finished.ids[0]}  ") and max(len(line) for line in lines[1:3]) == 80, lines
     assert all(re.search(r"\d+s ago: ", line) for line in lines[1:3]), lines   # the age is never cut off
     coloured = statusview.table(rows, now, 100, colour=True)[1]
-    assert "\x1b[32mDONE\x1b[0m" in coloured and ESC.sub("", coloured) == statusview.table(rows, now, 100)[1]
+    assert "\x1b[32mdone\x1b[0m" in coloured and ESC.sub("", coloured) == statusview.table(rows, now, 100)[1]
 
 
 # -- the command on a terminal and through a pipe -------------------------------------------------------
@@ -493,7 +493,7 @@ def test_plain_watch_prints_a_set_of_lines_per_change_not_per_look(finished):
         by_job.setdefault(jid, []).append(re.sub(r"\S+ ago: ", "", line.split(" ", 1)[1]))
     for jid, seen in by_job.items():
         assert all(a != b for a, b in zip(seen, seen[1:])), (jid, seen)
-    assert "DONE" in by_job[finished.ids[-1]][-1], log
+    assert "done" in by_job[finished.ids[-1]][-1], log
 
 
 def test_ctrl_c_ends_a_watch_on_a_terminal_quietly(tmp_path):
@@ -531,7 +531,7 @@ def test_ctrl_c_ends_a_watch_on_a_terminal_quietly(tmp_path):
         proc.stderr.close()
         run(["bkill", jid], env)
     assert rc == 130 and "Traceback" not in err and "KeyboardInterrupt" not in err, err
-    assert b"RUN" in seen or b"PEND" in seen
+    assert b"running" in seen or b"pending" in seen
 
 
 # -- damaged run files: status shows less, never fails ----------------------------------------------------
@@ -591,6 +591,6 @@ def test_damaged_run_files_leave_status_showing_every_job(tmp_path, name, conten
         path.write_bytes(content if isinstance(content, bytes) else content.encode())
     plain = cli(["status", str(run_dir)], env, timeout=60)
     assert plain.returncode == 0 and "Traceback" not in plain.stderr, plain.stderr
-    assert re.search(r"^damaged\s+7\s+1/1\s+DONE\b", plain.stdout, re.M), plain.stdout
+    assert re.search(r"^damaged\s+7\s+1/1\s+done\b", plain.stdout, re.M), plain.stdout
     rows = json.loads(cli(["status", "--json", str(run_dir)], env, timeout=60).stdout)
-    assert [(r["job_id"], r["state"], r["link"]) for r in rows] == [("7", "DONE", 1)]
+    assert [(r["job_id"], r["state"], r["link"]) for r in rows] == [("7", "done", 1)]

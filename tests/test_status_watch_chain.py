@@ -56,4 +56,4 @@ def test_watch_goes_on_when_a_link_queued_the_next_one_between_two_reads(tmp_pat
              line.split()[1] == "8"]
     link8 += [line.split(": ", 1)[1].split(",")[0] for line in proc.stdout.splitlines()
               if line[8:].startswith(" job 8 (tsm-run): ")]
-    assert "RUN" in link8 and link8[-1] == "DONE", proc.stdout     # seen running, and to its end
+    assert "running" in link8 and link8[-1] == "done", proc.stdout     # seen running, and to its end

@@ -17,6 +17,7 @@ from typing import Dict, List
 import pytest
 
 from conftest_lsf import cli, gated, lsf_environment, recorded_state, wait_for
+from summit_jobs.schedulers import FINISHED
 
 #: The user's program: the first rank to start writes ``--steps`` train records (with times unless
 #: --no-time) as the docs prescribe, then every rank waits for a ``stop`` file in the run directory.
@@ -137,7 +138,7 @@ def wrote_step(job: Dict, step: int) -> bool:
 def stop(job: Dict) -> List[Dict]:
     (job["run_dir"] / "stop").write_text("")
     return wait_for(gated(lambda: recorded_in(job, "DONE", "EXIT"),
-                          lambda: [r for r in status_rows(job) if r["state"] in ("DONE", "EXIT")]),
+                          lambda: [r for r in status_rows(job) if r["state"] in FINISHED]),
                     timeout=120, what="the user's program to end")
 
 
@@ -146,7 +147,7 @@ def test_status_shows_the_step_of_a_running_user_command(tmp_path, timed):
     job = submit_program(tmp_path, *([] if timed else ["--no-time"]))
     try:
         rows = wait_for(gated(lambda: recorded_in(job, "RUN") and wrote_step(job, 30),
-                              lambda: [r for r in status_rows(job) if r["state"] == "RUN" and r["step"] == 30]),
+                              lambda: [r for r in status_rows(job) if r["state"] == "running" and r["step"] == 30]),
                         timeout=120, what="the program to write its 30 records")
         row = rows[0]
         assert row["total_steps"] == 100 and row["epochs"] is None and row["clips_per_s"] is None
@@ -162,7 +163,7 @@ def test_status_shows_the_step_of_a_running_user_command(tmp_path, timed):
         assert re.search(r"30/100\s+" + (r"\d+(\.\d+)?\s+\d+s\s" if timed else r"-\s+-\s"), line), line
     finally:
         done = stop(job)
-    assert done[0]["state"] == "DONE" and done[0]["step"] == 30 and done[0]["eta_s"] is None
+    assert done[0]["state"] == "done" and done[0]["step"] == 30 and done[0]["eta_s"] is None
     record = json.loads((job["run_dir"] / "run.json").read_text())
     assert record["job_name"] == "userprog" and (job["run_dir"] / f"userprog.{job['id']}.out").exists()
     assert json.loads((job["run_dir"] / "plan.json").read_text())["total_steps"] == 100
@@ -209,7 +210,7 @@ def test_status_of_a_user_runs_records(tmp_path, case):
     assert res.returncode == 0 and "Traceback" not in res.stderr, res.stderr
     rows = json.loads(res.stdout)
     last = max(r["step"] for r in CASES[case] if isinstance(r, dict) and type(r["step"]) is int and r["step"] >= 0)
-    assert [(r["job_id"], r["state"]) for r in rows] == [("7", "DONE"), ("8", "DONE")]
+    assert [(r["job_id"], r["state"]) for r in rows] == [("7", "done"), ("8", "done")]
     # The records go to the newest link that ran; the plan's epochs (the recipe's) are not the program's.
     assert rows[1]["step"] == last and rows[1]["total_steps"] == 50 and rows[1]["epochs"] is None
     assert rows[0]["step"] is None

@@ -7,10 +7,10 @@ node (one SSH connection per invocation) without repeating options.
 Status asks the run's scheduler for all jobs of a host at once (LSF: one
 batched ``-json`` call), then reads each job's ``exitcode.<id>`` file in the
 run directory: that file, not the scheduler's job list, says how a job ended. A
-job that has dropped out of that list without such a file is shown as UNKNOWN,
-never as done. A job killed by its owner (cancel, or
-bkill: LSF's EXIT with TERM_OWNER) is EXIT and marked CANCELLED even when the
-trainer checkpointed and exited 0 on the kill's TERM.
+job that has dropped out of that list without such a file is shown as unknown,
+never as done. A job killed by its owner (cancel, bkill: LSF's EXIT with
+TERM_OWNER, scancel: Slurm's CANCELLED) is cancelled even when the trainer
+checkpointed and exited 0 on the kill's TERM.
 
 Cancel kills only jobs that still belong to the run: LSF must report the run
 directory as the job's submission folder (or, where it gives none, the run's
@@ -52,7 +52,7 @@ def _seconds(ctx: click.Context, param: click.Parameter, value: float) -> float:
 @click.option("--watch", is_flag=True,
               help="Repeat until every job has ended: on a terminal the table is redrawn in place, elsewhere "
                    "a new set of lines is printed when a job's state or last event changes. Exit status 0 "
-                   "when all jobs are DONE, 1 otherwise, 130 on Ctrl-C.")
+                   "when all jobs are done, 1 otherwise, 130 on Ctrl-C.")
 @click.option("--interval", type=float, default=10.0, show_default=True, metavar="SECONDS", callback=_seconds,
               help="Seconds between checks with --watch (keep it polite on a shared login node).")
 @click.pass_obj
@@ -65,9 +65,12 @@ def status_cmd(state: State, target: Optional[str], as_json: bool, watch: bool, 
     last event (warning signal, checkpoint, resume, end) with its age. For
     your own program (submit --command): the step of its metrics.jsonl
     records, steps/s from records with a "time", and out of --total-steps.
-    States are LSF's (PEND, RUN, DONE, EXIT, ...). A finished job's exit code
-    comes from the exit-code file the job script writes in the run directory;
-    a job that LSF no longer lists and that left no such file is UNKNOWN.
+    States are the same words for every scheduler: pending, held, running,
+    suspended, done, failed (with its exit code), cancelled, timed out, node
+    failure, preempted, unknown; --json also gives the scheduler's own word
+    (native_state). A finished job's exit code comes from the exit-code file
+    the job script writes in the run directory; a job that the scheduler no
+    longer lists and that left no such file is unknown.
     """
     pairs = lifecycle.targets(state, target)
     hosts_ = lifecycle.Hosts(state)
@@ -79,7 +82,7 @@ def status_cmd(state: State, target: Optional[str], as_json: bool, watch: bool, 
         sys.exit(130)
     finally:
         hosts_.close()
-    if watch and not all(r["state"] == "DONE" for r in rows):
+    if watch and not all(r["state"] == lifecycle.DONE for r in rows):
         cancelled = [str(r["job_id"]) for r in rows if r.get("cancelled")]
         if cancelled:
             click.echo(f"summit-jobs: job(s) {', '.join(cancelled)} of this run were cancelled.", err=True)
@@ -127,9 +130,9 @@ def _rows(state: State, pairs, hosts_: lifecycle.Hosts, reader: lifecycle.RunRea
 
 
 def _ended(row: Dict[str, object]) -> bool:
-    """Whether --watch may stop for this job: a final state, but not a state word LSF printed and this
-    tool does not know (shown as UNKNOWN while LSF still lists the job, which may yet run and end)."""
-    return row["state"] in lifecycle.FINAL and not (row["state"] == "UNKNOWN" and row.get("native_state"))
+    """Whether --watch may stop for this job: a final state, but not unknown while the scheduler still lists
+    the job (a word it printed that this tool does not place: the job may yet run and end)."""
+    return row["state"] in lifecycle.FINAL and not (row["state"] == lifecycle.UNKNOWN and row.get("native_state"))
 
 
 class _StatusView:

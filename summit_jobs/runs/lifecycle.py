@@ -8,11 +8,13 @@ another's private helpers tied them into a cycle.
 Status asks the run's scheduler for all jobs of a host at once (LSF: one
 batched ``-json`` call), then reads each job's ``exitcode.<id>`` file in the
 run directory: that file, not the scheduler, says how a job ended. A job that
-has dropped out of the scheduler's list without such a file is UNKNOWN, never
+has dropped out of the scheduler's list without such a file is unknown, never
 done; a row says where its state came from in the scheduler's own word (its
-``status_command``). A job killed by its owner (cancel, or bkill: LSF's
-EXIT with TERM_OWNER) is EXIT and marked CANCELLED even when the trainer
-checkpointed and exited 0 on the kill's TERM.
+``status_command``). A row's ``state`` is one of the scheduler interface's words
+(summit_jobs.schedulers.STATES), the scheduler's own in ``native_state``. A job
+killed by its owner (cancel, or bkill: LSF's EXIT with TERM_OWNER, Slurm's
+CANCELLED) is cancelled even when the trainer checkpointed and exited 0 on the
+kill's TERM.
 
 ``state`` arguments are the CLI's state object (profile, machine, config, ssh_options).
 """
@@ -25,9 +27,12 @@ import time
 from typing import Callable, Dict, List, Optional, Tuple, TypeVar
 
 from summit_jobs.errors import UserError
+from summit_jobs.schedulers import CANCELLED as CANCELLED_STATE, DONE, FAILED, FINISHED, OPEN, UNKNOWN
 from trainer import rundir
 
-FINAL = ("DONE", "EXIT", "UNKNOWN")
+#: The states in which status has nothing more to wait for (an unknown job the scheduler still lists is not one:
+#: cli.lifecycle tells them apart by its native word).
+FINAL = FINISHED + (UNKNOWN,)
 RECENT_RUNS = 20
 CANCELLED = "CANCELLED"
 #: How often in a row status --watch and logs --follow open a new SSH connection after one dropped.
@@ -255,7 +260,7 @@ def _unasked(record: Optional[Dict], jid: str, scheduler, exc: UserError) -> Dic
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     return {"run": (record or {}).get("name", "-"), "job_id": jid, "host": host_key(record),
             "run_dir": (record or {}).get("run_dir"), "exit_code": None, "source": "none", "cancelled": False,
-            "lost": False, "restarts": 0, "native_state": None, "finish_time": None, "state": "UNKNOWN",
+            "lost": False, "restarts": 0, "native_state": None, "finish_time": None, "state": UNKNOWN,
             "reason": f"{scheduler.label} could not be asked about this run's jobs: {first}"}
 
 
@@ -311,18 +316,27 @@ def job_row(record: Optional[Dict], jid: str, where: str, st, code: Optional[int
             row.update(exit_code=st.exit_code, source=listed_by,
                        reason="; ".join(r for r in (st.reason, problem) if r))
         elif st.finished:
-            row["state"] = "DONE" if code == 0 else "EXIT"
+            row["state"] = ended_state(code, st.state)
         elif code is None:
             row["source"] = listed_by
     elif code is not None:
-        row.update(state="DONE" if code == 0 else "EXIT", reason=f"gone from {listed_by}; exit-code file says {code}")
+        row.update(state=ended_state(code), reason=f"gone from {listed_by}; exit-code file says {code}")
     else:
-        row["state"] = "UNKNOWN"
+        row["state"] = UNKNOWN
         row["reason"] = (f"gone from {listed_by}, and {problem}: how the job ended is unknown" if problem else
                          f"gone from {listed_by} and no exit-code file: the job did not finish normally (killed, "
                          "or never started)") + f"; check its output with `summit-jobs logs {jid}`"
         row["source"] = "none"
     return row
+
+
+def ended_state(code: Optional[int], said: str = FAILED) -> str:
+    """How a job ended by its exit-code file's ``code``: done for 0; otherwise the scheduler's word for the end
+    (``said``: timed_out, node_failure, preempted, cancelled tell more than the code), failed where it said done
+    or nothing more."""
+    if code == 0:
+        return DONE
+    return said if said in FINISHED and said != DONE else FAILED
 
 
 #: How much earlier than the run's record a job of the run may say it was submitted: the scheduler's clock is
@@ -427,19 +441,20 @@ def with_links(pairs, hosts_: Hosts):
 
 
 def mark_cancelled(row: Dict[str, object], st, record: Optional[Dict]) -> None:
-    """A job its owner killed is EXIT and CANCELLED, whatever exit code the trainer left.
+    """A job its owner killed is cancelled, whatever exit code the trainer left.
 
-    LSF reports a bkilled job as EXIT with TERM_OWNER even when the job's
+    LSF reports a bkilled job as EXIT with TERM_OWNER (Slurm: CANCELLED) even when the job's
     processes exited 0 (the trainer checkpoints on the kill's TERM and exits
-    cleanly), so the exit-code file must not turn it into DONE.
+    cleanly), so the exit-code file must not turn it into done.
     """
-    by_owner = st is not None and st.state == "EXIT" and str(st.reason).startswith("TERM_OWNER")
+    by_owner = st is not None and st.state == CANCELLED_STATE
     recorded = record is not None and row["job_id"] in [str(j) for j in record.get("cancelled") or []]
-    if not (by_owner or recorded) or row["state"] in ("PEND", "RUN"):
+    if not (by_owner or recorded) or row["state"] in OPEN:
         return
-    row["state"] = "EXIT"
+    row["state"] = CANCELLED_STATE
     row["cancelled"] = True
-    why = st.reason if by_owner else "killed with `summit-jobs cancel`"
+    why = (st.reason or f"the scheduler says {st.native_state or 'cancelled'}") if by_owner else \
+        "killed with `summit-jobs cancel`"
     row["reason"] = f"{CANCELLED}: {why}"
 
 

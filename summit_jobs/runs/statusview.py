@@ -34,6 +34,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from summit_jobs.schedulers import (DONE, FAILED, FINISHED, OPEN, PENDING, RUNNING as RUNNING_STATE, SUSPENDED,
+                                     UNKNOWN)
 from trainer import rundir
 
 #: Records the steps-per-second rate is measured over (the newest of the job's stretch).
@@ -41,13 +43,13 @@ RATE_WINDOW = 20
 #: A pause between two records longer than this many of their usual intervals (plus a minute) is a queue
 #: wait between two links: the rate is measured after it.
 PAUSE_FACTOR, PAUSE_SLACK_S = 3.0, 60.0
-#: LSF states of a job whose program runs (or is suspended while running).
-RUNNING = ("RUN", "USUSP", "SSUSP")
+#: States of a job whose program runs (or is suspended while running).
+RUNNING = (RUNNING_STATE, SUSPENDED)
 #: Columns of the table, in order; the optional ones are dropped first on a narrow terminal.
 COLUMNS = ("RUN", "JOB", "LINK", "STATE", "EPOCH", "STEP", "CLIPS/S", "ETA", "LAST EVENT")
 OPTIONAL = ("CLIPS/S", "EPOCH", "ETA")
 GAP = "  "
-COLOURS = {"RUN": "32", "DONE": "32", "PEND": "33", "EXIT": "31", "UNKNOWN": "35"}
+COLOURS = {RUNNING_STATE: "32", DONE: "32", PENDING: "33", UNKNOWN: "35", **{s: "31" for s in FINISHED if s != DONE}}
 _LSF_TIME = re.compile(r"^([A-Z][a-z]{2})\s+(\d{1,2})\s+(\d{1,2}):(\d{2})(?::(\d{2}))?")
 _MONTHS = {m: i for i, m in enumerate(calendar.month_abbr) if m}
 
@@ -149,7 +151,7 @@ def newest_started(rows: Sequence[Dict], chain_ids: Sequence[str]) -> Optional[s
     """The job id of the newest link that has started: a running one, else the newest that ended."""
     order = {jid: i for i, jid in enumerate(chain_ids)}
     ordered = sorted(rows, key=lambda r: order.get(str(r.get("job_id")), len(order)))
-    for states in (RUNNING, ("DONE", "EXIT", "UNKNOWN")):
+    for states in (RUNNING, FINISHED + (UNKNOWN,)):
         found = [r for r in ordered if r.get("state") in states]
         if found:
             return str(found[-1].get("job_id"))
@@ -323,7 +325,7 @@ def last_event(job: str, files: RunFiles, mine: Sequence[Dict], row: Dict) -> Op
     ckpt = _checkpoint_event(files.checkpoints, mine)
     if ckpt is not None and (newest is None or (is_time(ckpt["time"]) and ckpt["time"] > newest["time"])):
         newest = ckpt
-    ended = row.get("state") in ("DONE", "EXIT")
+    ended = row.get("state") in FINISHED
     if ended and (newest is None or newest.get("event") not in FINAL_EVENTS):
         # No event says how it ended (killed before its script could): the exit-code file's time, which the
         # scheduler's finish time (LSF's to the minute, Slurm's none at all) only stands in for.
@@ -383,7 +385,7 @@ def add_facts(rows: Sequence[Dict], files: RunFiles) -> None:
     by_job = stretches(files, newest_started(rows, ids))
     total, epochs = total_steps(files), epochs_of(files)
     launched = bool(train_launches(files.events)) or bool(link_starts(files.events))
-    last_open = any(r.get("state") in ("PEND", "RUN", "PSUSP", "USUSP", "SSUSP") for r in rows
+    last_open = any(r.get("state") in OPEN for r in rows
                     if ids and r.get("job_id") == ids[-1])
     more = bool(files.plan.get("until_complete")) and not files.complete and last_open
     for row in rows:
@@ -413,7 +415,7 @@ def add_facts(rows: Sequence[Dict], files: RunFiles) -> None:
 
 
 #: Job states in which a link is still the scheduler's to run (it may yet queue the next one).
-OPEN_STATES = ("PEND", "PROV", "RUN", "PSUSP", "USUSP", "SSUSP", "WAIT")
+OPEN_STATES = OPEN
 
 
 def chain_state(rows: Sequence[Dict], files: RunFiles) -> str:
@@ -462,7 +464,7 @@ def chain_stop_reason(job: str, files: RunFiles, row: Optional[Dict] = None) -> 
     native = str(row.get("native_state") or "")
     plain = native in ("", "DONE", "EXIT", "COMPLETED", "FAILED")     # words that say no more than the exit code
     said = " ".join(w for w in ("" if plain else native, str(row.get("reason") or "")) if w)
-    if said and row.get("state") in ("DONE", "EXIT") and said not in reason:
+    if said and row.get("state") in FINISHED and said not in reason:
         reason += f"; the scheduler says: {said}"
     return reason
 
@@ -470,7 +472,7 @@ def chain_stop_reason(job: str, files: RunFiles, row: Optional[Dict] = None) -> 
 def _eta(row: Dict, train: Sequence[Dict], total: Optional[int], complete: bool) -> Optional[float]:
     """The ETA of a job that is training (a finished, waiting or stopping one has none)."""
     ended = (row.get("last_event") or {}).get("event") in FINAL_EVENTS
-    if row.get("state") != "RUN" or complete or ended:
+    if row.get("state") != RUNNING_STATE or complete or ended:
         return None
     eta = eta_seconds(train, total)
     return None if eta is None else round(eta, 1)
@@ -531,19 +533,19 @@ def _of(value: Optional[int], total: Optional[int]) -> str:
 
 
 def state_text(row: Dict) -> str:
-    """LSF's state, with the exit code of a failed job (``EXIT 3``)."""
-    state = str(row.get("state"))
+    """The job's state in words (``timed out``), with the exit code of a failed job (``failed 3``)."""
+    state = str(row.get("state")).replace("_", " ")
     code = row.get("exit_code")
-    return f"{state} {code}" if state == "EXIT" and isinstance(code, int) and code != 0 else state
+    return f"{state} {code}" if row.get("state") == FAILED and isinstance(code, int) and code != 0 else state
 
 
 def event_cell(row: Dict, now: float) -> str:
     """The last event in words after its age (``12s ago: checkpoint at step 40``); a waiting job's reason."""
     ev = row.get("last_event")
-    if row.get("state") == "PEND" and not ev:
+    if row.get("state") == PENDING and not ev:
         return f"waiting: {row.get('reason')}" if row.get("reason") else "waiting"
     if not ev:
-        if row.get("state") != "RUN":
+        if row.get("state") != RUNNING_STATE:
             return "-"
         # a user's program writes metrics and no events: its step is in the STEP column
         return "running; no events recorded" if row.get("step") is not None else \
@@ -579,10 +581,10 @@ def cells(row: Dict, now: float, units: bool = False) -> Dict[str, str]:
 
 
 def notes(rows: Sequence[Dict]) -> List[str]:
-    """A line per job whose state has an explanation (a failure, a cancel, UNKNOWN): LSF's or this tool's
+    """A line per job whose state has an explanation (a failure, a cancel, unknown): the scheduler's or this tool's
     reason, which the table has no room for. A waiting job's reason is in its event column instead."""
     lines = [f"job {r.get('job_id')}: {r.get('reason')}" for r in rows
-             if r.get("reason") and r.get("state") != "PEND"]
+             if r.get("reason") and r.get("state") != PENDING]
     lines += [f"job {r.get('job_id')}: the scheduler started it again {r['restarts']} time"
               f"{'s' if r['restarts'] > 1 else ''} (a requeue after a node failure or a preemption)"
               for r in rows if (r.get("restarts") or 0) > 0]

@@ -4,9 +4,9 @@ The rest of the login side talks to a batch scheduler only through a :class:`Sch
 a machine profile, ``for_record`` of a run record): it submits the links of a chain, asks for the state of
 jobs, asks whom jobs belong to, cancels them, and names the output files a job script writes. What it gives
 back is scheduler-neutral: job ids as opaque strings (each scheduler checks its own: ``job_id``), :class:`JobStatus` records whose ``state`` is one of
-``STATES``, and cancel outcomes (``terminating``, ``finished``, ``not found``). IBM LSF is the first
-implementation (``lsf/``); its state words are the interface's, so another scheduler (Slurm, ``slurm/``) maps
-its own onto them.
+``STATES`` (the interface's own words: pending, running, done, failed, cancelled, timed_out, ...; each
+scheduler maps its words onto them and keeps its own in ``native_state``), :class:`Owner` records, and cancel
+outcomes (``terminating``, ``finished``, ``not found``). IBM LSF (``lsf/``) and Slurm (``slurm/``) implement it.
 Errors a user can act on are ``UserError`` with the scheduler's own output in the message.
 
 The planner asks the scheduler too: which launchers start ranks (the profile's ``launcher.kind`` is one of
@@ -71,19 +71,38 @@ def id_order(job_id: str) -> Tuple[int, int, str]:
     return (0, int(text), "") if text.isascii() and text.isdecimal() else (1, 0, text)
 
 
-#: The job states of the interface (LSF's words: IBM LSF 10.1, "About job states"): pending, provisioning,
-#: running, finished normally, exited, suspended (by the user, the system or a host), unknown, waiting, zombie.
-STATES = ("PEND", "PROV", "RUN", "DONE", "EXIT", "PSUSP", "USUSP", "SSUSP", "UNKWN", "WAIT", "ZOMBI")
-#: A state word no implementation could place.
-UNKNOWN = "UNKNOWN"
+#: The job states of the interface, the same words for every scheduler; each scheduler maps its own words onto
+#: them (its state map) and keeps its word in ``JobStatus.native_state``. A job that is waiting to start...
+PENDING = "pending"
+#: ... waiting and held by its owner or an operator (LSF's PSUSP, Slurm's JobHeldUser) ...
+HELD = "held"
+RUNNING = "running"
+#: ... started and stopped for a while (LSF's USUSP/SSUSP, Slurm's SUSPENDED and STOPPED) ...
+SUSPENDED = "suspended"
+#: ... and the ways a job ends: its script exited 0; it exited non-zero or the scheduler could not start it; its
+#: owner or an operator killed it; its run limit (or deadline) ended it; a node it ran on failed; a job of
+#: higher priority took its nodes (and the scheduler did not requeue it).
+DONE = "done"
+FAILED = "failed"
+CANCELLED = "cancelled"
+TIMED_OUT = "timed_out"
+NODE_FAILURE = "node_failure"
+PREEMPTED = "preempted"
+#: A state no implementation could place (an unknown word, kept in ``native_state``; a job it could not ask
+#: about): never taken for an end while the scheduler still lists the job.
+UNKNOWN = "unknown"
+#: The states of a job that is still the scheduler's to run.
+OPEN = (PENDING, HELD, RUNNING, SUSPENDED)
 #: The states of a job that has ended.
-FINISHED = ("DONE", "EXIT")
+FINISHED = (DONE, FAILED, CANCELLED, TIMED_OUT, NODE_FAILURE, PREEMPTED)
+STATES = OPEN + FINISHED + (UNKNOWN,)
 
 
 @dataclass(frozen=True)
 class JobStatus:
     """One job as the scheduler reports it."""
     job_id: str
+    #: One of ``STATES``.
     state: str
     queue: str = ""
     name: str = ""
@@ -98,7 +117,7 @@ class JobStatus:
     work_dir: str = ""
     #: How often the scheduler started the job again after a failure or a preemption (Slurm's restart count).
     restarts: int = 0
-    #: The state word the scheduler printed, kept when ``state`` is UNKNOWN because the word is not a known one.
+    #: The state word the scheduler printed (LSF's ``RUN``, Slurm's ``RUNNING``): what its own commands show.
     native_state: str = ""
 
     @property

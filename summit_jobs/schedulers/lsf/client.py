@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from summit_jobs.errors import UserError
-# The job record and the state words are the scheduler interface's: LSF's words are its words.
+from summit_jobs import schedulers
 from summit_jobs.schedulers import FINISHED, STATES, UNKNOWN, JobStatus  # noqa: F401
 
 BSUB_RE = re.compile(r"Job <(\d+)> is submitted to (?:default )?queue <([^>]+)>")
@@ -155,10 +155,35 @@ def _sort_records(text: str, asked: Sequence[str]) -> _Records:
     return out
 
 
+#: LSF's job states (IBM LSF 10.1, "About job states") as the interface's: pending (PEND; PROV while its hosts
+#: are provisioned; WAIT, a chunk job's member waiting), held (PSUSP: suspended while pending), running (RUN),
+#: suspended (USUSP by its owner, SSUSP by the system), done (DONE), an end that EXIT's reason places, or unknown
+#: (UNKWN: its host cannot be reached; ZOMBI: killed while its host could not be reached, not yet confirmed).
+STATE_MAP: Dict[str, str] = {
+    "PEND": schedulers.PENDING, "PROV": schedulers.PENDING, "WAIT": schedulers.PENDING,
+    "PSUSP": schedulers.HELD, "RUN": schedulers.RUNNING,
+    "USUSP": schedulers.SUSPENDED, "SSUSP": schedulers.SUSPENDED,
+    "DONE": schedulers.DONE, "EXIT": schedulers.FAILED,
+    "UNKWN": UNKNOWN, "ZOMBI": UNKNOWN,
+}
+#: How an EXIT ended, by the exit reason's TERM_ word (IBM LSF 10.1, "Termination reasons"); any other is failed.
+EXIT_REASONS: Dict[str, str] = {
+    "TERM_OWNER": schedulers.CANCELLED, "TERM_ADMIN": schedulers.CANCELLED,
+    "TERM_FORCE_OWNER": schedulers.CANCELLED, "TERM_FORCE_ADMIN": schedulers.CANCELLED,
+    "TERM_RUNLIMIT": schedulers.TIMED_OUT, "TERM_DEADLINE": schedulers.TIMED_OUT,
+    "TERM_PREEMPT": schedulers.PREEMPTED,
+}
+assert set(STATE_MAP.values()) | set(EXIT_REASONS.values()) <= set(STATES)
+
+
 def _state(raw: str, reason: str) -> Tuple[str, str]:
-    """(state, reason): LSF's word when IBM documents it; otherwise UNKNOWN, the word kept in the reason."""
-    if raw in STATES:
-        return raw, reason
+    """(state, reason): the interface's state for LSF's word (an EXIT by its reason's TERM_ word); UNKNOWN for a
+    word IBM does not document, the word kept in the reason."""
+    if raw == "EXIT":
+        term = reason.split(":", 1)[0].split()[0] if reason.strip() else ""
+        return EXIT_REASONS.get(term, schedulers.FAILED), reason
+    if raw in STATE_MAP:
+        return STATE_MAP[raw], reason
     note = f"LSF reports state {raw!r}, which this tool does not know" if raw else "bjobs gave no state"
     return UNKNOWN, note + (f"; {reason}" if reason else "")
 
@@ -168,7 +193,7 @@ def _status(jid: str, rec: Dict[str, object]) -> JobStatus:
     reason = str((rec.get("PEND_REASON") if raw == "PEND" else rec.get("EXIT_REASON")) or "").strip()
     state, reason = _state(raw, reason)
     exit_code = _exit_code(str(rec.get("EXIT_CODE", "")))
-    if state == "DONE" and exit_code is None:
+    if state == schedulers.DONE and exit_code is None:
         exit_code = 0
     return JobStatus(
         job_id=jid, state=state, queue=str(rec.get("QUEUE", "")), name=str(rec.get("JOB_NAME", "")),
@@ -182,7 +207,7 @@ def parse_bjobs_json(text: str, asked: Sequence[str] = ()) -> Tuple[Dict[str, Jo
 
     ``asked``: the ids bjobs was asked about, so that an error naming no job
     marks the asked jobs it left without a record UNKNOWN instead of losing
-    every other record. A state LSF documents is kept as LSF's word; any
+    every other record. A state LSF documents is mapped (STATE_MAP); any
     other is UNKNOWN with the word in ``native_state`` and the reason.
     """
     recs = _sort_records(text, asked)

@@ -28,34 +28,36 @@ from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional, Sequence
 
 from summit_jobs.errors import UserError
+from summit_jobs import schedulers
 from summit_jobs.schedulers import FINISHED, STATES, UNKNOWN, JobStatus, Owner
 
 #: Slurm's job states (squeue(1) and sacct(1) "JOB STATE CODES", https://slurm.schedmd.com/squeue.html and
-#: https://slurm.schedmd.com/job_state_codes.html) onto the interface's (IBM LSF 10.1 "About job states",
-#: https://www.ibm.com/docs/en/spectrum-lsf/10.1.0?topic=execution-about-job-states):
+#: https://slurm.schedmd.com/job_state_codes.html) onto the interface's (summit_jobs.schedulers.STATES):
 #:
-#: - waiting for resources, or put back in the queue to wait again (REQUEUED and the federation's REQUEUE_FED):
-#:   PEND; nodes allocated but booting (CONFIGURING, the REST flag POWER_UP_NODE): PROV, LSF's host waking up.
+#: - waiting for resources, or put back in the queue to wait again (REQUEUED and the federation's REQUEUE_FED),
+#:   or its nodes allocated but booting (CONFIGURING, the REST flag POWER_UP_NODE): pending.
 #: - held while pending (REQUEUE_HOLD, SPECIAL_EXIT "requeued in a special state", RESV_DEL_HOLD; a PENDING job
-#:   whose reason is JobHeldUser or JobHeldAdmin): PSUSP, LSF's "suspended while pending".
-#: - holding its allocation and not over: RUN. That includes COMPLETING (some processes may still be active),
-#:   SIGNALING, RESIZING and STAGE_OUT (its burst buffer is written back): the job has not ended until they pass.
-#: - STOPPED (SIGSTOP, e.g. ``scancel -s STOP`` by its owner; CPUs kept): USUSP; SUSPENDED (scontrol suspend by
-#:   an operator, or gang scheduling and preemption): SSUSP, LSF's "suspended by the system".
-#: - COMPLETED (exit 0 on all nodes): DONE; every other end (FAILED, CANCELLED, TIMEOUT, NODE_FAIL, PREEMPTED,
-#:   OUT_OF_MEMORY, BOOT_FAIL, DEADLINE): EXIT.
-#: - REVOKED (a federation's sibling removed because another cluster started the job): UNKWN; this cluster
+#:   whose reason is JobHeldUser or JobHeldAdmin): held.
+#: - holding its allocation and not over: running. That includes COMPLETING (some processes may still be
+#:   active), SIGNALING, RESIZING and STAGE_OUT (its burst buffer is written back): the job has not ended.
+#: - STOPPED (SIGSTOP, e.g. ``scancel -s STOP`` by its owner; CPUs kept) and SUSPENDED (scontrol suspend by an
+#:   operator, or gang scheduling and preemption): suspended.
+#: - COMPLETED (exit 0 on all nodes): done; FAILED, OUT_OF_MEMORY and BOOT_FAIL: failed; CANCELLED: cancelled;
+#:   TIMEOUT and DEADLINE: timed_out; NODE_FAIL: node_failure; PREEMPTED: preempted.
+#: - REVOKED (a federation's sibling removed because another cluster started the job): unknown; this cluster
 #:   cannot say how the job that runs elsewhere fares.
 STATE_MAP: Dict[str, str] = {
-    "PENDING": "PEND", "REQUEUED": "PEND", "REQUEUE_FED": "PEND",
-    "CONFIGURING": "PROV", "POWER_UP_NODE": "PROV",
-    "REQUEUE_HOLD": "PSUSP", "SPECIAL_EXIT": "PSUSP", "RESV_DEL_HOLD": "PSUSP",
-    "RUNNING": "RUN", "COMPLETING": "RUN", "SIGNALING": "RUN", "RESIZING": "RUN", "STAGE_OUT": "RUN",
-    "STOPPED": "USUSP", "SUSPENDED": "SSUSP",
-    "COMPLETED": "DONE",
-    "FAILED": "EXIT", "CANCELLED": "EXIT", "TIMEOUT": "EXIT", "NODE_FAIL": "EXIT", "PREEMPTED": "EXIT",
-    "OUT_OF_MEMORY": "EXIT", "BOOT_FAIL": "EXIT", "DEADLINE": "EXIT",
-    "REVOKED": "UNKWN",
+    "PENDING": schedulers.PENDING, "REQUEUED": schedulers.PENDING, "REQUEUE_FED": schedulers.PENDING,
+    "CONFIGURING": schedulers.PENDING, "POWER_UP_NODE": schedulers.PENDING,
+    "REQUEUE_HOLD": schedulers.HELD, "SPECIAL_EXIT": schedulers.HELD, "RESV_DEL_HOLD": schedulers.HELD,
+    "RUNNING": schedulers.RUNNING, "COMPLETING": schedulers.RUNNING, "SIGNALING": schedulers.RUNNING,
+    "RESIZING": schedulers.RUNNING, "STAGE_OUT": schedulers.RUNNING,
+    "STOPPED": schedulers.SUSPENDED, "SUSPENDED": schedulers.SUSPENDED,
+    "COMPLETED": schedulers.DONE,
+    "FAILED": schedulers.FAILED, "OUT_OF_MEMORY": schedulers.FAILED, "BOOT_FAIL": schedulers.FAILED,
+    "CANCELLED": schedulers.CANCELLED, "TIMEOUT": schedulers.TIMED_OUT, "DEADLINE": schedulers.TIMED_OUT,
+    "NODE_FAIL": schedulers.NODE_FAILURE, "PREEMPTED": schedulers.PREEMPTED,
+    "REVOKED": UNKNOWN,
 }
 assert set(STATE_MAP.values()) <= set(STATES)
 #: The flags squeue and sacct show instead of the base state (job_state_codes.html: "If a recognized flag is
@@ -132,9 +134,10 @@ def state_word(raw) -> str:
 
 
 def interface_state(word: str, reason: str = "") -> str:
-    """The interface's word for Slurm's (STATE_MAP); a held pending job is PSUSP; an unknown word UNKNOWN."""
+    """The interface's word for Slurm's (STATE_MAP); a pending job its owner or an operator holds is held; an
+    unknown word UNKNOWN."""
     if word == "PENDING" and reason in HELD_REASONS:
-        return "PSUSP"
+        return schedulers.HELD
     return STATE_MAP.get(word, UNKNOWN)
 
 
@@ -200,11 +203,11 @@ def status(job: SlurmJob) -> JobStatus:
         reason = note + (f"; {reason}" if reason else "")
     ended = state in FINISHED
     exit_code = job.exit_code if ended else None
-    if state == "DONE" and exit_code is None:
+    if state == schedulers.DONE and exit_code is None:
         exit_code = 0
     return JobStatus(job_id=job.job_id, state=state, queue=job.partition, name=job.name, exit_code=exit_code,
                      reason=reason, submit_time=job.submit,
-                     start_time=job.start if state not in ("PEND", "PSUSP") else "",
+                     start_time=job.start if state not in (schedulers.PENDING, schedulers.HELD) else "",
                      finish_time=job.end if ended else "", exec_host=job.nodes, work_dir=job.work_dir,
                      restarts=job.restarts, native_state=job.state)
 
