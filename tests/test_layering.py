@@ -207,15 +207,9 @@ LOGIN_ROOMS = ("summit_jobs.cli", "summit_jobs.runs", "summit_jobs.planning", "s
 ROOM_OF = {"summit_jobs.schedulers.lsf.cli": "summit_jobs.cli", "summit_jobs.demo": "summit_jobs.cli",
            "summit_jobs.__main__": "summit_jobs.cli"}
 #: Imports that still climb, each with why it is not undone yet. A new one fails the test.
-CLIMBS_LEFT = {
-    # The profile checks its scheduler section and takes its launcher default while it loads, so that a bad
-    # key is reported with its file and line; the checks are the scheduler packages' own functions.
-    ("summit_jobs.profiles.machines", "summit_jobs.schedulers"),
-}
+CLIMBS_LEFT: set = set()
 #: Circles of imports (each closed by an import inside a function), with why. A new one fails the test.
 CIRCLES_LEFT = {
-    # the profile's scheduler section checks (above) and the request modules reading the profile's types
-    ("summit_jobs.profiles.machines", "summit_jobs.schedulers.lsf.request", "summit_jobs.schedulers.slurm.request"),
     # virtual node names: state asks vnode_ns (network namespaces) for them, vnode_ns writes into state's home
     ("summit_jobs.schedulers.lsf.embedded.state", "summit_jobs.schedulers.lsf.embedded.vnode_ns"),
     # the torch-free `convert` front and the torch side that re-exports its names

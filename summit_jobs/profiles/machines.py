@@ -4,7 +4,11 @@ Nothing in the code is specific to Summit: every limit the planner checks and
 every line the templates print about a machine comes from a profile. A site is
 added by dropping a YAML file into ``~/.config/summit-jobs/machines/`` (or any
 folder named by ``SUMMIT_JOBS_MACHINES_PATH``); it is validated against the
-dataclasses below, which name the bad key on error.
+dataclasses below, which name the bad key on error. The dataclasses are the
+file's shape, the scheduler section's too; what that section's values may be,
+and which launchers there are, are its scheduler's rules, which the loader
+asks for through summit_jobs.profiles.sections (the schedulers are the room
+above this one).
 """
 from __future__ import annotations
 
@@ -13,10 +17,10 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Literal, Optional, Tuple
+from typing import Dict, Iterable, List, Literal, Optional, Tuple
 
 from summit_jobs import resources
-from summit_jobs.profiles import usercache
+from summit_jobs.profiles import sections, usercache
 from summit_jobs.profiles.choices import REQUESTS  # noqa: F401 - part of this module's interface
 from summit_jobs.errors import UserError
 from summit_jobs.profiles.schema import build, deep_merge, number
@@ -27,17 +31,27 @@ from summit_jobs.profiles.schema import build, deep_merge, number
 SHELL_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 TOKEN_RE = re.compile(r"[A-Za-z0-9_.,:=+/@%-]+")
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
-MEMORY_FORM_RE = re.compile(r"-M|rusage")
-#: A container image reference (registry/name:tag@digest).
-CONTAINER_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@-]{0,255}")
-#: One extra #BSUB line: an option and its value words, each a validated token; brackets for -R strings.
-DIRECTIVE_RE = re.compile(r"-[A-Za-z][A-Za-z_]*(?: [A-Za-z0-9_.,:=+/@%\[\]>()!<&|-]+)*")
 #: A path that may name variables the compute node's shell or the trainer expands ($USER, ${SCRATCH}).
 VAR_PATH_RE = re.compile(r"(?:[A-Za-z0-9_.,:=+/@%-]|\$[A-Za-z_][A-Za-z0-9_]*|\$\{[A-Za-z_][A-Za-z0-9_]*\})+")
+#: What each shape above is, in the words of a refusal ("... so it must be WORDS").
+SHAPES = {SHELL_NAME_RE: "a shell variable name (letters, digits, '_'; not starting with a digit)",
+          TOKEN_RE: "one word of letters, digits and . , : = + / @ % _ - (no spaces, quotes, $ or ;)",
+          NAME_RE: "a name of letters, digits, '.', '_' and '-' (starting with a letter or digit)",
+          VAR_PATH_RE: "a path of letters, digits and . _ - / with $NAME or ${NAME} references only"}
 
 
 def _line_safe(value: str) -> bool:
     return not any(ch in value for ch in "\n\r\0")
+
+
+def check_shapes(checks: Iterable[Tuple[str, str, "re.Pattern[str]", str]]) -> None:
+    """Raise ValueError for the first ``(key, value, pattern, words)`` whose value is not of its pattern's
+    shape (``words`` say the shape): one sentence for every value a job script prints, whichever room's
+    rule it is (a scheduler checks its own section's values with it)."""
+    for key, value, pattern, words in checks:
+        if not pattern.fullmatch(value):
+            raise ValueError(f"{key} = {value!r} is not allowed: it is printed into job scripts, so it must be "
+                             f"{words}")
 
 
 def check_script_values(profile: "Profile") -> None:
@@ -48,7 +62,8 @@ def check_script_values(profile: "Profile") -> None:
     ``$`` are variable references. Everything else that is printed is quoted by
     the renderer but may not hold a line break. ``environment.setup`` lines
     are shell by design (conda activation, site scripts) and are the one
-    exception: they come from the profile the user chose to load.
+    exception: they come from the profile the user chose to load. The values
+    of the scheduler section are its scheduler's to check (sections.py).
     """
     env = profile.environment
     checks = [("name", profile.name, NAME_RE)]
@@ -56,24 +71,9 @@ def check_script_values(profile: "Profile") -> None:
     checks += [(f"environment.modules[{i}]", m, TOKEN_RE) for i, m in enumerate(env.modules)]
     checks += [(f"alloc_flags[{i}]", f, TOKEN_RE) for i, f in enumerate(profile.alloc_flags)]
     checks += [(f"queues key {q!r}", q, NAME_RE) for q in profile.queues]
-    checks += [(f"scheduler.launch_node_prefixes[{i}]", p, TOKEN_RE)
-               for i, p in enumerate(profile.scheduler.launch_node_prefixes)]
     if profile.node.nvme_path:
         checks.append(("node.nvme_path", profile.node.nvme_path, VAR_PATH_RE))
-    sched = profile.scheduler
-    checks += [(f"scheduler.gpu.{k}", v, TOKEN_RE) for k, v in (("gmodel", sched.gpu.gmodel),
-                                                                 ("gmem", sched.gpu.gmem)) if v]
-    checks += [(f"scheduler.memory.forms[{i}]", f, MEMORY_FORM_RE) for i, f in enumerate(sched.memory.forms)]
-    if sched.app:
-        checks.append(("scheduler.app", sched.app, NAME_RE))
-    if sched.container:
-        checks.append(("scheduler.container", sched.container, CONTAINER_RE))
-    for i, line in enumerate(sched.extra_directives):
-        checks.append((f"scheduler.extra_directives[{i}]", line, DIRECTIVE_RE))
-    for key, value, pattern in checks:
-        if not pattern.fullmatch(value):
-            raise ValueError(f"{key} = {value!r} is not allowed: it is printed into job scripts, so it must be "
-                             f"{_shape(pattern)}")
+    check_shapes((key, value, pattern, SHAPES[pattern]) for key, value, pattern in checks)
     lines = [("environment.python", env.python), ("launcher.smpiargs", profile.launcher.smpiargs),
              ("runs_dir", profile.runs_dir or "")]
     lines += [(f"environment.variables.{k}", v) for k, v in env.variables.items()]
@@ -86,8 +86,8 @@ def check_script_values(profile: "Profile") -> None:
 def _check_limits(profile: "Profile") -> None:
     """Raise ValueError naming the key whose value each number's range alone cannot catch: bins whose node
     counts are upside down, queue limits that are not walltimes or name no bin, a warm-up longer than the run,
-    folders that are not absolute (the NVMe's among them), a backbone the trainer does not build, a #BSUB line the plan writes itself,
-    a fusion buffer that is no size."""
+    folders that are not absolute (the NVMe's among them), a backbone the trainer does not build, a scheduler
+    section its scheduler refuses (sections.py), a fusion buffer that is no size."""
     from trainer import config as trainer_config   # torch-free: the trainer's choice lists
     for i, b in enumerate(profile.walltime_bins):
         parse_hhmm(b.max_walltime, f"walltime_bins[{i}].max_walltime")
@@ -122,13 +122,7 @@ def _check_limits(profile: "Profile") -> None:
     if not profile.environment.python.strip():
         raise ValueError("environment.python is empty; give the compute nodes' interpreter (python3, a path, "
                          "or auto)")
-    _check_scheduler_kind(profile)
-    from summit_jobs.schedulers.lsf.request import owned   # here: summit_jobs.schedulers.lsf.request imports this module
-    for i, line in enumerate(profile.scheduler.extra_directives):
-        flag, _, value = " ".join(line.split()).partition(" ")
-        why = owned(flag, value)
-        if why:
-            raise ValueError(f"scheduler.extra_directives[{i}] = {line!r}: {why}; remove the line")
+    sections.rules(profile.scheduler.kind).check_profile(profile)
     fusion = profile.environment.variables.get("HOROVOD_FUSION_THRESHOLD")
     if fusion is not None and not re.fullmatch(r"[0-9]+", fusion):
         raise ValueError(f"environment.variables.HOROVOD_FUSION_THRESHOLD = {fusion!r} must be a byte count "
@@ -141,40 +135,10 @@ LSF_ONLY_KEYS = ("embedded", "csm", "launch_node_prefixes", "virtual_nodes", "re
                  "memory", "app", "container", "extra_directives")
 
 
-def _check_scheduler_kind(profile: "Profile") -> None:
-    """Raise ValueError naming a key that belongs to the other scheduler: a Slurm profile with LSF's
-    ``-gpu`` settings (or an LSF one with a slurm section) would be planned with values nothing reads."""
-    sched = profile.scheduler
-    if sched.kind == "lsf":
-        if sched.account_flag == "--account":
-            raise ValueError("scheduler.account_flag '--account' is Slurm's; an LSF profile charges with -P "
-                             "(project) or -G (group, bank), or set scheduler.kind: slurm")
-        if sched.slurm != Slurm():
-            raise ValueError("scheduler.slurm is read only when scheduler.kind is slurm; set kind: slurm, or "
-                             "remove the slurm section")
-        return
-    unset = Scheduler(submit_mode=sched.submit_mode, account_flag=sched.account_flag)
-    lsf_only = [(f"scheduler.{key}", getattr(unset, key) != getattr(sched, key)) for key in LSF_ONLY_KEYS]
-    lsf_only += [("alloc_flags", bool(profile.alloc_flags)), ("launcher.smpiargs", bool(profile.launcher.smpiargs)),
-                 ("launcher.layout", profile.launcher.layout != Launcher().layout)]
-    for key, is_set in lsf_only:
-        if is_set:
-            raise ValueError(f"{key} is LSF's, and this profile's scheduler.kind is slurm: remove it (a Slurm "
-                             "site's own settings go under scheduler.slurm)")
-    if sched.account_flag != "--account":
-        raise ValueError(f"scheduler.account_flag {sched.account_flag!r} is LSF's; a Slurm profile charges jobs "
-                         "with --account")
-    if sched.submit_mode != "file":
-        raise ValueError("scheduler.submit_mode must be 'file' on Slurm: sbatch is given the script's file")
-    from summit_jobs.schedulers.slurm import request   # here: the schedulers build on the profiles
-    request.check_profile(profile)
-
-
 def _launcher_of_scheduler(profile: "Profile") -> "Launcher":
     """The profile's launcher with its kind checked against its scheduler's launchers, or that scheduler's
-    default where the file names none: which launchers exist is the scheduler's to say."""
-    from summit_jobs import schedulers    # here: the schedulers build on the profiles, not the other way round
-    scheduler = schedulers.for_profile(profile)
+    default where the file names none: which launchers exist is the scheduler's to say (sections.py)."""
+    scheduler = sections.rules(profile.scheduler.kind)
     kind = profile.launcher.kind
     if kind is None:
         return dataclasses.replace(profile.launcher, kind=scheduler.default_launcher)
@@ -182,17 +146,6 @@ def _launcher_of_scheduler(profile: "Profile") -> "Launcher":
         raise ValueError(f"'launcher.kind' must be one of {' | '.join(repr(k) for k in scheduler.launchers)}, "
                          f"got {kind!r}.")
     return profile.launcher
-
-
-def _shape(pattern: "re.Pattern[str]") -> str:
-    return {SHELL_NAME_RE: "a shell variable name (letters, digits, '_'; not starting with a digit)",
-            TOKEN_RE: "one word of letters, digits and . , : = + / @ % _ - (no spaces, quotes, $ or ;)",
-            MEMORY_FORM_RE: "'-M' or 'rusage'",
-            CONTAINER_RE: "an image reference of letters, digits and . _ / : @ -",
-            DIRECTIVE_RE: "'-OPTION value ...': an option then words of letters, digits and . , : = + / @ % _ - [ ] "
-                          "> < ( ) ! & | (no quotes, $ or ;)",
-            NAME_RE: "a name of letters, digits, '.', '_' and '-' (starting with a letter or digit)",
-            VAR_PATH_RE: "a path of letters, digits and . _ - / with $NAME or ${NAME} references only"}[pattern]
 
 
 def parse_hhmm(text: str, what: str) -> int:

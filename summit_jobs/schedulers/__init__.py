@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Callable, Dict, List, Mapping, NamedTuple, Opt
     TypeVar
 
 from summit_jobs.errors import UserError
+from summit_jobs.profiles import sections
 
 if TYPE_CHECKING:                       # the report's line type; imported only where checks are built
     from summit_jobs.hosts.doctor import Check
@@ -249,6 +250,11 @@ class Scheduler(Protocol):
     def submit_words(self, submit_mode: str) -> str:
         """How a script of a profile with ``scheduler.submit_mode`` is handed over, as a user would type it."""
 
+    def check_profile(self, profile) -> None:
+        """Raise ValueError naming the key of a profile of this scheduler that it cannot plan with (its own
+        section's values, another scheduler's keys): the profile loader asks while it loads the file
+        (summit_jobs.profiles.sections), so the refusal names the file."""
+
     def request(self, profile, opts, nodes: int) -> Request:
         """How a job of ``nodes`` nodes asks for them and which launcher starts its ranks, from the profile and
         the planner's JobOptions (``request``, ``launcher``, ``mem``, ``app``, ``container``,
@@ -342,6 +348,10 @@ def for_profile(profile) -> Scheduler:
 def for_record(record: Optional[Mapping]) -> Scheduler:
     """The scheduler that ran a run (its run record says; records written before it did are LSF runs)."""
     return by_name(str((record or {}).get("scheduler") or "lsf"))
+
+
+#: The profile loader (a room below) checks a profile's scheduler section and launcher with these rules.
+sections.install(by_name)
 
 
 def known() -> List[Scheduler]:

@@ -20,10 +20,16 @@ import re
 from typing import List, Optional, Sequence, Tuple
 
 from summit_jobs.errors import UserError
-from summit_jobs.profiles.machines import DIRECTIVE_RE, MAX_MEMORY_KB, REQUESTS, Profile
+from summit_jobs.profiles.machines import MAX_MEMORY_KB, NAME_RE, REQUESTS, Profile
 from summit_jobs.schedulers import Request
 from summit_jobs.schedulers.lsf.launch import LAUNCHERS
 
+#: One extra #BSUB line: an option and its value words, each a validated token; brackets for -R strings.
+DIRECTIVE_RE = re.compile(r"-[A-Za-z][A-Za-z_]*(?: [A-Za-z0-9_.,:=+/@%\[\]>()!<&|-]+)*")
+#: A container image reference (registry/name:tag@digest).
+CONTAINER_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@-]{0,255}")
+#: The forms of a memory request a site may want: ``-M`` (a limit) and ``rusage`` (a reservation in -R).
+MEMORY_FORM_RE = re.compile(r"-M|rusage")
 #: A memory size as users write it: 64GB, 64000MB, 64G, 500M, 1.5T (powers of 1,024, as LSF counts).
 MEM_RE = re.compile(r"(?i)([0-9]+(?:\.[0-9]+)?)\s*([KMGT])B?")
 UNIT_KB = {"K": 1, "M": 1024, "G": 1024 ** 2, "T": 1024 ** 3}
@@ -177,7 +183,6 @@ def user_directives(lines: Sequence[str], where: str) -> List[Tuple[str, str]]:
 def build(profile: Profile, kind: str, launcher: str, nodes: int, ranks_per_node: int, mem: Optional[str],
           app: Optional[str], container: Optional[str], bsub_options: Sequence[str]) -> Request:
     """The request of a job of ``nodes`` nodes (ranks_per_node ranks each), every directive checked."""
-    from summit_jobs.profiles.machines import CONTAINER_RE, NAME_RE
     if kind == "nnodes":
         sph, shape = profile.node.cores, [("-nnodes", str(nodes))]
     else:

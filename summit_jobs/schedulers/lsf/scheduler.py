@@ -9,11 +9,12 @@ the parsers (tests/test_cli_startup_imports.py).
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from summit_jobs.errors import UserError
 from summit_jobs import schedulers
-from summit_jobs.schedulers import JobStatus, Limit, Owner, Request, Submitted, SubmitRefused
+from summit_jobs.schedulers import JobStatus, Limit, Owner, Request
+from summit_jobs.schedulers.base import CommandScheduler
 from summit_jobs.schedulers.lsf import launch
 
 if TYPE_CHECKING:
@@ -36,8 +37,9 @@ OPTION_HELP = {
 }
 
 
-class LsfScheduler:
-    """IBM LSF 10.1 (Summit's CSM form and the slot form of every other LSF cluster), and the embedded LSF."""
+class LsfScheduler(CommandScheduler):
+    """IBM LSF 10.1 (Summit's CSM form and the slot form of every other LSF cluster), and the embedded LSF:
+    submit runs bsub (CommandScheduler.submit), with the command line and answer reading given here."""
 
     name = "lsf"
     label = "LSF"
@@ -57,6 +59,12 @@ class LsfScheduler:
     def submit_words(self, submit_mode: str) -> str:
         """``bsub script`` (Summit's ``file`` mode) or ``bsub < script`` (``stdin``, most LSF sites)."""
         return "bsub script" if submit_mode == "file" else "bsub < script"
+
+    def check_profile(self, profile) -> None:
+        """Refuses Slurm's account flag and section, #BSUB lines that contradict the plan and values no #BSUB line
+        can hold (profile.py)."""
+        from summit_jobs.schedulers.lsf import profile as section
+        section.check_profile(profile)
 
     def request(self, profile, opts, nodes: int) -> Request:
         """``-nnodes N`` with jsrun (CSM), or IBM's slot form with blaunch, mpirun or torchrun (request.py)."""
@@ -103,16 +111,24 @@ class LsfScheduler:
             return 60.0
         return value if 0 < value < float("inf") else 60.0
 
-    def submit(self, host, script_name: str, *, cwd: str, script: str, submit_mode: str,
-               depends_on: Optional[str] = None) -> Submitted:
+    def template_filters(self) -> Mapping[str, Callable[[Any], str]]:
+        """``bsub_directive`` and ``bsub_words``, the checks of a #BSUB line (header.py)."""
+        from summit_jobs.schedulers.lsf import header
+        return header.FILTERS
+
+    # -- job control ------------------------------------------------------------------------------------------
+
+    def submit_argv(self, script_name: str, submit_mode: str,
+                    depends_on: Optional[str]) -> Tuple[List[str], bool]:
         """``bsub script`` or ``bsub < script``; a chain's next link waits with ``-w "ended(ID)"``."""
         from summit_jobs.schedulers.lsf import client
-        argv, via_stdin = client.bsub_argv(script_name, submit_mode, depends_on=depends_on)
-        result = host.run(argv, cwd=cwd, stdin=script if via_stdin else None)
-        if result.rc != 0:
-            raise SubmitRefused(f"bsub on {host.label} refused the job (exit {result.rc}):\n{result.text}")
-        job_id, queue = client.parse_bsub_output(result.text)
-        return Submitted(job_id, queue)
+        return client.bsub_argv(script_name, submit_mode, depends_on=depends_on)
+
+    def parse_submitted(self, result) -> Tuple[str, Optional[str]]:
+        """The id and queue of bsub's answer (``Job <ID> is submitted to queue <Q>.``), read from stdout and
+        stderr together."""
+        from summit_jobs.schedulers.lsf import client
+        return client.parse_bsub_output(result.text)
 
     def query(self, host, job_ids: Sequence[str]) -> Tuple[Dict[str, JobStatus], List[str]]:
         """``bjobs -a -o FIELDS -json`` in batches (LSF 10.1.0.2 and later)."""
@@ -120,9 +136,7 @@ class LsfScheduler:
         found: Dict[str, JobStatus] = {}
         missing: List[str] = []
         for batch in client.batches(list(job_ids)):
-            res = host.run(client.bjobs_argv(batch))
-            if not res.stdout.strip():
-                raise UserError(f"bjobs on {host.label} failed (exit {res.rc}):\n{res.text}")
+            res = self.checked_run(host, client.bjobs_argv(batch), failed=_no_answer)
             f, m = client.parse_bjobs_json(res.stdout, batch)
             found.update(f)
             missing += m
@@ -133,9 +147,7 @@ class LsfScheduler:
         from summit_jobs.schedulers.lsf import client
         found: Dict[str, Owner] = {}
         for batch in client.batches(list(job_ids)):
-            res = host.run(client.bjobs_argv(batch, client.OWNER_FIELDS))
-            if not res.stdout.strip():
-                raise UserError(f"bjobs on {host.label} failed (exit {res.rc}):\n{res.text}")
+            res = self.checked_run(host, client.bjobs_argv(batch, client.OWNER_FIELDS), failed=_no_answer)
             for jid, rec in client.parse_bjobs_owner(res.stdout, batch).items():
                 found[jid] = Owner(job_id=jid, name=rec.get("JOB_NAME") or "", work_dir=(rec.get("SUB_CWD") or "").strip(),
                                    submit_time=rec.get("SUBMIT_TIME") or "", error=rec.get("ERROR") or "")
@@ -149,8 +161,7 @@ class LsfScheduler:
         outcome = client.bkill_outcome(res.text)
         unknown = [j for j in order if j not in outcome]
         if unknown:
-            raise UserError(f"bkill on {host.label} gave an answer this tool cannot read for job(s) "
-                            f"{', '.join(unknown)} (exit {res.rc}):\n{res.text}")
+            raise self.unreadable(host, "bkill", f"job(s) {', '.join(unknown)} (exit {res.rc}):\n{res.text}")
         return outcome
 
     job_id_words = f"a whole number from 1 to {schedulers.MAX_DECIMAL_JOB_ID}"
@@ -168,3 +179,9 @@ class LsfScheduler:
         the account (-P or -G) (doctor.py)."""
         from summit_jobs.schedulers.lsf import doctor
         return doctor.site_checks(probe, profile, project)
+
+
+def _no_answer(result) -> bool:
+    """bjobs failed when it printed nothing: it exits non-zero whenever one of the jobs is unknown, and still
+    answers in JSON for every job."""
+    return not result.stdout.strip()

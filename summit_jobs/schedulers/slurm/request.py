@@ -1,5 +1,5 @@
-"""What a job asks Slurm for: the ``#SBATCH`` directives of its allocation, its QOS, and the checks of a Slurm
-profile. Pure.
+"""What a job asks Slurm for: the ``#SBATCH`` directives of its allocation and its QOS. Pure. (What a Slurm
+profile's section may hold is profile.py's, with the directive rules here.)
 
 Why a module of its own: a Slurm site's policy is the profile's (``scheduler.slurm``): partitions are the
 profile's queues, a QOS has caps of its own, GPUs are asked as ``--gpus-per-node`` (select/cons_tres, Slurm
@@ -18,7 +18,7 @@ import re
 from typing import List, Mapping, Optional, Sequence, Tuple
 
 from summit_jobs.errors import UserError
-from summit_jobs.profiles.machines import MAX_MEMORY_KB, NAME_RE, Profile, parse_hhmm
+from summit_jobs.profiles.machines import MAX_MEMORY_KB, Profile
 from summit_jobs.schedulers import Limit, Request
 from summit_jobs.schedulers.slurm.launch import LAUNCHERS, cpus_per_task
 
@@ -76,7 +76,7 @@ STEP_OWNED = {"--nodes": "--nodes", "--ntasks": "(one rank per GPU or CPU slot)"
               "--kill-on-bad-exit": "(a failed rank ends the step)"}
 
 
-# ---- the profile ------------------------------------------------------------------------------------------
+# ---- the directives ---------------------------------------------------------------------------------------
 
 def _named(flag: str, names: Sequence[str]) -> Optional[str]:
     """The option of ``names`` that ``flag`` names, also as an abbreviation (sbatch and srun take unambiguous
@@ -111,64 +111,6 @@ def check_directive(line: str, where: str, owned: Mapping[str, str] = OWNED, wha
     if why:
         raise UserError(f"{where} {line!r}: {why}.")
     return flag, value
-
-
-def _memory_kib(value: str) -> int:
-    """KiB in Slurm's own --mem form (SLURM_MEM_RE: a whole number and K, M, G or T; M when none, as sbatch
-    reads it)."""
-    unit = value[-1] if value[-1] in UNIT_KIB else "M"
-    return int(value.rstrip("KMGT")) * UNIT_KIB[unit]
-
-
-def _check_values(profile: Profile) -> None:
-    """The shapes of the values that reach #SBATCH lines (ValueError naming the key)."""
-    slurm = profile.scheduler.slurm
-    checks = [(f"scheduler.slurm.qos key {q!r}", q, NAME_RE) for q in slurm.qos]
-    checks += [(f"scheduler.slurm.{k}", v, pattern) for k, v, pattern in (
-        ("constraint", slurm.constraint, CONSTRAINT_RE), ("nvme_constraint", slurm.nvme_constraint, NAME_RE),
-        ("gpu_type", slurm.gpu_type, NAME_RE), ("memory", slurm.memory, SLURM_MEM_RE)) if v is not None]
-    for key, value, pattern in checks:
-        if not pattern.fullmatch(value):
-            shape = {NAME_RE: "a name of letters, digits, '.', '_' and '-'",
-                     CONSTRAINT_RE: "node features joined by & | , with [ ] ( ) * ! (no spaces, quotes or $)",
-                     SLURM_MEM_RE: "Slurm's --mem form: a whole number and K, M, G or T (0: all of it)"}[pattern]
-            raise ValueError(f"{key} = {value!r} is not allowed: it is printed into job scripts, so it must be "
-                             f"{shape}")
-    if slurm.memory is not None and _memory_kib(slurm.memory) > MAX_MEMORY_KB:
-        raise ValueError(f"scheduler.slurm.memory = {slurm.memory!r} is more memory than a node has: give at most "
-                         f"{MAX_MEMORY_KB // UNIT_KIB['T']}T")
-    lines = [(f"scheduler.slurm.extra_directives[{i}] =", line, OWNED, "an #SBATCH option", SUBMISSION)
-             for i, line in enumerate(slurm.extra_directives)]
-    lines += [(f"scheduler.slurm.step_options[{i}] =", line, STEP_OWNED, "an srun option", {})
-              for i, line in enumerate(slurm.step_options)]
-    for where, line, owned, what, submission in lines:
-        try:
-            check_directive(line, where, owned, what, submission)
-        except UserError as exc:
-            raise ValueError(str(exc).rstrip(".")) from None
-
-
-def check_profile(profile: Profile) -> None:
-    """Raise ValueError naming the key of a Slurm profile that cannot be planned with: a value that cannot go
-    into an #SBATCH line, QOS limits that are no walltimes, two default QOS, CPUs the node does not have."""
-    _check_values(profile)
-    slurm = profile.scheduler.slurm
-    for name, qos in slurm.qos.items():
-        if qos.max_walltime is not None:
-            parse_hhmm(qos.max_walltime, f"scheduler.slurm.qos.{name}.max_walltime")
-    defaults = [n for n, q in slurm.qos.items() if q.default]
-    if len(defaults) > 1:
-        raise ValueError(f"scheduler.slurm.qos marks {' and '.join(defaults)} as the default; mark one at most")
-    threads = profile.node.cores * profile.node.smt
-    if cpus_per_task(profile) * profile.node.slots > threads:
-        raise ValueError(f"scheduler.slurm.cpus_per_task = {cpus_per_task(profile)} for {profile.node.slots} ranks "
-                         f"per node is more than the node's {threads} CPUs (node.cores x node.smt)")
-    if slurm.gpu_type and slurm.gpus == "none":
-        raise ValueError("scheduler.slurm.gpu_type names a GPU type, and scheduler.slurm.gpus is none (GPUs are "
-                         "not asked for): give gpus-per-node or gres, or drop gpu_type")
-    if profile.scheduler.warning_minutes * 60 > MAX_SIGNAL_SECONDS:
-        raise ValueError(f"scheduler.warning_minutes = {profile.scheduler.warning_minutes} is more than sbatch's "
-                         f"--signal takes ({MAX_SIGNAL_SECONDS} s): give at most {MAX_SIGNAL_SECONDS // 60}")
 
 
 # ---- the QOS ----------------------------------------------------------------------------------------------

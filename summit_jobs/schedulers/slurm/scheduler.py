@@ -62,6 +62,11 @@ class SlurmScheduler:
         """sbatch is always given the script's file (it reads the #SBATCH lines from it)."""
         return "sbatch script"
 
+    def check_profile(self, profile) -> None:
+        """Refuses LSF's keys, values no #SBATCH line can hold, QOS and CPUs that do not add up (profile.py)."""
+        from summit_jobs.schedulers.slurm import profile as section
+        section.check_profile(profile)
+
     def request(self, profile, opts, nodes: int) -> Request:
         """``--nodes``, one task per GPU (or CPU slot), CPUs and GPUs per node, then partition, QOS, constraint,
         memory and the site's and user's own lines (request.py)."""
