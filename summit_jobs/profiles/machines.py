@@ -122,7 +122,7 @@ def _check_limits(profile: "Profile") -> None:
     if not profile.environment.python.strip():
         raise ValueError("environment.python is empty; give the compute nodes' interpreter (python3, a path, "
                          "or auto)")
-    sections.rules(profile.scheduler.kind).check_profile(profile)
+    sections.rules(profile).check_profile(profile)
     fusion = profile.environment.variables.get("HOROVOD_FUSION_THRESHOLD")
     if fusion is not None and not re.fullmatch(r"[0-9]+", fusion):
         raise ValueError(f"environment.variables.HOROVOD_FUSION_THRESHOLD = {fusion!r} must be a byte count "
@@ -138,7 +138,7 @@ LSF_ONLY_KEYS = ("embedded", "csm", "launch_node_prefixes", "virtual_nodes", "re
 def _launcher_of_scheduler(profile: "Profile") -> "Launcher":
     """The profile's launcher with its kind checked against its scheduler's launchers, or that scheduler's
     default where the file names none: which launchers exist is the scheduler's to say (sections.py)."""
-    scheduler = sections.rules(profile.scheduler.kind)
+    scheduler = sections.rules(profile)
     kind = profile.launcher.kind
     if kind is None:
         return dataclasses.replace(profile.launcher, kind=scheduler.default_launcher)

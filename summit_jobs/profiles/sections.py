@@ -5,7 +5,7 @@ profile's file and the key before anything plans with it. But which launchers a 
 of the scheduler section may hold (LSF's ``#BSUB`` lines, Slurm's ``scheduler.slurm``), are that scheduler's to
 say, and summit_jobs.schedulers is the room above this one: this room may not import it. So the schedulers'
 package installs its lookup here when it is imported (the command line, the planner and the embedded LSF all
-import it before they load a profile), and the loader asks it for the rules of ``scheduler.kind``.
+import it before they load a profile), and the loader asks it for the rules of the profile's scheduler.
 
 Imports nothing: ``summit-jobs --help`` imports summit_jobs.schedulers, and with it this module.
 """
@@ -27,19 +27,19 @@ class SectionRules(Protocol):
         with; the loader prefixes the profile's file."""
 
 
-#: The installed lookup (scheduler.kind -> its rules): one entry, put there by summit_jobs.schedulers.
-_LOOKUP: List[Callable[[str], SectionRules]] = []
+#: The installed lookup (a profile -> its scheduler's rules): one entry, put there by summit_jobs.schedulers.
+_LOOKUP: List[Callable[[Any], SectionRules]] = []
 
 
-def install(lookup: Callable[[str], SectionRules]) -> None:
+def install(lookup: Callable[[Any], SectionRules]) -> None:
     """Make ``lookup`` the source of every scheduler's rules (summit_jobs.schedulers does, when imported)."""
     _LOOKUP[:] = [lookup]
 
 
-def rules(kind: str) -> SectionRules:
-    """The rules of scheduler ``kind``. A profile loaded before any scheduler is known is a fault of the
+def rules(profile: Any) -> SectionRules:
+    """The rules of the scheduler of ``profile`` (its ``scheduler.kind``). A profile loaded before any scheduler is known is a fault of the
     program, not of the profile: said as such instead of loading it unchecked."""
     if not _LOOKUP:
         raise RuntimeError("no scheduler has installed its profile rules: import summit_jobs.schedulers before "
                            "loading a machine profile")
-    return _LOOKUP[0](kind)
+    return _LOOKUP[0](profile)

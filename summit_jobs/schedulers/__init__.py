@@ -350,8 +350,13 @@ def for_record(record: Optional[Mapping]) -> Scheduler:
     return by_name(str((record or {}).get("scheduler") or "lsf"))
 
 
-#: The profile loader (a room below) checks a profile's scheduler section and launcher with these rules.
-sections.install(by_name)
+def profile_rules(profile) -> Scheduler:
+    """The scheduler whose rules the profile loader (a room below) checks a profile's scheduler section and
+    launcher with: ``for_profile``'s, looked up at each call, so that whatever stands there answers."""
+    return for_profile(profile)
+
+
+sections.install(profile_rules)
 
 
 def known() -> List[Scheduler]:
