@@ -31,6 +31,7 @@ from hypothesis import strategies as st
 from conftest_lsf import PROGRAM, cli, lsf_environment, wait_state, write_template
 from summit_jobs.profiles import machines
 from summit_jobs.planning import render
+from summit_jobs.schedulers.lsf import header as lsf_header
 from summit_jobs.errors import UserError
 from summit_jobs.planning.plan import JobOptions, make_plan
 
@@ -101,7 +102,7 @@ def test_a_line_break_never_reaches_a_script_line(value):
 @pytest.mark.parametrize("words", [["smt4", "a b"], ["x\"y"], ["$(id)"], ["nvme;id"]])
 def test_bsub_words_refuses_what_would_leave_the_quotes(words):
     with pytest.raises(UserError, match="#BSUB value"):
-        render.bsub_words(words)
+        lsf_header.bsub_words(words)
 
 
 def test_a_user_template_cannot_bypass_the_quoting(tmp_path):

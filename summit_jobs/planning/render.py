@@ -8,20 +8,21 @@ a comment or a ``#BSUB`` line would otherwise start a new line of shell.
 Numbers pass as they are. The few places that need something else say so:
 ``q`` (one word, the same rule, for use inside other expressions), ``qjoin``
 (a command line of words, which may hold line breaks inside quotes: trainer
-arguments reach the ranks byte for byte), ``bsub_words`` (validated tokens
-inside the double quotes of a ``#BSUB`` value), ``bsub_directive`` and ``sbatch_directive`` (a checked
-``#BSUB`` or ``#SBATCH`` option and value) and ``shell_code`` (a profile's
-``setup`` lines, which are shell by design). Inside double quotes a quoted
+arguments reach the ranks byte for byte), ``shell_code`` (a profile's
+``setup`` lines, which are shell by design), and the scheduler's own filters
+of its header's directives, which it checks and gives
+(``template_filters``: LSF's ``bsub_directive`` and ``bsub_words``, validated
+tokens inside the double quotes of a ``#BSUB`` value; Slurm's
+``sbatch_directive`` and ``srun_option``). Inside double quotes a quoted
 value is not safe (``"$(...)"`` still runs): shipped templates never put a
 value there, and a test checks it.
 """
 from __future__ import annotations
 
 import functools
-import re
 import shlex
 from pathlib import Path
-from typing import Any, Iterable, Optional, Tuple
+from typing import Any, Callable, Mapping, Optional
 
 import jinja2
 
@@ -31,7 +32,9 @@ from summit_jobs.planning.plan import Plan
 
 
 @functools.lru_cache(maxsize=8)
-def _environment(template_dir: Optional[str]) -> jinja2.Environment:
+def _environment(template_dir: Optional[str], scheduler: str) -> jinja2.Environment:
+    """The Jinja environment of one scheduler's templates: shipped ones under a user's ``template_dir``, with
+    the neutral filters and the scheduler's own (one per scheduler: a filter is its scheduler's word)."""
     loaders = []
     if template_dir:
         if not Path(template_dir).is_dir():
@@ -51,11 +54,9 @@ def _environment(template_dir: Optional[str]) -> jinja2.Environment:
     env.finalize = shell_value
     env.filters["q"] = lambda value: Shell(shell_value(value))
     env.filters["qjoin"] = lambda values: Shell(shlex.join(str(v) for v in values))
-    env.filters["bsub_words"] = bsub_words
-    env.filters["bsub_directive"] = bsub_directive
-    env.filters["sbatch_directive"] = sbatch_directive
-    env.filters["srun_option"] = srun_option
     env.filters["shell_code"] = lambda line: Shell(str(line))
+    for name, check in _scheduler_filters(scheduler).items():
+        env.filters[name] = _as_shell(check)
     # The run directory's file names, from the one module that owns them (trainer.rundir, torch-free).
     from trainer import rundir
     env.globals["rundir"] = rundir
@@ -64,10 +65,6 @@ def _environment(template_dir: Optional[str]) -> jinja2.Environment:
 
 class Shell(str):
     """Text that is already shell syntax (quoted words, or a profile's own shell lines): printed as is."""
-
-
-#: What may stand inside the double quotes of a ``#BSUB`` value: LSF tokens, no quoting or expansion.
-_BSUB_WORD = re.compile(r"[A-Za-z0-9_.,:=+/@%\[\]-]+")
 
 
 def shell_value(value: Any) -> str:
@@ -90,64 +87,17 @@ def shell_value(value: Any) -> str:
     return shlex.quote(text)
 
 
-def bsub_words(values: Iterable[Any]) -> Shell:
-    """Words joined by spaces for a double-quoted ``#BSUB`` value (``-alloc_flags "smt4 nvme"``)."""
-    words = [str(v) for v in values]
-    for w in words:
-        if not _BSUB_WORD.fullmatch(w):
-            raise UserError(f"{w!r} cannot be part of a #BSUB value: use letters, digits and . , : = + / @ % [ ] "
-                            "_ - only (no spaces, quotes or $).")
-    return Shell(" ".join(words))
+def _scheduler_filters(name: str) -> Mapping[str, Callable[[Any], str]]:
+    """The filters a scheduler gives its templates (``template_filters``: its header's checks), or none for a
+    scheduler that gives none."""
+    give = getattr(schedulers.by_name(name), "template_filters", None)
+    return give() if give is not None else {}
 
 
-#: A #BSUB value that needs no quotes, and the characters any checked value may hold.
-_BSUB_BARE = re.compile(r"[A-Za-z0-9_.,:=+/@%-]+")
-_BSUB_VALUE = re.compile(r"[A-Za-z0-9_.,:=+/@%\[\]>()<!&|-]+(?: [A-Za-z0-9_.,:=+/@%\[\]>()<!&|-]+)*")
-
-
-def bsub_directive(pair: Tuple[str, str]) -> Shell:
-    """``(flag, value)`` as the rest of a ``#BSUB`` line: ``-n 8``, ``-R "span[ptile=4]"``, ``-B``.
-
-    The plan checks every value (summit_jobs.schedulers.lsf.request); this refuses anything
-    that could leave the double quotes or start another line all the same.
-    """
-    flag, value = str(pair[0]), str(pair[1])
-    if not re.fullmatch(r"-[A-Za-z][A-Za-z_]*", flag) or (value and not _BSUB_VALUE.fullmatch(value)):
-        raise UserError(f"#BSUB {flag} {value!r} cannot be written: an option and words of letters, digits and "
-                        ". , : = + / @ % _ - [ ] > < ( ) ! & | only.")
-    if not value:
-        return Shell(flag)
-    return Shell(f"{flag} {value}" if _BSUB_BARE.fullmatch(value) else f'{flag} "{value}"')
-
-
-#: An #SBATCH option and its value: a long option, and one word of checked characters (no quotes are needed:
-#: sbatch splits a directive line at white space, which no value holds).
-_SBATCH_FLAG = re.compile(r"--[a-z][a-z0-9-]*")
-_SBATCH_VALUE = re.compile(r"[A-Za-z0-9_.,:=+/@%\[\]&|*()!<>-]+")
-
-
-def sbatch_directive(pair: Tuple[str, str]) -> Shell:
-    """``(flag, value)`` as the rest of an ``#SBATCH`` line: ``--nodes=4``, ``--constraint=gpu&hbm80g``,
-    ``--exclusive``.
-
-    The plan checks every value (summit_jobs.schedulers.slurm.request); this refuses anything that could
-    split the line or start another all the same.
-    """
-    flag, value = str(pair[0]), str(pair[1])
-    if not _SBATCH_FLAG.fullmatch(flag) or (value and not _SBATCH_VALUE.fullmatch(value)):
-        raise UserError(f"#SBATCH {flag}={value!r} cannot be written: a long option and one word of letters, "
-                        "digits and . , : = + / @ % _ - [ ] & | * ( ) ! < > only.")
-    return Shell(f"{flag}={value}" if value else flag)
-
-
-def srun_option(pair: Tuple[str, str]) -> Shell:
-    """``(flag, value)`` as one quoted word of an ``srun`` command line (``--gpu-bind=closest``).
-
-    Unlike an ``#SBATCH`` line, which sbatch reads and the shell skips as a comment, the srun line is run by
-    bash: a value may hold Slurm's ``&``, ``|`` or ``!``, and must stay one word there, never a command
-    separator. The option's shape is checked as a directive's is.
-    """
-    return Shell(shell_value(str(sbatch_directive(pair))))
+def _as_shell(check: Callable[[Any], str]) -> Callable[[Any], Shell]:
+    """A scheduler's filter whose text is printed as it is: the filter checked it and made it shell text (a
+    directive, or a word it quoted) or raised a UserError."""
+    return lambda value: Shell(check(value))
 
 
 def _bytecode_cache() -> Optional[jinja2.BytecodeCache]:
@@ -170,7 +120,7 @@ def _bytecode_cache() -> Optional[jinja2.BytecodeCache]:
 def render(plan: Plan, template_dir: Optional[str] = None) -> str:
     """The batch script for ``plan`` from its scheduler's templates; user templates in ``template_dir`` override
     shipped ones."""
-    env = _environment(template_dir)
+    env = _environment(template_dir, plan.scheduler)
     main = schedulers.by_name(plan.scheduler).job_template
     try:
         text = env.get_template(main).render(plan=plan)

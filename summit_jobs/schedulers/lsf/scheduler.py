@@ -182,6 +182,6 @@ class LsfScheduler(CommandScheduler):
 
 
 def _no_answer(result) -> bool:
-    """bjobs failed when it printed nothing: it exits non-zero whenever one of the jobs is unknown, and still
-    answers in JSON for every job."""
+    """bjobs failed when it printed nothing: its exit status is no test, as an answer that names a job it no
+    longer knows may come with a non-zero one."""
     return not result.stdout.strip()

@@ -14,11 +14,12 @@ it), and a dry run must not load the parsers (tests/test_cli_startup_imports.py)
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from summit_jobs.errors import UserError
 from summit_jobs import schedulers
 from summit_jobs.schedulers import FINISHED, JobStatus, Limit, Owner, Request, Submitted, SubmitRefused
+from summit_jobs.schedulers.base import CommandScheduler
 from summit_jobs.schedulers.slurm import launch
 
 if TYPE_CHECKING:
@@ -39,8 +40,9 @@ OPTION_HELP = {
 }
 
 
-class SlurmScheduler:
-    """Slurm 22.05 and later (squeue --json; a squeue without it answers through --format)."""
+class SlurmScheduler(CommandScheduler):
+    """Slurm 22.05 and later (squeue --json; a squeue without it answers through --format): submit runs
+    sbatch (CommandScheduler.submit), with the command line, answer reading and partition given here."""
 
     name = "slurm"
     label = "Slurm"
@@ -98,11 +100,17 @@ class SlurmScheduler:
         """60: Slurm's minutes are the clock's, the test cluster's too."""
         return 60.0
 
+    def template_filters(self) -> Mapping[str, Callable[[Any], str]]:
+        """``sbatch_directive`` and ``srun_option``, the checks of an #SBATCH line and an srun option
+        (header.py)."""
+        from summit_jobs.schedulers.slurm import header
+        return header.FILTERS
+
     # -- job control ------------------------------------------------------------------------------------------
 
-    def submit(self, host, script_name: str, *, cwd: str, script: str, submit_mode: str,
-               depends_on: Optional[str] = None) -> Submitted:
-        """``sbatch --parsable SCRIPT`` in ``cwd``; a chain's next link waits with ``--dependency=afterany:ID``.
+    def submit_argv(self, script_name: str, submit_mode: str,
+                    depends_on: Optional[str]) -> Tuple[List[str], bool]:
+        """``sbatch --parsable SCRIPT``; a chain's next link waits with ``--dependency=afterany:ID``.
 
         Both submit modes give sbatch the script's file: ``stdin`` is LSF's (``bsub < script``, so that bsub
         reads the #BSUB lines); sbatch reads #SBATCH lines from a file as well, and a job submitted from its
@@ -111,13 +119,14 @@ class SlurmScheduler:
         from summit_jobs.schedulers.slurm import client
         if submit_mode not in ("file", "stdin"):
             raise ValueError(f"submit mode {submit_mode!r}")
-        result = host.run(client.sbatch_argv(script_name, depends_on), cwd=cwd)
-        if result.rc != 0:
-            raise SubmitRefused(f"sbatch on {host.label} refused the job (exit {result.rc}):\n{result.text}")
-        job_id = client.parse_sbatch(result.stdout)
-        return Submitted(job_id, self._partition(host, job_id, script))
+        return client.sbatch_argv(script_name, depends_on), False
 
-    def _partition(self, host, job_id: str, script: str) -> str:
+    def parse_submitted(self, result) -> Tuple[str, Optional[str]]:
+        """The id of sbatch's answer on stdout; the answer names no partition (``queue_of`` asks)."""
+        from summit_jobs.schedulers.slurm import client
+        return client.parse_sbatch(result.stdout), None
+
+    def queue_of(self, host, job_id: str, script: str) -> str:
         """The partition the job went to (squeue knows it just after sbatch); the script's ``--partition``, or
         "" for the cluster's default, when squeue does not answer."""
         from summit_jobs.schedulers.slurm import client
@@ -161,8 +170,7 @@ class SlurmScheduler:
         for jid in self._ended_in_accounting(host, [j for j, w in outcome.items() if w == "not found"]):
             outcome[jid] = "finished"
         if unread:
-            raise UserError(f"scancel on {host.label} gave an answer this tool cannot read for "
-                            + "; ".join(unread))
+            raise self.unreadable(host, "scancel", "; ".join(unread))
         return outcome
 
     job_id_words = f"a whole number from 1 to {schedulers.MAX_DECIMAL_JOB_ID}"
@@ -211,19 +219,17 @@ class SlurmScheduler:
             return client.parse_squeue_plain(plain.stdout, ids)
         if client.says_invalid_job_id(plain.text):
             return {}
-        raise UserError(f"squeue on {host.label} failed (exit {plain.rc}):\n{plain.text}\n"
-                        f"(squeue --json: exit {res.rc}: {res.text or 'no output'})")
+        raise self.command_failed(host, "squeue", plain,
+                                  f"\n(squeue --json: exit {res.rc}: {res.text or 'no output'})")
 
     def _sacct(self, host, ids: List[str]) -> Dict[str, "SlurmJob"]:
         """``sacct -P -n -X``; nothing when the cluster keeps no accounting."""
         from summit_jobs.schedulers.slurm import client
         jobs: Dict[str, "SlurmJob"] = {}
         for batch in client.batches(ids):
-            res = host.run(client.sacct_argv(batch))
-            if res.rc != 0:
-                if client.ACCOUNTING_DISABLED in res.text.lower():
-                    return {}
-                raise UserError(f"sacct on {host.label} failed (exit {res.rc}):\n{res.text}")
+            res = self.checked_run(host, client.sacct_argv(batch), failed=_failed_with_accounting)
+            if res.rc != 0:             # accounting storage is disabled: no records to read
+                return {}
             jobs.update(client.parse_sacct(res.stdout, batch))
         return jobs
 
@@ -237,6 +243,12 @@ class SlurmScheduler:
         except UserError:
             return []
         return [j for j, job in jobs.items() if _ended(job)]
+
+
+def _failed_with_accounting(result) -> bool:
+    """sacct failed, but for a cluster that keeps no accounting (its ended jobs are then simply gone)."""
+    from summit_jobs.schedulers.slurm import client
+    return result.rc != 0 and client.ACCOUNTING_DISABLED not in result.text.lower()
 
 
 def _ended(job: "SlurmJob") -> bool:
