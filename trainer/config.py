@@ -13,6 +13,12 @@ import os
 import re
 from typing import Callable, Dict, List, Mapping, Optional, Tuple
 
+from trainer import submit_options
+# The choice lists of the options submit also offers are their declarations' (trainer.submit_options); named here
+# too, where the trainer's other choice lists are.
+from trainer.submit_options import (AVG_INTERVAL_EPOCH, COMPRESSIONS, OPTIMIZER_SYNCS, OPTIMIZERS,  # noqa: F401
+                                    SCHEDULES)
+
 LR_PER_8_CLIPS = 0.00125
 #: The torch releases the trainer supports, as (major, minor): the oldest (OLCF Summit's Open-CE 1.10 had
 #: PyTorch 2.0.1) and the newest it is tested on. Written here, torch-free, so that trainer.dist.compat and
@@ -23,10 +29,6 @@ ARCHS = ("resnet18", "resnet34", "resnet50", "resnet101", "resnet152")
 #: Choice lists of the options ``summit-jobs submit`` also offers; the first entry is the trainer's default.
 #: The login side (click choices, JobOptions defaults, plan checks) reads them from here: written once.
 ENGINES = ("horovod", "ddp")
-SCHEDULES = ("standard", "multigrid")
-OPTIMIZERS = ("sgd", "lars", "adam")
-OPTIMIZER_SYNCS = ("sync", "aavg")
-COMPRESSIONS = ("none", "fp16", "bf16")
 #: Where the temporal shift goes: TSM's own rule, or every residual block.
 SHIFT_BLOCKS = ("official", "all")
 #: How the final test combines a video's views: the official code averages logits.
@@ -39,8 +41,6 @@ MODALITIES = ("rgb", "flow")
 COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune")
 COMPILE_BACKENDS = ("inductor", "aot_eager")
 DECODERS = ("cpu", "device")
-#: AAVG's default averaging interval: once per epoch.
-AVG_INTERVAL_EPOCH = -1
 #: --aavg-eval-every for a batch-rule check once per epoch, at its end (after the epoch's averaging round).
 AAVG_CHECK_EPOCH = -1
 #: Named recipes: trainer option name -> value. A preset's values become the parser's defaults, so options given
@@ -62,10 +62,18 @@ PRESETS: Dict[str, Dict[str, object]] = {
         "test_size": 224,            # ... cut from the 256-side frame as it is (--test-size 0 would take all 256)
     },
 }
-#: Method options by trainer option name: (choices, default). The planner renders only non-defaults.
-METHODS: Dict[str, Tuple[str, ...]] = {
-    "schedule": SCHEDULES, "optimizer": OPTIMIZERS, "optimizer_sync": OPTIMIZER_SYNCS, "compression": COMPRESSIONS,
-}
+
+
+def _add_declared(g: "argparse._ArgumentGroup", group: str) -> None:
+    """The options of ``group`` that trainer.submit_options declares (those summit-jobs submit also offers)."""
+    for option in submit_options.OPTIONS:
+        if option.group != group:
+            continue
+        if option.kind is bool:
+            g.add_argument(option.flag, action="store_true", help=option.help)
+        else:
+            g.add_argument(option.flag, type=option.kind, choices=option.choices or None, default=option.default,
+                           help=option.help)
 
 
 def _run_options(g: "argparse._ArgumentGroup") -> None:
@@ -86,6 +94,7 @@ def _run_options(g: "argparse._ArgumentGroup") -> None:
                         "(b1 1, b2 2, at most 576 clips), the final test on 25 clips x 1 centre crop of 224")
     g.add_argument("--tensorboard", action="store_true",
                    help="also write TensorBoard event files to <run-dir>/tensorboard (needs the tensorboard package)")
+    _add_declared(g, "run")
 
 
 def _model_options(g: "argparse._ArgumentGroup") -> None:
@@ -111,6 +120,7 @@ def _model_options(g: "argparse._ArgumentGroup") -> None:
                         "channels and repeated over the flow channels (cross-modality transfer); $VARS expanded")
     g.add_argument("--dropout", type=float, default=0.0,
                    help="before the fc head (the paper: none; the official TSM recipe: 0.5)")
+    _add_declared(g, "model")
 
 
 def _optimisation_options(g: "argparse._ArgumentGroup") -> None:
@@ -128,11 +138,7 @@ def _optimisation_options(g: "argparse._ArgumentGroup") -> None:
                    help="max gradient norm after the allreduce (0 = off; the official TSM recipe: 20)")
     g.add_argument("--fc-lr5", action="store_true",
                    help="the official TSM fine-tuning groups: fc weight at 5x and fc bias at 10x the learning rate")
-    g.add_argument("--compression", choices=COMPRESSIONS, default=COMPRESSIONS[0],
-                   help="gradient compression for the allreduce (horovod: fp16 only)")
-    g.add_argument("--optimizer", choices=OPTIMIZERS, default=OPTIMIZERS[0],
-                   help="sgd (the paper's, momentum); lars (layer-wise trust ratio for very large batches, BN "
-                        "parameters and biases excluded); adam (as the AAVG paper)")
+    _add_declared(g, "optimisation")
     g.add_argument("--trust-coefficient", type=float, default=0.001, help="LARS trust coefficient")
     g.add_argument("--amp", choices=("auto", "off", "fp16", "bf16"), default="auto",
                    help="autocast on GPU (auto: bf16 where supported, else fp16); never on CPU")
@@ -146,22 +152,14 @@ def _optimisation_options(g: "argparse._ArgumentGroup") -> None:
 
 def _multigrid_options(g: "argparse._ArgumentGroup") -> None:
     """The multigrid (Wu et al.): a schedule of clip shapes options."""
-    g.add_argument("--schedule", choices=SCHEDULES, default=SCHEDULES[0],
-                   help="multigrid: long cycle of (frames, size) shapes with proportionally larger batches and "
-                        "LR, LR stages at 40%% and 80%% of the epochs, final phase at full shape")
-    g.add_argument("--short-cycle", action="store_true",
-                   help="multigrid: also cycle the crop size 1/2, 1/sqrt2, 1 of the current shape per iteration")
+    _add_declared(g, "multigrid")
     g.add_argument("--bn-clips", type=int, default=8,
                    help="multigrid: clips per BatchNorm statistics group whatever the batch (sub-batch BN)")
 
 
 def _aavg_options(g: "argparse._ArgumentGroup") -> None:
     """The AAVG model averaging (learners step locally, then average) options."""
-    g.add_argument("--optimizer-sync", choices=OPTIMIZER_SYNCS, default=OPTIMIZER_SYNCS[0],
-                   help="sync: gradient allreduce every step; aavg: no gradient allreduce, average parameters, "
-                        "optimiser moments and BN statistics every --avg-interval steps")
-    g.add_argument("--avg-interval", type=int, default=AVG_INTERVAL_EPOCH,
-                   help="aavg: local steps between averaging rounds (-1 = once per epoch)")
+    _add_declared(g, "aavg")
     g.add_argument("--aavg-eval-every", type=int, default=0,
                    help="aavg: steps between validations that drive the batch rule (0 = off; -1 = once per "
                         "epoch, at its end, after the epoch's averaging round: the paper's)")
@@ -195,6 +193,7 @@ def _data_options(g: "argparse._ArgumentGroup") -> None:
     g.add_argument("--prefetch", type=int, default=2, help="batches each worker keeps ready")
     g.add_argument("--persistent-workers", choices=("on", "off"), default="on",
                    help="on: one set of workers serves every epoch, validation and test of the run")
+    _add_declared(g, "data")
 
 
 def _evaluation_options(g: "argparse._ArgumentGroup") -> None:
@@ -224,6 +223,7 @@ def _evaluation_options(g: "argparse._ArgumentGroup") -> None:
     g.add_argument("--keep", type=int, default=3, help="step checkpoints kept (plus best and last epochs)")
     g.add_argument("--ckpt-every-steps", type=int, default=0, help="also checkpoint every N steps (0 = off)")
     g.add_argument("--ckpt-every-minutes", type=float, default=15.0, help="also checkpoint this often (0 = off)")
+    _add_declared(g, "evaluation")
 
 
 #: Argument groups in --help order: (title, function that adds the group's options).
@@ -451,6 +451,23 @@ def method_conflict(values: Mapping[str, object]) -> Optional[str]:
     return None
 
 
+def _check_declared_ranges(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Refuse a declared option's value outside its range (trainer.submit_options), as submit refuses it.
+
+    After the method checks, whose messages say more where both apply (--avg-interval 0 with aavg).
+    """
+    for option in submit_options.OPTIONS:
+        v = getattr(args, option.name)
+        if option.kind not in (int, float) or v is None:
+            continue
+        if not math.isfinite(v):
+            p.error(f"{option.flag} {_shown(v)}: must be a finite number")
+        if option.low is not None and v < option.low:
+            p.error(f"{option.flag} {_shown(v)}: must be at least {_shown(option.low)}")
+        if option.high is not None and v > option.high:
+            p.error(f"{option.flag} {_shown(v)}: must be at most {_shown(option.high)}")
+
+
 def _check_methods(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Combinations the methods cannot run with (method_conflict)."""
     problem = method_conflict(vars(args))
@@ -489,6 +506,7 @@ def parse(argv: Optional[List[str]] = None) -> argparse.Namespace:
             setattr(args, name, os.path.expandvars(getattr(args, name)))
     _check_numbers(p, args)
     _check_methods(p, args)
+    _check_declared_ranges(p, args)
     if args.pretrained and args.init_from:
         p.error("--pretrained and --init-from both give the starting weights: use one (--pretrained: ImageNet "
                 "2D weights; --init-from: a model this trainer trained)")

@@ -16,6 +16,7 @@ from summit_jobs.cli.lazygroup import LazyGroup
 from summit_jobs import schedulers
 from summit_jobs.profiles.choices import LAYOUTS, REQUESTS, STAGE_POLICIES
 from trainer import config as trainer_config
+from trainer import submit_options
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -206,8 +207,25 @@ def _scheduler_options() -> list:
     ]
 
 
+def _declared_option(option: "submit_options.TrainerOption"):
+    """The submit option of a trainer option declared in trainer.submit_options: its flag, type, range or
+    choices, default and help are the declaration's (a flag is off by default; the rest show their default)."""
+    if option.kind is bool:
+        return click.option(option.flag, is_flag=True, help=option.submit_help)
+    if option.choices:
+        kind = click.Choice(option.choices)
+    elif option.kind is int:
+        kind = click.IntRange(min=option.low, max=option.high)
+    elif option.kind is float:
+        kind = FiniteFloat(option.low, high=option.high)
+    else:
+        kind = click.STRING
+    return click.option(option.flag, type=kind, default=option.default, show_default=True, help=option.submit_help)
+
+
 def _trainer_options() -> list:
-    """Options the trainer also takes: choice lists and defaults come from trainer.config, written once."""
+    """Options the trainer also takes: choice lists and defaults come from trainer.config, written once; those
+    declared in trainer.submit_options (and only there) come in their declared order."""
     tc = trainer_config
     return [
         click.option("--epochs", type=whole(1), help="Training epochs. Default: the recipe's (100)."),
@@ -218,17 +236,7 @@ def _trainer_options() -> list:
         click.option("--engine", type=click.Choice(tc.ENGINES), help="Gradient exchange engine."),
         click.option("--arch", help="Backbone (resnet50, resnet18, ...). Default: the profile's recipe."),
         click.option("--num-classes", type=whole(1), help="Classes of the dataset. Default: the recipe's."),
-        click.option("--schedule", type=click.Choice(tc.SCHEDULES), default=tc.SCHEDULES[0],
-                     show_default=True, help="Training schedule: the recipe's, or multigrid (variable shapes)."),
-        click.option("--short-cycle", is_flag=True, help="Multigrid: add the per-iteration short cycle."),
-        click.option("--optimizer", type=click.Choice(tc.OPTIMIZERS), default=tc.OPTIMIZERS[0], show_default=True,
-                     help="LARS for very large batches (BN parameters and biases excluded)."),
-        click.option("--optimizer-sync", type=click.Choice(tc.OPTIMIZER_SYNCS), default=tc.OPTIMIZER_SYNCS[0],
-                     show_default=True, help="Synchronous SGD, or AAVG model averaging with adaptive batch size."),
-        click.option("--avg-interval", type=whole(-1, 10 ** 7), default=tc.AVG_INTERVAL_EPOCH, show_default=True,
-                     help="AAVG: local steps between averaging rounds (-1: once per epoch)."),
-        click.option("--compression", type=click.Choice(tc.COMPRESSIONS), default=tc.COMPRESSIONS[0],
-                     show_default=True, help="Gradient compression for the allreduce (bf16: DDP only)."),
+        *(_declared_option(o) for o in submit_options.OPTIONS),
         click.option("--fusion-threshold", type=whole(0, 2 ** 40), metavar="BYTES",
                      help="Horovod tensor-fusion buffer (HOROVOD_FUSION_THRESHOLD). Default: the profile's."),
         click.option("--preset", type=click.Choice(tuple(tc.PRESETS)),

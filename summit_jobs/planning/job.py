@@ -16,6 +16,7 @@ from typing import NamedTuple, Optional, Tuple
 from summit_jobs import schedulers
 from summit_jobs.errors import UserError
 from summit_jobs.profiles import settings
+from trainer import submit_options
 
 
 class Job(NamedTuple):
@@ -78,12 +79,13 @@ def default_run_dir(runs_dir: str, job_name: str, now: float) -> str:
     return path
 
 
-#: Options handed to JobOptions under the same name, as given (None: the profile's or the recipe's).
+#: Options handed to JobOptions under the same name, as given (None: the profile's or the recipe's); the trainer
+#: options declared in trainer.submit_options are handed on too.
 _AS_GIVEN = ("walltime", "queue", "job_name", "epochs", "stage_policy", "layout", "request", "launcher", "mem",
              "app", "container", "qos", "clips_per_gpu", "lr",
-             "warmup_epochs", "engine", "arch", "num_classes", "chain", "warning_minutes", "short_cycle",
-             "fusion_threshold", "train_clips", "schedule", "optimizer", "optimizer_sync", "avg_interval",
-             "compression", "max_links", "preset", "total_steps")
+             "warmup_epochs", "engine", "arch", "num_classes", "chain", "warning_minutes",
+             "fusion_threshold", "train_clips", "max_links", "preset", "total_steps",
+             *(option.name for option in submit_options.OPTIONS))
 
 
 def job_options(state, kw: dict, profile, *, accum_steps: int = 1, virtual_nodes: Optional[int] = None,

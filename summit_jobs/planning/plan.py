@@ -28,6 +28,7 @@ from summit_jobs.errors import UserError
 from summit_jobs.profiles.machines import Profile, Queue, WalltimeBin, format_hhmm, parse_hhmm
 from trainer import config as trainer_config
 from trainer import rundir
+from trainer.submit_options import OPTIONS as DECLARED
 
 #: Patterns that guard values are always applied with ``fullmatch``: ``re.match`` with ``$`` accepts a
 #: trailing newline, which would split a ``#BSUB`` line.
@@ -39,15 +40,18 @@ COMPLETE_MARKER = rundir.COMPLETE
 SCRIPT_NAME = rundir.SCRIPT
 #: Ids of the links a chain until complete submitted itself (the first link's id is in run.json).
 CHAIN_FILE = rundir.CHAIN
-#: The trainer's method options that are also JobOptions fields (submit options); a preset sets them where the
-#: user did not. The rest of a preset (trainer.config.PRESETS) goes to the trainer as written.
-PRESET_FIELDS = ("schedule", "optimizer", "optimizer_sync", "avg_interval", "compression")
+#: The trainer options declared in trainer.submit_options: JobOptions fields (submit options), and where
+#: ``in_plan``, Plan fields. A preset sets them where the user did not; the rest of a preset
+#: (trainer.config.PRESETS) goes to the trainer as written.
+PRESET_FIELDS = tuple(option.name for option in DECLARED)
 #: Options with a default whose being given on the command line matters (JobOptions.explicit): a preset's
 #: methods, and options that apply only with another one (--max-links, --stage-policy).
 EXPLICIT_FIELDS = PRESET_FIELDS + ("max_links", "stage_policy")
+#: The trainer options the planner derives or takes from the profile's recipe (trainer.submit_options says why
+#: they are not declared there): each has its own code below.
+PLANNED_FIELDS = ("epochs", "clips_per_gpu", "lr", "warmup_epochs", "engine", "arch", "num_classes")
 #: Options that set the built-in trainer's optimisation; with --command the user's program has its own.
-TRAINER_FIELDS = ("epochs", "clips_per_gpu", "lr", "warmup_epochs", "engine", "arch", "num_classes",
-                  "schedule", "short_cycle", "optimizer", "optimizer_sync", "avg_interval", "compression")
+TRAINER_FIELDS = PLANNED_FIELDS + PRESET_FIELDS
 #: The largest global batch at which the linear LR rule is known to keep this recipe's accuracy: the paper
 #: this project follows (Lin, Gan and Han, "Training Kinetics in 15 Minutes", arXiv:1910.00932) trains TSM
 #: on Kinetics with 1,536 GPUs x 8 clips = 12,288 clips, its largest, without losing accuracy; Goyal et al.
@@ -57,7 +61,37 @@ LINEAR_LR_MAX_BATCH = 12_288
 LARS_MAX_BATCH = 32_768
 
 
+def declared_fields(after: str, in_plan_only: bool = False):
+    """A class decorator, under ``@dataclass``, that gives the class a field for each trainer option declared in
+    trainer.submit_options (its declared default), right after field ``after``; with ``in_plan_only``, for those
+    declared ``in_plan``.
+
+    Why a decorator: a new declared option reaches JobOptions and Plan without an edit here. Why at a place:
+    ``plan.json`` is the Plan's fields in their order, and the declared options stand where they always stood.
+    """
+    def add(cls):
+        own = dict(cls.__dict__.get("__annotations__", {}))
+        if after not in own:
+            raise TypeError(f"{cls.__name__} has no field {after!r} to put the declared options after")
+        fields = {}
+        for name, annotation in own.items():
+            fields[name] = annotation
+            if name != after:
+                continue
+            for option in DECLARED:
+                if in_plan_only and not option.in_plan:
+                    continue
+                if option.name in own:
+                    raise TypeError(f"{cls.__name__}.{option.name} is a declared trainer option: drop the field")
+                fields[option.name] = option.kind.__name__
+                setattr(cls, option.name, option.default)
+        cls.__annotations__ = fields
+        return cls
+    return add
+
+
 @dataclass(frozen=True)
+@declared_fields(after="virtual_nodes")
 class JobOptions:
     """What the user asked for. ``None`` means: the profile's or the recipe's default."""
     nodes: object
@@ -85,13 +119,8 @@ class JobOptions:
     trainer_args: Tuple[str, ...] = ()
     #: Set by simulate: the node count whose optimisation this job reproduces.
     virtual_nodes: Optional[int] = None
-    #: Methods of the seed papers (trainer options).
-    schedule: str = trainer_config.SCHEDULES[0]
-    short_cycle: bool = False
-    optimizer: str = trainer_config.OPTIMIZERS[0]
-    optimizer_sync: str = trainer_config.OPTIMIZER_SYNCS[0]
-    avg_interval: int = trainer_config.AVG_INTERVAL_EPOCH
-    compression: str = trainer_config.COMPRESSIONS[0]
+    # Here come the trainer options declared in trainer.submit_options (the methods of the seed papers: schedule,
+    # optimizer, averaging, compression), each with its declared default (declared_fields).
     fusion_threshold: Optional[int] = None
     #: Training clips per epoch, for the multigrid schedule in the summary.
     train_clips: Optional[int] = None
@@ -130,6 +159,7 @@ class Staging:
 
 
 @dataclass(frozen=True)
+@declared_fields(after="trainer_argv", in_plan_only=True)
 class Plan:
     machine: str
     nodes: int
@@ -171,11 +201,8 @@ class Plan:
     epochs: int
     warmup_epochs: float
     trainer_argv: Tuple[str, ...]
-    schedule: str = trainer_config.SCHEDULES[0]
-    optimizer: str = trainer_config.OPTIMIZERS[0]
-    optimizer_sync: str = trainer_config.OPTIMIZER_SYNCS[0]
-    avg_interval: int = trainer_config.AVG_INTERVAL_EPOCH
-    compression: str = trainer_config.COMPRESSIONS[0]
+    # Here come the trainer options declared ``in_plan`` in trainer.submit_options, as the job runs them
+    # (declared_fields).
     multigrid: Tuple[Dict[str, object], ...] = ()
     complete_marker: str = COMPLETE_MARKER
     #: Written by cancel (trainer.rundir.CANCELLED): the chain's links check it before they run and after they
@@ -284,10 +311,11 @@ class Plan:
         if self.virtual_nodes != self.nodes:
             out["virtual_nodes"] = self.virtual_nodes
             out["virtual_ranks"] = self.virtual_ranks
-        out.update(schedule=self.schedule, optimizer=self.optimizer, optimizer_sync=self.optimizer_sync,
-                   compression=self.compression, fusion_threshold=self.variables.get("HOROVOD_FUSION_THRESHOLD"))
-        if self.optimizer_sync == "aavg":
-            out["avg_interval"] = self.avg_interval
+        out.update({o.name: getattr(self, o.name) for o in DECLARED if o.in_plan and o.requires is None})
+        out["fusion_threshold"] = self.variables.get("HOROVOD_FUSION_THRESHOLD")
+        # An option that applies only with another one's value is shown where it applies.
+        out.update({o.name: getattr(self, o.name) for o in DECLARED if o.in_plan and o.requires is not None
+                    and getattr(self, o.requires[0], None) == o.requires[1]})
         if self.multigrid:
             out["multigrid"] = list(self.multigrid)
         return out
@@ -684,14 +712,13 @@ def _check_methods(opts: JobOptions, accum: int, engine: str, clips: int) -> Non
     """Checked here so that a bad combination never reaches a compute node (the rules: trainer.config)."""
     if engine not in trainer_config.ENGINES:
         raise UserError(f"engine {engine!r} is not known: use 'horovod' (the paper's) or 'ddp' (torch.distributed).")
-    for name, allowed in trainer_config.METHODS.items():
-        if getattr(opts, name) not in allowed:
-            raise UserError(f"--{name.replace('_', '-')} {getattr(opts, name)!r} is not known: use one of "
-                            f"{', '.join(allowed)}.")
+    for option in DECLARED:
+        if option.choices and getattr(opts, option.name) not in option.choices:
+            raise UserError(f"{option.flag} {getattr(opts, option.name)!r} is not known: use one of "
+                            f"{', '.join(option.choices)}.")
     problem = trainer_config.method_conflict({
-        **preset_values(opts.preset),
-        "optimizer_sync": opts.optimizer_sync, "avg_interval": opts.avg_interval, "accum_steps": accum,
-        "compression": opts.compression, "engine": engine, "batch_per_gpu": clips})
+        **preset_values(opts.preset), **{option.name: getattr(opts, option.name) for option in DECLARED},
+        "accum_steps": accum, "engine": engine, "batch_per_gpu": clips})
     if problem:
         raise UserError(f"--preset {opts.preset} and your options cannot run together: {problem}" if opts.preset
                         else problem)
@@ -730,11 +757,7 @@ def _check_applies(opts: JobOptions, engine: str) -> None:
             raise UserError(f"{flag} sets the built-in trainer's optimisation, and --command runs your own "
                             f"program instead of it: drop {flag} (give your program its options in --command).")
         return
-    rules = [
-        (opts.short_cycle and opts.schedule != "multigrid", "--short-cycle",
-         "is part of the multigrid schedule: add --schedule multigrid, or drop --short-cycle."),
-        (_given(opts, "avg_interval") and opts.optimizer_sync != "aavg", f"--avg-interval {opts.avg_interval}",
-         "sets AAVG's averaging interval: add --optimizer-sync aavg, or drop --avg-interval."),
+    rules = _declared_rules(opts) + [
         (_given(opts, "max_links") and not opts.until_complete, f"--max-links {opts.max_links}",
          "caps a chain until complete: add --until-complete, or drop --max-links (--chain K runs K jobs)."),
         (_given(opts, "stage_policy") and not opts.data, f"--stage-policy {opts.stage_policy}",
@@ -746,6 +769,20 @@ def _check_applies(opts: JobOptions, engine: str) -> None:
     for broken, flag, why in rules:
         if broken:
             raise UserError(f"{flag} {why}")
+
+
+def _declared_rules(opts: JobOptions) -> List[Tuple[bool, str, str]]:
+    """(broken, option as given, why) for each declared trainer option that requires another's value."""
+    rules = []
+    for option in DECLARED:
+        if option.requires is None:
+            continue
+        other, needed = option.requires
+        value = getattr(opts, option.name)
+        given = option.flag if option.kind is bool else f"{option.flag} {value}"
+        why = f"{option.requires_words}: add --{other.replace('_', '-')} {needed}, or drop {option.flag}."
+        rules.append((_given(opts, option.name) and getattr(opts, other) != needed, given, why))
+    return rules
 
 
 def training_set_warning(global_batch: int, train_clips: Optional[int]) -> Optional[str]:
@@ -825,35 +862,44 @@ def _trainer_argv(profile: Profile, opts: JobOptions, run: Launch, opt: Optimisa
 
 
 def _methods_argv(opts: JobOptions) -> List[str]:
-    """The method options that differ from the trainer's defaults; with a preset, ``--preset NAME`` and every
-    value it sets, as resolved (an option the user gave wins), so that the script shows each of them."""
-    preset = preset_values(opts.preset)
-    tc = trainer_config
+    """The declared trainer options (trainer.submit_options) that differ from the trainer's defaults; with a
+    preset, ``--preset NAME`` and every value it sets, as resolved (an option the user gave wins), so that the
+    script shows each of them.
 
-    def shown(name: str, default: object) -> bool:
-        return getattr(opts, name) != default or name in preset
+    An option that requires another's value is written with that one: a valued one (--avg-interval) whenever
+    that one is written, a flag (--short-cycle) when it is on.
+    """
+    preset = preset_values(opts.preset)
+
+    def shown(option) -> bool:
+        return getattr(opts, option.name) != option.default or option.name in preset
 
     argv = ["--preset", str(opts.preset)] if preset else []
-    if shown("schedule", tc.SCHEDULES[0]):
-        argv += ["--schedule", opts.schedule] + (["--short-cycle"] if opts.short_cycle else [])
-    if shown("optimizer", tc.OPTIMIZERS[0]):
-        argv += ["--optimizer", opts.optimizer]
-    if shown("optimizer_sync", tc.OPTIMIZER_SYNCS[0]) or "avg_interval" in preset:
-        argv += ["--optimizer-sync", opts.optimizer_sync, "--avg-interval", str(opts.avg_interval)]
-    if shown("compression", tc.COMPRESSIONS[0]):
-        argv += ["--compression", opts.compression]
+    for option in DECLARED:
+        if option.requires is not None:
+            continue
+        followers = [o for o in DECLARED if o.requires is not None and o.requires[0] == option.name]
+        if shown(option) or any(o.name in preset for o in followers):
+            for o in [option, *followers]:
+                argv += _option_words(o, getattr(opts, o.name))
     for name, value in preset.items():
         if name not in PRESET_FIELDS:
             argv += ["--" + name.replace("_", "-"), str(value)]
     return argv
 
 
+def _option_words(option, value: object) -> List[str]:
+    """A declared option as the trainer's command line takes it: a flag alone (when on), else flag and value."""
+    if option.kind is bool:
+        return [option.flag] if value else []
+    return [option.flag, str(value)]
+
+
 def _given_to_trainer(opts: JobOptions) -> Dict[str, object]:
     """Trainer options the user set through submit options (a conflicting value after ``--`` is refused)."""
     given = {name: getattr(opts, name) for name in ("epochs", "lr", "warmup_epochs", "engine", "arch",
                                                      "num_classes") if getattr(opts, name) is not None}
-    given.update({name: getattr(opts, name) for name, choices in trainer_config.METHODS.items()
-                  if getattr(opts, name) != choices[0]})
+    given.update({o.name: getattr(opts, o.name) for o in DECLARED if getattr(opts, o.name) != o.default})
     return given
 
 
@@ -920,8 +966,7 @@ def make_plan(profile: Profile, opts: JobOptions) -> Plan:
         nvme_path=profile.node.nvme_path, staging=run.staging, engine=opt.engine, clips_per_gpu=opt.clips,
         accum_steps=opt.accum, virtual_nodes=opt.virtual_nodes, virtual_ranks=opt.virtual_ranks,
         global_batch=opt.global_batch, lr=opt.lr, epochs=opt.epochs, warmup_epochs=float(opt.warmup),
-        trainer_argv=tuple(argv), schedule=opts.schedule, optimizer=opts.optimizer,
-        optimizer_sync=opts.optimizer_sync, avg_interval=opts.avg_interval, compression=opts.compression,
+        trainer_argv=tuple(argv), **{o.name: getattr(opts, o.name) for o in DECLARED if o.in_plan},
         multigrid=opt.multigrid, until_complete=opts.until_complete,
         max_links=opts.max_links if opts.until_complete else opts.chain, preset=opts.preset,
         total_steps=opts.total_steps,

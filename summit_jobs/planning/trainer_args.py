@@ -14,7 +14,7 @@ import io
 from typing import Dict, Optional, Sequence
 
 from summit_jobs.errors import UserError
-from trainer import config as trainer_config  # torch-free by contract (tests/test_cli_jobs.py checks sys.modules)
+from trainer import submit_options  # torch-free by contract (tests/test_layering.py checks it)
 
 #: Trainer options the planner derives and a user may not set after ``--``, with the way to set them.
 PLANNER_OWNED: Dict[str, str] = {
@@ -25,11 +25,11 @@ PLANNER_OWNED: Dict[str, str] = {
     "preset": "--preset of submit (which writes each of its values into the script)",
 }
 #: Trainer options that a submit option of the same name also sets: given both ways with different values is a
-#: conflict. The method options are trainer.config.METHODS (their choice lists live there).
+#: conflict. Those declared in trainer.submit_options are all such options.
 SUBMIT_OPTION: Dict[str, str] = {
     name: "--" + name.replace("_", "-")
-    for name in ("epochs", "lr", "warmup_epochs", "engine", "arch", "num_classes", *trainer_config.METHODS,
-                 "avg_interval")
+    for name in ("epochs", "lr", "warmup_epochs", "engine", "arch", "num_classes",
+                 *(option.name for option in submit_options.OPTIONS))
 }
 
 

@@ -22,6 +22,7 @@ import click
 
 from summit_jobs.hosts import host as hosts
 from summit_jobs.errors import UserError
+from trainer import submit_options
 
 
 def ssh_options(state) -> Dict[str, object]:
@@ -110,9 +111,10 @@ def _remote_parent(state, kw: dict) -> Tuple[Optional[str], str]:
     return None, ""
 
 
-#: Plan fields that fix the optimisation trajectory: a run resumed with other values is another experiment.
-SCHEDULE_FIELDS = ("epochs", "global_batch", "lr", "warmup_epochs", "clips_per_gpu", "virtual_ranks", "schedule",
-                   "optimizer", "optimizer_sync", "avg_interval", "engine")
+#: Plan fields that fix the optimisation trajectory: a run resumed with other values is another experiment. The
+#: trainer options declared in trainer.submit_options say so themselves (``fixes_schedule``).
+SCHEDULE_FIELDS = ("epochs", "global_batch", "lr", "warmup_epochs", "clips_per_gpu", "virtual_ranks",
+                   *(o.name for o in submit_options.OPTIONS if o.in_plan and o.fixes_schedule), "engine")
 
 
 def check_resume_schedule(host, plan) -> None:
