@@ -7,14 +7,12 @@ What each test holds the Slurm path to:
 - a user's DDP script (tests/ddp_env_train.py), unmodified, gets env:// variables from trainer.rankenv and
   completes with the same weights on every rank;
 - cancel ends a running job, status says so, and no process of the job is left on either node;
-- a chain until complete runs 3 links, each stopped by --signal (its 2-minute --time with the warning at
-  @60: Slurm 22.05's controller checks every 30 s and sends the warning at the first check at which the job
-  has less than the warning + 30 s left, 30 to 60 s after its start), each resuming from the one before, the
-  third stopped by the --max-links cap;
 - simulate --virtual-nodes 4 on the 2 Slurm nodes (4 ranks, 2 accumulation steps) trains to the weights of a
   real 4-node run (8 ranks, on the embedded LSF: the test cluster has 2 nodes) within 1e-5, as on LSF.
 
-The cluster is tests/slurm_cluster.py's (session fixture; skipped where Slurm cannot run, required in CI).
+The cluster is tests/slurm_cluster.py's (session fixture; skipped where Slurm cannot run, required in CI). A
+chain until complete of 3 links stopped by the warning, and the other job-control checks every scheduler
+passes, are tests/test_conformance.py's.
 """
 from __future__ import annotations
 
@@ -28,7 +26,6 @@ from typing import Callable, Dict, List
 import pytest
 import torch
 
-from user_chain_checks import check_user_chain
 from conftest_lsf import cli, lsf_environment, wait_for, wait_state
 from slurm_cluster import cluster_job_processes
 from test_launchers import _trainer_args
@@ -199,50 +196,3 @@ def test_simulate_on_two_slurm_nodes_matches_a_real_four_node_run(slurm_cluster,
     assert state and max(v["momentum_buffer"].abs().max().item() for v in state.values()) > 1e-6
 
 
-@pytest.fixture(scope="module", autouse=True)
-def chain(slurm_cluster, tmp_path_factory) -> Dict:
-    """A chain until complete of docs/examples/user_train.py (the chain contract: it polls the warning file too,
-    so a warning that comes before srun has started its ranks still stops them) with more steps than 2 links
-    (3 links) can train, submitted before this module's first test: its links spend most of their time waiting for
-    slurmctld's warning, so the module's other jobs run beside them (the test cluster's nodes have 4 CPUs, each
-    of these jobs takes 2) and test_a_chain_until_complete_... collects it at the end.
-
-    slurmctld looks at time limits every 30 s (PERIODIC_TIMEOUT) and sends --signal's warning once, up to
-    30 s early: with --time=1 and @60 it is due the moment the job starts, and a warning sent before slurmd
-    has started the batch shell is lost. --time=2 with @60 puts it 30 to 60 s into each link."""
-    home = tmp_path_factory.mktemp("slurm-chain")
-    env = slurm_cluster.env(dict(lsf_environment(home, minute=60), OMP_NUM_THREADS="1"))
-    run_dir = home / "chain"
-    program = REPO / "docs" / "examples" / "user_train.py"
-    first = submit(env, run_dir, "--walltime", "2", "--warning-minutes", "1", "--until-complete", "--max-links", "3",
-                   "--command", f"{sys.executable} {program} --steps 100000 --step-seconds 0.25")
-    return {"env": env, "run_dir": run_dir, "first": first}
-
-
-def test_a_chain_until_complete_runs_three_links_each_stopped_by_the_signal(slurm_cluster, chain):
-    """The chain of the ``chain`` fixture: 3 links, each warned by --signal and checkpointing, each later one
-    resumed from the checkpoint of the one before, the third stopped by the --max-links cap; every link DONE
-    with exit 0."""
-    env, run_dir, first = chain["env"], chain["run_dir"], chain["first"]
-    script = (run_dir / "job.sbatch").read_text()
-    assert "#SBATCH --time=0:02:00\n" in script and "#SBATCH --signal=B:USR2@60\n" in script
-
-    def settled(rows: List[Dict]) -> bool:
-        queued = (run_dir / "chain.jobs").read_text().split() if (run_dir / "chain.jobs").exists() else []
-        return len(rows) == 3 == 1 + len(queued) and all(r["state"] in FINISHED for r in rows)
-
-    rows = status_when(env, run_dir, settled, lambda: exit_codes(run_dir) >= 3, 480, "three links of the chain to end",
-                       every=10.0)
-    assert [r["job_id"] for r in rows] == [first] + (run_dir / "chain.jobs").read_text().split()
-    logs = cli(["logs", str(run_dir)], env, timeout=60).stdout
-    assert all((r["state"], r["exit_code"]) == ("done", 0) for r in rows), (
-        [(r["job_id"], r["state"], r["exit_code"], r.get("native_state")) for r in rows], logs)
-    assert logs.count("rank 0: warned at step") == 3 and logs.count("rank 0: resumed at step") == 2, logs
-    assert logs.count("summit-jobs: USR2 (the warning before the time limit)") == 3, logs
-    assert "chain stopped before COMPLETE: 3 links ran, the --max-links cap" in logs
-    assert not (run_dir / "COMPLETE").exists()
-    steps = sorted(int(p.name[5:14]) for p in (run_dir / "checkpoints").glob("ckpt-*.pt"))
-    assert len(steps) >= 1 and steps[-1] > 0
-    check_user_chain(env, run_dir, [r["job_id"] for r in rows], last="chain stopped before COMPLETE: 3 links ran")
-    for row in rows:
-        no_process_left(slurm_cluster, row["job_id"])
