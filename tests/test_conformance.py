@@ -92,8 +92,9 @@ def _slurm(home: Path, request) -> Harness:
     from slurm_cluster import cluster_job_processes
     cluster = request.getfixturevalue("slurm_cluster")
     env = cluster.env(dict(lsf_environment(home, minute=60), OMP_NUM_THREADS="1"))
-    # slurmctld looks at time limits every 30 s and sends --signal's warning up to 30 s early: with --time=2 and
-    # @60 the warning comes 30 to 60 s into a link (test_slurm_jobs.py's chain says why not --time=1).
+    # slurmctld looks at time limits every 30 s (PERIODIC_TIMEOUT) and sends --signal's warning once, up to 30 s
+    # early: with --time=1 and @60 it is due the moment a link starts, and a warning sent before slurmd has
+    # started the batch shell is lost; --time=2 with @60 puts it 30 to 60 s into each link.
     return Harness(name="slurm", machine="local-slurm", env=env,
                    processes=lambda jid: cluster_job_processes(cluster, jid),
                    refused=["--sbatch-option", "--reservation=nosuchreservation"],
