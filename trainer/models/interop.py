@@ -50,15 +50,17 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 if __name__ == "__main__":
     # ``python -m trainer.models.interop``: the command line refuses bad options and paths before torch is
     # imported (a second of CPU), then imports this module under its own name for the conversion.
-    from trainer.models.interop_cli import main as _cli_main
-    sys.exit(_cli_main())
+    from trainer.models.interop_cli import precheck
+    precheck()
+    from trainer.models import interop
+    sys.exit(interop.main())
 
 import torch
 
 from trainer.dist import compat
 from trainer.files import atomic_path, discard
 from trainer.models.interop_cli import (FORMATS, LAYOUTS, PLACEMENTS, TSM_FCS, WeightsError,  # noqa: F401 - API
-                                        cannot_write, check_paths, main, parser, weights_kind)
+                                        cannot_write, check_paths, checked, parser, refused, weights_kind)
 from trainer.models.model import ARCHS, SHIFT_BLOCKS, build_model, shift_round
 
 WEIGHTS_DIR = "weights"
@@ -754,3 +756,13 @@ def convert(a: argparse.Namespace) -> str:
             "blockres --shift-blocks official), pass --no-shift or others if its run used them") if assumed else ""
     return (f"wrote {out}: {info['arch']}, {info['num_classes']} classes, {a.to} layout ({fmt}), "
             f"{len(shifted)} shifted blocks, from {a.input} ({info['layout']} layout){note}")
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """``convert``'s entry: one line on stderr and exit 2 for anything wrong with its input (interop_cli
+    checks the options and paths, which ``python -m`` does before torch is imported)."""
+    try:
+        print(convert(checked(argv)))
+    except WeightsError as exc:
+        return refused(exc)
+    return 0

@@ -3,10 +3,11 @@
 Why a module of its own: importing torch costs about a second of CPU, and most mistakes
 a user makes with ``convert`` (a missing or empty IN, a folder, an OUT that exists or whose
 folder does not, an unknown layout) need no tensor to see. This module parses the options
-and checks the paths, and imports ``trainer.models.interop`` (and with it torch) only for
-a conversion that can start. interop.py re-exports its names (``parser``, ``main``,
-``WeightsError``, the choice lists), so the library's API is what it was, and its
-``python -m`` entry hands over to ``main`` here before its own ``import torch``.
+and checks the paths (``precheck``) before ``trainer.models.interop`` imports torch for a
+conversion that can start. interop.py re-exports its names (``parser``, ``WeightsError``,
+the choice lists), so the library's API is what it was; its ``python -m`` entry runs
+``precheck`` before its own ``import torch``, and its ``main`` runs the conversion. This
+module never imports interop.py: the checks are below the conversion, not beside it.
 """
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ PLACEMENTS = ("blockres", "block")
 #: Where the official TSN keeps its classifier: ``new_fc`` when built with dropout (its scripts
 #: and test_models.py), ``base_model.fc`` with dropout 0.
 TSM_FCS = ("new_fc", "base_model.fc")
-#: What ``main`` puts before a refusal (the tests and docs/weights.md quote it).
+#: What a refusal starts with (the tests and docs/weights.md quote it).
 ERROR_PREFIX = "trainer.models.interop: error: "
 
 
@@ -133,15 +134,23 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: Optional[List[str]] = None) -> int:
-    """The command's entry: one line on stderr and exit 2 for anything wrong with its input; torch is
-    imported only once the options and paths have passed ``check_paths``."""
+def checked(argv: Optional[List[str]] = None) -> argparse.Namespace:
+    """The command line with its paths checked: argparse exits 2 for a bad option, WeightsError says what is
+    wrong with IN or OUT."""
     a = parser().parse_args(argv)
+    check_paths(a)
+    return a
+
+
+def refused(exc: WeightsError) -> int:
+    """Say ``exc`` in the command's one line on stderr; the exit status of a refusal."""
+    print(f"{ERROR_PREFIX}{exc}", file=sys.stderr)
+    return 2
+
+
+def precheck(argv: Optional[List[str]] = None) -> None:
+    """Exit with a refusal for anything wrong with the command line, before the caller imports torch."""
     try:
-        check_paths(a)
-        from trainer.models import interop
-        print(interop.convert(a))
+        checked(argv)
     except WeightsError as exc:
-        print(f"{ERROR_PREFIX}{exc}", file=sys.stderr)
-        return 2
-    return 0
+        sys.exit(refused(exc))

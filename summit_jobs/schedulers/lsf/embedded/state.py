@@ -86,12 +86,15 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import Dict, Iterator, List, Optional, Tuple
+from typing import Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
 from summit_jobs.schedulers.lsf.home import home_path  # noqa: F401 - the state folder, for this package's modules
 from summit_jobs.schedulers.lsf.home import prepare as prepare_home
+from summit_jobs.schedulers.lsf.embedded import vnode_ns
+#: The virtual nodes' names and addresses are vnode_ns's (which never imports this module); here for the
+#: package's modules, which read them as state.LAUNCH_NODE and state.node_address.
+from summit_jobs.schedulers.lsf.embedded.vnode_ns import LAUNCH_NODE, node_address  # noqa: F401
 
-LAUNCH_NODE = "batch1"
 FINISHED = ("DONE", "EXIT")
 ACTIVE = ("PEND", "RUN")
 #: LSF's largest job id (MAX_JOB_ID can be set up to this in lsb.params).
@@ -209,23 +212,35 @@ def clean_period() -> float:
     return _env_number("SUMMIT_JOBS_LSF_CLEAN_PERIOD", 3600.0)
 
 
-def node_address(index: int) -> str:
-    """The loopback address that is virtual node ``index`` (from 1): 127.1.0.1, 127.1.0.2, ...
-
-    Why addresses as host names: the host lists of a job must name hosts that
-    every program can reach (the trainer, torchrun, an MPI) without editing
-    /etc/hosts, and each virtual node needs an address of its own so that a
-    rank which dials the wrong node fails as it would on a cluster. Linux
-    routes all of 127.0.0.0/8 to the loopback device, so each of these can be
-    bound and dialled; no other program uses 127.1.x.x.
-    """
-    return f"127.1.{(index - 1) // 250}.{(index - 1) % 250 + 1}"
-
-
 def node_names(count: int) -> List[str]:
     """The virtual nodes' host names: ``vnode1``... where tasks can get them, else their addresses (vnode_ns)."""
-    from summit_jobs.schedulers.lsf.embedded import vnode_ns
     return vnode_ns.node_names(count)
+
+
+def preexec(host: str, hosts: Iterable[str], lsf_home: Optional[Path] = None) -> Optional[Callable[[], None]]:
+    """What a task on ``host`` runs before exec, or None when ``host`` is an address (no namespaces then).
+
+    ``hosts`` are the job's; the file names every node of the home and those. It is written here, in the
+    parent (``<LSF home>/vnode-hosts``, temporary name then rename), only when its text changes: the bind
+    mount pins the file it found, so a later rewrite never changes a running task's view.
+    """
+    if not host or vnode_ns.is_address(host):
+        return None
+    indexes = [int(m.group(1)) for m in map(vnode_ns.NAME_RE.match, list(hosts) + [host]) if m]
+    try:
+        base = Path("/etc/hosts").read_text(errors="replace")
+    except OSError:
+        base = "127.0.0.1\tlocalhost\n"
+    text = vnode_ns.hosts_text(base, max(indexes + [virtual_nodes()]))
+    path = (lsf_home or home()) / vnode_ns.HOSTS_FILE
+    try:
+        current = path.read_text()
+    except OSError:
+        current = None
+    if current != text:
+        write_bytes(path, text.encode())
+    hosts_file = str(path)
+    return vnode_ns.entry(host, hosts_file)
 
 
 def next_allocation_id(lsf_home: Path) -> int:
@@ -248,7 +263,6 @@ def nvme_dir(lsf_home: Path, node: str) -> Path:
     name (data staged before the nodes had host names, or on a machine without namespaces) is renamed to
     this one rather than staged again: nothing staged is lost or copied twice.
     """
-    from summit_jobs.schedulers.lsf.embedded import vnode_ns
     path = lsf_home / "nodes" / node / "nvme"
     other = vnode_ns.other_name(node)
     old = lsf_home / "nodes" / other / "nvme" if other else None

@@ -217,7 +217,7 @@ def _start(lsf_home: Path, job: Dict) -> Optional[subprocess.Popen]:
             err.flush()
         return subprocess.Popen(_command(lsf_home, job), cwd=job["subcwd"], env=env, stdin=subprocess.DEVNULL,
                                 stdout=out, stderr=err, start_new_session=True,
-                                preexec_fn=vnode_ns.preexec(on, job["hosts"], lsf_home))
+                                preexec_fn=state.preexec(on, job["hosts"], lsf_home))
     except (OSError, subprocess.SubprocessError) as exc:
         out.write(f"embedded LSF: cannot start the job: {exc}\n".encode())
         _update(lsf_home, job["id"], state="EXIT", exit_code=127, exit_reason=f"cannot start: {exc}",

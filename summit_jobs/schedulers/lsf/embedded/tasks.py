@@ -19,7 +19,7 @@ import sys
 import time
 from typing import Dict, List, Optional
 
-from summit_jobs.schedulers.lsf.embedded import state, vnode_ns
+from summit_jobs.schedulers.lsf.embedded import state
 
 FORWARDED = (signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
@@ -44,7 +44,7 @@ def run(command: List[str], task_envs: List[Dict[str, str]], cwd: str, who: str,
         env = dict(os.environ)
         env.update(extra)
         try:
-            prepare = vnode_ns.preexec(extra.get("SUMMIT_JOBS_VNODE", ""), hosts)
+            prepare = state.preexec(extra.get("SUMMIT_JOBS_VNODE", ""), hosts)
             procs.append(subprocess.Popen(command, cwd=cwd, env=env, stdin=subprocess.DEVNULL, preexec_fn=prepare))
         except (OSError, subprocess.SubprocessError) as exc:
             print(f"{who}: error: cannot start {command[0]!r} for {unit} {index}: {exc}", file=sys.stderr)

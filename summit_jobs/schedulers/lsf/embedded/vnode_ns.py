@@ -13,7 +13,7 @@ namespace whose host name is the node's name, ``vnode1``, ``vnode2``, ...
 (enter(), run in the child between fork and exec), and in a mount namespace
 where a private hosts file is bind-mounted over /etc/hosts: the machine's own
 lines plus one line per virtual node naming its loopback address
-(state.node_address: ``127.1.0.1 vnode1``). So ``gethostbyname(gethostname())``
+(node_address: ``127.1.0.1 vnode1``). So ``gethostbyname(gethostname())``
 gives the node's own address for glibc, Python, torch's c10d and Open MPI
 alike (HOSTALIASES would not: glibc reads it for some lookups only, and it
 maps names to names, not to addresses). The names need not be unique on the
@@ -30,6 +30,11 @@ Where neither works (no user namespaces, a seccomp filter), or with
 ``SUMMIT_JOBS_LSF_HOSTNAMES=off``, the nodes keep their loopback addresses as
 names and tasks run as before; the supervisor says so in the job's output
 (fallback_note).
+
+The names and the namespaces are this module's; the state folder is the state
+module's, which writes the private hosts file there and asks this module for
+the task's entry (state.preexec). This module imports nothing of the embedded
+LSF, so state may build on it.
 """
 from __future__ import annotations
 
@@ -42,16 +47,16 @@ import re
 from pathlib import Path
 from typing import Callable, Iterable, List, Optional
 
-from summit_jobs.schedulers.lsf.embedded import state
-
 #: The switch: ``auto`` (names where namespaces work) or ``off`` (always addresses).
 SWITCH = "SUMMIT_JOBS_LSF_HOSTNAMES"
 PREFIX = "vnode"
 NAME_RE = re.compile(rf"^{PREFIX}([1-9][0-9]*)$")
-#: The CSM launch node's address: above every node's (state.node_address stops far below it).
+#: The CSM launch node's address: above every node's (node_address stops far below it).
 LAUNCH_ADDRESS = "127.1.255.254"
 MARKER = "# summit-jobs embedded LSF: virtual nodes (this file is mounted over /etc/hosts in their tasks)"
 HOSTS_FILE = "vnode-hosts"
+#: The CSM launch node, where a job's batch script runs (its tasks start on the virtual nodes).
+LAUNCH_NODE = "batch1"
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUTS = 0x04000000
@@ -59,6 +64,19 @@ CLONE_NEWUSER = 0x10000000
 MS_BIND = 4096
 MS_REC = 16384
 MS_PRIVATE = 1 << 18
+
+
+def node_address(index: int) -> str:
+    """The loopback address that is virtual node ``index`` (from 1): 127.1.0.1, 127.1.0.2, ...
+
+    Why addresses as host names: the host lists of a job must name hosts that
+    every program can reach (the trainer, torchrun, an MPI) without editing
+    /etc/hosts, and each virtual node needs an address of its own so that a
+    rank which dials the wrong node fails as it would on a cluster. Linux
+    routes all of 127.0.0.0/8 to the loopback device, so each of these can be
+    bound and dialled; no other program uses 127.1.x.x.
+    """
+    return f"127.1.{(index - 1) // 250}.{(index - 1) % 250 + 1}"
 
 
 @functools.lru_cache(maxsize=None)
@@ -135,7 +153,7 @@ def node_names(count: int) -> List[str]:
     """The virtual nodes' host names: ``vnode1``... where namespaces work, else their addresses."""
     if unavailable() is None:
         return [f"{PREFIX}{i}" for i in range(1, count + 1)]
-    return [state.node_address(i) for i in range(1, count + 1)]
+    return [node_address(i) for i in range(1, count + 1)]
 
 
 def is_address(host: str) -> bool:
@@ -151,8 +169,8 @@ def address_of(host: str) -> str:
     node: jobs started with and without host names must never share it)."""
     m = NAME_RE.match(host)
     if m:
-        return state.node_address(int(m.group(1)))
-    return LAUNCH_ADDRESS if host == state.LAUNCH_NODE else host
+        return node_address(int(m.group(1)))
+    return LAUNCH_ADDRESS if host == LAUNCH_NODE else host
 
 
 def other_name(host: str) -> Optional[str]:
@@ -164,7 +182,7 @@ def other_name(host: str) -> Optional[str]:
     parts = host.split(".")
     if len(parts) == 4 and parts[:2] == ["127", "1"] and all(p.isdigit() for p in parts):
         index = int(parts[2]) * 250 + int(parts[3])
-        if state.node_address(index) == host:
+        if node_address(index) == host:
             return f"{PREFIX}{index}"
     return None
 
@@ -174,33 +192,13 @@ def hosts_text(base: str, count: int) -> str:
     line per virtual node and one for the launch node."""
     own = base.split(MARKER, 1)[0].rstrip("\n")
     lines = ([own] if own else []) + [MARKER]
-    lines += [f"{state.node_address(i)}\t{PREFIX}{i}" for i in range(1, count + 1)]
-    lines.append(f"{LAUNCH_ADDRESS}\t{state.LAUNCH_NODE}")
+    lines += [f"{node_address(i)}\t{PREFIX}{i}" for i in range(1, count + 1)]
+    lines.append(f"{LAUNCH_ADDRESS}\t{LAUNCH_NODE}")
     return "\n".join(lines) + "\n"
 
 
-def preexec(host: str, hosts: Iterable[str], lsf_home: Optional[Path] = None) -> Optional[Callable[[], None]]:
-    """What a task on ``host`` runs before exec, or None when ``host`` is an address (no namespaces then).
-
-    ``hosts`` are the job's; the file names every node of the home and those. It is written here, in the
-    parent (``<LSF home>/vnode-hosts``, temporary name then rename), only when its text changes: the bind
-    mount pins the file it found, so a later rewrite never changes a running task's view.
-    """
-    if not host or is_address(host):
-        return None
-    indexes = [int(m.group(1)) for m in map(NAME_RE.match, list(hosts) + [host]) if m]
-    try:
-        base = Path("/etc/hosts").read_text(errors="replace")
-    except OSError:
-        base = "127.0.0.1\tlocalhost\n"
-    text = hosts_text(base, max(indexes + [state.virtual_nodes()]))
-    path = (lsf_home or state.home()) / HOSTS_FILE
-    try:
-        current = path.read_text()
-    except OSError:
-        current = None
-    if current != text:
-        state.write_bytes(path, text.encode())
-    hosts_file = str(path)
+def entry(hostname: str, hosts_file: Optional[str]) -> Callable[[], None]:
+    """What a task runs between fork and exec to become ``hostname`` (enter). The C library is loaded here,
+    in the parent: loading it in the child could wait forever on a lock another thread held at the fork."""
     _libc()
-    return lambda: enter(host, hosts_file)
+    return lambda: enter(hostname, hosts_file)
