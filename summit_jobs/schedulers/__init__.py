@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Callable, Dict, List, Mapping, NamedTuple, Optional, Protocol, Sequence, Tuple, \
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Protocol, Sequence, Tuple, \
     TypeVar
 
 from summit_jobs.errors import UserError
@@ -254,6 +254,11 @@ class Scheduler(Protocol):
         """Raise ValueError naming the key of a profile of this scheduler that it cannot plan with (its own
         section's values, another scheduler's keys): the profile loader asks while it loads the file
         (summit_jobs.profiles.sections), so the refusal names the file."""
+
+    def template_filters(self) -> Mapping[str, Callable[[Any], str]]:
+        """The Jinja filters its templates use to write its header lines (LSF: ``bsub_directive``), each a check
+        of a value's shape that raises UserError; the renderer registers them for this scheduler's templates only
+        (a base class: summit_jobs.schedulers.base.CommandScheduler)."""
 
     def request(self, profile, opts, nodes: int) -> Request:
         """How a job of ``nodes`` nodes asks for them and which launcher starts its ranks, from the profile and

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, 
 
 from summit_jobs.errors import UserError
 from summit_jobs import schedulers
-from summit_jobs.schedulers import FINISHED, JobStatus, Limit, Owner, Request, Submitted, SubmitRefused
+from summit_jobs.schedulers import FINISHED, JobStatus, Limit, Owner, Request
 from summit_jobs.schedulers.base import CommandScheduler
 from summit_jobs.schedulers.slurm import launch
 
