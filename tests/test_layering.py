@@ -8,6 +8,7 @@ only catches drift after the fact.
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -73,6 +74,40 @@ def test_the_trainer_needs_no_scheduler_code():
     users = [str(p.relative_to(REPO)) for p in (REPO / "trainer").rglob("*.py")
              if any(m.startswith("summit_jobs") for m, _ in imports(p))]
     assert not users
+
+
+#: The variables a launcher gives a rank: its rank and world (jsrun's JSM_*, Open MPI's OMPI_*, PMIx's, blaunch's
+#: LSF_PM_TASKID, srun's SLURM_*, torchrun's own), its job and hosts (LSB_*, SLURM_*), where the ranks meet
+#: (MASTER_ADDR/PORT, torchrun's agent store and run id).
+LAUNCHER_VARIABLE = re.compile(r"(OMPI_|PMIX_|PMI_|SLURM_|LSB_|LSF_|JSM_|CSM_)[A-Z0-9_]*|LOCAL_SIZE|MASTER_(ADDR|PORT)"
+                               r"|TORCHELASTIC_(RUN_ID|USE_AGENT_STORE|RESTART_COUNT|MAX_RESTARTS)"
+                               r"|(LOCAL_|GROUP_|ROLE_)?(RANK|WORLD_SIZE)")
+#: The compute side's one room for them: rankenv, and LSF's host lists and Slurm's tasks that it reads them with.
+LAUNCHER_ROOM = {"trainer/rankenv.py", "trainer/lsf_hosts.py", "trainer/slurm_tasks.py"}
+
+
+def test_only_rankenv_reads_a_launchers_variables():
+    """Each launcher names a rank's place its own way (JSM_NAMESPACE_RANK, OMPI_COMM_WORLD_RANK, LSF_PM_TASKID,
+    SLURM_PROCID, RANK): read in one room, a launcher added or changed is one module's edit, and the engines, the
+    rendezvous, staging and the run directory cannot disagree about which variable wins."""
+    found = []
+    for path in sorted((REPO / "trainer").rglob("*.py")):
+        rel = path.relative_to(REPO).as_posix()
+        if rel in LAUNCHER_ROOM:
+            continue
+        found += [f"{rel}:{node.lineno}: {node.value}" for node in ast.walk(ast.parse(path.read_text()))
+                  if isinstance(node, ast.Constant) and isinstance(node.value, str)
+                  and LAUNCHER_VARIABLE.fullmatch(node.value)]
+    assert not found, "trainer modules that name a launcher's variables (read them through trainer.rankenv):\n" + \
+        "\n".join(found)
+
+
+def test_the_launcher_variable_pattern_knows_them():
+    names = ["JSM_NAMESPACE_RANK", "OMPI_COMM_WORLD_", "PMIX_RANK", "LSF_PM_TASKID", "SLURM_NODEID", "LSB_JOBID",
+             "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "TORCHELASTIC_RUN_ID"]
+    assert all(LAUNCHER_VARIABLE.fullmatch(n) for n in names)
+    assert not any(LAUNCHER_VARIABLE.fullmatch(n) for n in ("SUMMIT_JOBS_VNODE", "HOROVOD_FUSION_THRESHOLD",
+                                                            "TORCHELASTIC_SIGNALS_TO_HANDLE", "rank"))
 
 
 def shared_modules():
@@ -164,7 +199,6 @@ def test_scheduler_commands_are_named_only_under_schedulers():
     """bsub, bjobs, jsrun and blaunch belong to schedulers/ (and the templates', profiles' and docs' words): the
     rest asks the scheduler (summit_jobs.schedulers.Scheduler) or says it neutrally, so a second scheduler has one
     package to implement, not a search through the tree."""
-    import re
     word = re.compile(r"\b(bsub|bjobs|jsrun|blaunch)\b")
     found = []
     for path in sorted((REPO / "summit_jobs").rglob("*.py")):

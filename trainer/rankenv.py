@@ -23,6 +23,11 @@ of SLURM_JOB_NODELIST) and the port derived from the job id (LSB_JOBID or
 SLURM_JOB_ID). A group (node) rank is the index of the rank's host among the
 compute hosts: ranks are placed a node's worth at a time by every launch line
 the job scripts use.
+
+The one room of the compute side that reads a launcher's variables (with
+LSF's host lists, lsf_hosts, and Slurm's tasks, slurm_tasks): the engines,
+the rendezvous, staging's node index and the run directory's job id ask it
+(tests/test_layering.py).
 """
 from __future__ import annotations
 
@@ -100,6 +105,52 @@ def job_id(env: Mapping[str, str]) -> str:
     """The scheduler's id of the job this process runs in: LSB_JOBID (LSF), else SLURM_JOB_ID; "" outside one."""
     job = str(env.get("LSB_JOBID", "")).strip()
     return job if job.isdecimal() else slurm_tasks.job_id(env)
+
+
+def node_index(env: Mapping[str, str]) -> Optional[str]:
+    """The text of this task's node index as its launcher gives it, or None where it gives none (a task that
+    runs once per node: staging's hop 2). jsrun sets JSM_NAMESPACE_RANK (Spectrum MPI also
+    OMPI_COMM_WORLD_RANK, PMIx PMIX_RANK); ``blaunch -z "h1 h2 ..."`` sets LSF_PM_TASKID, counted from 1, one
+    task per host named; a task of an srun step (SLURM_STEP_ID set) has its node's index in SLURM_NODEID."""
+    for var in ("JSM_NAMESPACE_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK"):
+        if str(env.get(var, "")).strip():
+            return str(env[var]).strip()
+    task = str(env.get("LSF_PM_TASKID", "")).strip()
+    if task.isdigit() and int(task) >= 1:
+        return str(int(task) - 1)
+    if str(env.get("SLURM_STEP_ID", "")).strip().isdigit():
+        return str(env.get("SLURM_NODEID", "")).strip() or None
+    return None
+
+
+def open_mpi(env: Mapping[str, str]) -> bool:
+    """Whether Open MPI (Spectrum MPI under jsrun) started this rank: it sets OMPI_COMM_WORLD_*."""
+    return any(k.startswith("OMPI_COMM_WORLD_") for k in env)
+
+
+def agent_store(env: Mapping[str, str]) -> Optional[Tuple[str, int]]:
+    """(MASTER_ADDR, MASTER_PORT) where torchrun's agent hosts the job's store for its workers
+    (TORCHELASTIC_USE_AGENT_STORE=True), else None."""
+    if str(env.get("TORCHELASTIC_USE_AGENT_STORE", "")).lower() == "true" and env.get("MASTER_ADDR") \
+            and str(env.get("MASTER_PORT", "")).isdigit():
+        return env["MASTER_ADDR"], int(env["MASTER_PORT"])
+    return None
+
+
+def torchrun_run_id(env: Mapping[str, str]) -> str:
+    """torchrun's id of this run (TORCHELASTIC_RUN_ID), "run" outside torchrun: what names the keys of the
+    job's store."""
+    return env.get("TORCHELASTIC_RUN_ID", "run")
+
+
+def rendezvous_addr(env: Mapping[str, str]) -> str:
+    """Where the ranks meet: the job script's SUMMIT_JOBS_RENDEZVOUS_ADDR, else MASTER_ADDR, else the first
+    compute host, else this machine."""
+    if env.get("SUMMIT_JOBS_RENDEZVOUS_ADDR"):
+        return env["SUMMIT_JOBS_RENDEZVOUS_ADDR"]
+    if env.get("MASTER_ADDR"):
+        return env["MASTER_ADDR"]
+    return first_host(env) or "127.0.0.1"
 
 
 def first_host(env: Mapping[str, str]) -> Optional[str]:

@@ -51,7 +51,7 @@ from pathlib import Path
 from typing import Dict, Optional, Tuple
 
 from trainer import files
-from trainer.rankenv import PORT_BASE, PORT_SPAN, job_id
+from trainer.rankenv import PORT_BASE, PORT_SPAN, job_id, torchrun_run_id
 
 TOKEN_KEY = "summit_jobs/rendezvous_token"
 #: How many ports rank 0 tries (every second one, so the derived pair p, p+1 keeps its parity).
@@ -261,7 +261,7 @@ def agent_store(addr: str, port: int):
     except RuntimeError as exc:
         raise RendezvousError(f"trainer: cannot reach torchrun's store at {addr}:{port} (MASTER_ADDR, "
                               f"MASTER_PORT): {str(exc).splitlines()[0]}") from None
-    return PrefixStore(f"summit_jobs/{os.environ.get('TORCHELASTIC_RUN_ID', 'run')}/", store)
+    return PrefixStore(f"summit_jobs/{torchrun_run_id(os.environ)}/", store)
 
 
 def done(folder: os.PathLike, job: str, rank: int) -> None:

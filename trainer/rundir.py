@@ -74,6 +74,8 @@ import time
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Tuple, Union
 
+from trainer import rankenv
+
 PLAN = "plan.json"
 RECORD = "run.json"
 #: The job script of an LSF run (and of any run whose run.json names none).
@@ -163,12 +165,8 @@ def warned(run_dir: PathLike, job: Optional[str] = None) -> bool:
 
 def job_id() -> str:
     """This process's job id (LSF's LSB_JOBID, else Slurm's SLURM_JOB_ID), or "" outside a job: the job script
-    names its warning file and events with the same id."""
-    value = os.environ.get("LSB_JOBID", "")
-    if value.isdecimal():
-        return value
-    value = os.environ.get("SLURM_JOB_ID", "")
-    return value if value.isdecimal() else ""
+    names its warning file and events with the same id (rankenv reads it)."""
+    return rankenv.job_id(os.environ)
 
 
 def event(run_dir: PathLike, kind: str, **fields: object) -> None:

@@ -49,7 +49,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from trainer import files, shards
+from trainer import files, rankenv, shards
 
 BUF = 8 << 20
 PARTIAL_TAG = ".partial."
@@ -111,18 +111,9 @@ def placement(manifest: Dict[str, object], nodes: int, policy: str) -> List[List
 
 
 def node_index(explicit: Optional[int], nodes: int) -> int:
-    """This rank's node: jsrun sets JSM_NAMESPACE_RANK (Spectrum MPI also OMPI_COMM_WORLD_RANK);
-    ``blaunch -z "h1 h2 ..."`` sets LSF_PM_TASKID, counted from 1, one task per host named; a task of an srun
-    step (SLURM_STEP_ID set) has its node's index in SLURM_NODEID."""
-    value: Optional[str] = str(explicit) if explicit is not None else None
-    for var in ("JSM_NAMESPACE_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK"):
-        if value is None and os.environ.get(var, "").strip():
-            value = os.environ[var].strip()
-    task = os.environ.get("LSF_PM_TASKID", "").strip()
-    if value is None and task.isdigit() and int(task) >= 1:
-        value = str(int(task) - 1)
-    if value is None and os.environ.get("SLURM_STEP_ID", "").strip().isdigit():
-        value = os.environ.get("SLURM_NODEID", "").strip() or None
+    """This rank's node: ``--node``, else what its launcher says (rankenv.node_index: jsrun's, blaunch's or an
+    srun step's variables)."""
+    value = str(explicit) if explicit is not None else rankenv.node_index(os.environ)
     if value is None:
         if nodes == 1:
             return 0

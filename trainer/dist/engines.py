@@ -54,11 +54,8 @@ class Launch:
 
 
 def rendezvous_addr(env: Mapping[str, str]) -> str:
-    if env.get("SUMMIT_JOBS_RENDEZVOUS_ADDR"):
-        return env["SUMMIT_JOBS_RENDEZVOUS_ADDR"]
-    if env.get("MASTER_ADDR"):
-        return env["MASTER_ADDR"]
-    return rankenv.first_host(env) or "127.0.0.1"
+    """Where the ranks meet (rankenv reads it from the launcher's variables)."""
+    return rankenv.rendezvous_addr(env)
 
 
 def rendezvous_port(env: Mapping[str, str]) -> int:
@@ -74,10 +71,9 @@ def launch_from_env(env: Optional[Mapping[str, str]] = None) -> Launch:
     except rankenv.RankError as exc:
         raise ValueError(str(exc)) from None
     job = rankenv.job_id(env)
-    agent = source == "torchrun" and str(env.get("TORCHELASTIC_USE_AGENT_STORE", "")).lower() == "true" \
-        and bool(env.get("MASTER_ADDR")) and str(env.get("MASTER_PORT", "")).isdigit()
+    agent = rankenv.agent_store(env) if source == "torchrun" else None
     if agent:
-        return Launch(r, s, lr, ls, env["MASTER_ADDR"], int(env["MASTER_PORT"]), source, "", True)
+        return Launch(r, s, lr, ls, agent[0], agent[1], source, "", True)
     return Launch(r, s, lr, ls, rendezvous_addr(env), rendezvous_port(env), source,
                   job if job.isdigit() else "")
 
@@ -383,7 +379,7 @@ class HorovodEngine(Engine):
         self._server = None
         self._store = None
         self._synced = False
-        use_mpi = any(k.startswith("OMPI_COMM_WORLD_") for k in os.environ) and hvd.mpi_built() \
+        use_mpi = rankenv.open_mpi(os.environ) and hvd.mpi_built() \
             and launch.source in ("jsrun", "mpi") and os.environ.get("HOROVOD_CONTROLLER", "").lower() != "gloo"
         meets = not use_mpi and _meets_in(launch, rendezvous_dir)
         if not use_mpi:
