@@ -1,4 +1,4 @@
-"""The shared check of the bad-input suite (tests/test_bad_input_*.py).
+"""The shared check of the bad-input suite (tests/*/test_bad_input_*.py).
 
 Each of those files holds a table of cases: a command line a user could type
 (or a file a user could write) and the words the refusal must contain. Every

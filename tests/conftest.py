@@ -11,6 +11,16 @@ from typing import Callable, Iterator
 
 import pytest
 
+TESTS = Path(__file__).resolve().parent
+# The tests are grouped in folders by role (cli, planning, runs, schedulers/lsf, ...); the shared helpers
+# (conftest_lsf, trainer_utils, slurm_cluster, ...) sit here at the top, and a few test modules take another's
+# data or fixtures by module name (test_slurm_jobs imports test_launchers' trainer arguments). pytest puts the
+# folder of each module it collects on sys.path (its "prepend" import mode; names are unique across folders):
+# every test folder is put there up front, so such an import works whichever module pytest collected first.
+for _folder in sorted({p.parent for p in TESTS.rglob("test_*.py") if "data" not in p.relative_to(TESTS).parts}):
+    if str(_folder) not in sys.path:
+        sys.path.append(str(_folder))
+
 # The Slurm cluster fixture lives here so that every module shares the session's one cluster (a fixture
 # imported into each module is a fixture of that module, started again for each).
 from slurm_cluster import slurm_cluster  # noqa: F401,E402
@@ -143,7 +153,7 @@ def short_dir() -> Iterator[Path]:
 @pytest.fixture(scope="session")
 def two_stream_packs(tmp_path_factory) -> Path:
     """The same videos packed as RGB (``<folder>/rgb``) and as optical flow (``<folder>/flow``), built once
-    per session (tests/test_flow_stream.py, tests/test_bad_input_flow_stream.py and tests/test_fuse.py
+    per session (tests/datapath/test_flow_stream.py, tests/datapath/test_bad_input_flow_stream.py and tests/runs/test_fuse.py
     train on them)."""
     return shared_folder(tmp_path_factory, "two-stream-packs", _pack_two_streams)
 
@@ -159,7 +169,7 @@ def _train_tiny_run(root: Path) -> None:
 @pytest.fixture(scope="session")
 def tiny_run(tmp_path_factory) -> Path:
     """A real one-epoch run of the tiny recipe (``<folder>/run``, trained on ``<folder>/data``), built once per
-    session for the tests that only read it (tests/test_bad_input_runs.py, tests/test_tensorboard.py)."""
+    session for the tests that only read it (tests/runs/test_bad_input_runs.py, tests/training/test_tensorboard.py)."""
     return shared_folder(tmp_path_factory, "tiny-run", _train_tiny_run)
 
 

@@ -1,4 +1,4 @@
-"""One rank of the methods tests, run as a real process by tests/test_methods_train.py (no tests here).
+"""One rank of the methods tests, run as a real process by tests/training/test_methods_train.py (no tests here).
 
 Usage: python tests/methods_worker.py {aavg|compression} ENGINE OUT_DIR
 

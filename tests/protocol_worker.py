@@ -1,4 +1,4 @@
-"""One rank of the test-protocol tests (tests/test_test_protocol.py), run as a real process; no tests here.
+"""One rank of the test-protocol tests (tests/training/test_test_protocol.py), run as a real process; no tests here.
 
 Usage: python tests/protocol_worker.py TRAINER_ARGS...
 

@@ -14,8 +14,8 @@ with real collectives over TCP and exits with the trainer's status; a signal sen
 
 What a forked rank does not share with an exec'd one, and where the exec'd kind is still tested:
 - it skips the imports, so a fault during start-up (a stop request while torch imports, what the imports
-  leave for the collector) is tested with exec'd ranks: ``start_ranks(fresh=True)`` (tests/test_startup_gc.py,
-  tests/test_late_signal.py) and every rank started by a launcher (jsrun, blaunch, mpirun, torchrun, srun);
+  leave for the collector) is tested with exec'd ranks: ``start_ranks(fresh=True)`` (tests/training/test_startup_gc.py,
+  tests/training/test_late_signal.py) and every rank started by a launcher (jsrun, blaunch, mpirun, torchrun, srun);
 - its /proc/PID/cmdline and /proc/PID/environ are the zygote's (the environment it runs with is set with
   os.environ, as a program that changes its own environment): tests that find ranks by those start them
   through a launcher;

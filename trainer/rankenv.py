@@ -27,7 +27,7 @@ the job scripts use.
 The one room of the compute side that reads a launcher's variables (with
 LSF's host lists, lsf_hosts, and Slurm's tasks, slurm_tasks): the engines,
 the rendezvous, staging's node index and the run directory's job id ask it
-(tests/test_layering.py).
+(tests/project/test_layering.py).
 """
 from __future__ import annotations
 

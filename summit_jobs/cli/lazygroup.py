@@ -7,7 +7,7 @@ with the ``"module:attribute"`` of its click command and the one-line help
 that the group's command list shows, so listing the commands (``--help``,
 shell completion of command names) imports none of their modules. The help
 text is checked against the command's own docstring by
-tests/test_cli_startup_imports.py, so the two cannot drift apart.
+tests/project/test_cli_startup_imports.py, so the two cannot drift apart.
 """
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ paramiko, the plotting stack), and `summit-jobs --help` or any one command
 should not pay for all of them. Each line below names a command, the
 ``module:attribute`` of its click command and the one-line help that
 `summit-jobs --help` lists; the module is imported only when the command runs
-(summit_jobs.cli.lazygroup). tests/test_cli_startup_imports.py checks every line
+(summit_jobs.cli.lazygroup). tests/project/test_cli_startup_imports.py checks every line
 against the command itself.
 
 To add a command: define it in its own module with ``@cli.command("NAME")``

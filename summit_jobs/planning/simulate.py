@@ -21,7 +21,7 @@ KINETICS_TRAIN_CLIPS = 240_000
 #: ResNet-50 TSM, 400 classes (the paper's Table 1: 24.3M); measured by the trainer's tests.
 TSM_R50_PARAMS = 24_330_000
 #: Each of the trainer's networks (trainer.models.model.ARCHS) at width 1: its parameters without the classifier,
-#: and the features the classifier reads (counted on the models themselves: tests/test_simulate_plan.py).
+#: and the features the classifier reads (counted on the models themselves: tests/planning/test_simulate_plan.py).
 ARCH_PARAMS = {"resnet18": (11_176_512, 512), "resnet34": (21_284_672, 512), "resnet50": (23_508_032, 2048),
                "resnet101": (42_500_160, 2048), "resnet152": (58_143_808, 2048)}
 #: The paper's Table 3 (nodes -> seconds for 100 epochs), Summit, 6 GPUs and 48 clips x 2 per node.

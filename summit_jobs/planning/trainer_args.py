@@ -14,7 +14,7 @@ import io
 from typing import Dict, Optional, Sequence
 
 from summit_jobs.errors import UserError
-from trainer import submit_options  # torch-free by contract (tests/test_layering.py checks it)
+from trainer import submit_options  # torch-free by contract (tests/project/test_layering.py checks it)
 
 #: Trainer options the planner derives and a user may not set after ``--``, with the way to set them.
 PLANNER_OWNED: Dict[str, str] = {
@@ -35,7 +35,7 @@ SUBMIT_OPTION: Dict[str, str] = {
 
 def parse(argv: Sequence[str]) -> argparse.Namespace:
     """The trainer's namespace for ``argv`` (what follows ``python -m trainer``), or a UserError."""
-    from trainer import config  # torch-free by contract (tests/test_cli_jobs.py checks sys.modules)
+    from trainer import config  # torch-free by contract (tests/cli/test_cli_jobs.py checks sys.modules)
     err = io.StringIO()
     try:
         with contextlib.redirect_stderr(err):

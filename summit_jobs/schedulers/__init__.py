@@ -329,7 +329,7 @@ class Scheduler(Protocol):
 
 #: Scheduler name -> "module:class" of its implementation, imported when first used. ``summit-jobs --help``
 #: imports every class for its option help: a class's module imports its command lines and parsers where they
-#: are used, not at its top (tests/test_cli_startup_imports.py).
+#: are used, not at its top (tests/project/test_cli_startup_imports.py).
 IMPLEMENTATIONS = {"lsf": "summit_jobs.schedulers.lsf.scheduler:LsfScheduler",
                    "slurm": "summit_jobs.schedulers.slurm.scheduler:SlurmScheduler"}
 

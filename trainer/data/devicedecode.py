@@ -11,7 +11,7 @@ own calls (``TrainClips.start``, ``TrainClips.rgb_indices``,
 both paths pick the same frames, crop and flip. Only the pixel arithmetic
 differs: here a full-size decode and an antialiased bilinear resize, there
 PIL's reduced-size (draft) decode and its bilinear resize; about an intensity
-level apart on average (tests/test_device_decode.py).
+level apart on average (tests/datapath/test_device_decode.py).
 
 Without CUDA the rank decodes with PIL, the decoder of the CPU path, at the
 frames' full packed size: the same path, run and tested on any machine.

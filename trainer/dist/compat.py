@@ -5,7 +5,7 @@ Why: the HPC sites' environments lag behind PyTorch releases. Summit's Open-CE
 (``torch.is_autocast_enabled("cuda")`` is a TypeError on 2.0, so every TSM
 forward on a GPU failed). The oldest supported torch is ``OLDEST`` (2.0); the
 trainer calls these functions instead of the newer forms, and
-tests/test_torch_compat.py checks that no other trainer module calls a newer
+tests/model/test_torch_compat.py checks that no other trainer module calls a newer
 form and that each fallback below names only what torch 2.0.1 has.
 
 Each function picks the new form when the running torch has it (the old forms

@@ -2,7 +2,7 @@
 
 Why fed from the metrics writer: every number TensorBoard shows is a field of a
 record already written to metrics.jsonl, at the record's step and time, so the
-two never disagree (tests/test_tensorboard.py reads both back). Rank 0 only.
+two never disagree (tests/training/test_tensorboard.py reads both back). Rank 0 only.
 
 Why ``purge_step`` on a resume: the steps between the checkpoint and the kill
 are trained (and logged) again; TensorBoard then drops the first launch's points

@@ -42,7 +42,7 @@ def _shift_one_pass(x: torch.Tensor, t: int, fold: int, reverse: bool) -> torch.
     the 2D network. One gather reads every element it needs once and writes every output element once
     (the 2 * fold / (T * C) of them at the clip ends, which get zeros, are written twice: the gather
     puts a frame's own values there first). A pure data movement, so it equals the reference bit for
-    bit in every dtype (tests/test_tsm.py).
+    bit in every dtype (tests/model/test_tsm.py).
 
     Contiguous (NCHW): rows of H*W values, one per (frame, channel), selected by ``index_select`` with the
     batch's row index, made at each call from the cached one of a clip (T*C integers, whatever the batch).

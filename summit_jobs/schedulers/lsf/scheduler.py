@@ -5,7 +5,7 @@ names the command, the host and LSF's own words.
 
 Why client and request are imported where they are used: ``summit-jobs --help`` reads this class's option help
 and must not load the profile machinery (request.py imports it), and a dry run plans with it and must not load
-the parsers (tests/test_cli_startup_imports.py).
+the parsers (tests/project/test_cli_startup_imports.py).
 """
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ forgets them, as LSF's are once bjobs does.
 
 Why client and request are imported where they are used: ``summit-jobs --help`` reads this class's option
 help and must load neither the profile machinery nor the trainer's run-directory module (client.py imports
-it), and a dry run must not load the parsers (tests/test_cli_startup_imports.py).
+it), and a dry run must not load the parsers (tests/project/test_cli_startup_imports.py).
 """
 from __future__ import annotations
 

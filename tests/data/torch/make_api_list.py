@@ -7,7 +7,7 @@ Run it under torch 2.0.1 (see torch-2.0.1-api.txt.source), from the repository r
 For every torch name the trainer's source refers to (``torch_refs.references``),
 the name itself when it resolves, and every public name of each module and
 class on its path. So a new use of a function that 2.0.1 has in a module the
-trainer already uses passes tests/test_torch_compat.py at once; anything else
+trainer already uses passes tests/model/test_torch_compat.py at once; anything else
 needs this list made again, which is the point: it is then checked against
 2.0.1 and not against the torch of the day.
 """

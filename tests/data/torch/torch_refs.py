@@ -2,7 +2,7 @@
 
 Why from the source and not at run time: a name used only on a GPU, or only
 under Horovod, is never reached by a CPU test, yet it must exist in the oldest
-torch the trainer supports all the same. Shared by tests/test_torch_compat.py
+torch the trainer supports all the same. Shared by tests/model/test_torch_compat.py
 and make_api_list.py (which resolves the names under that torch).
 """
 from __future__ import annotations
