@@ -48,12 +48,10 @@ import time
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from summit_jobs.schedulers import DONE, FINISHED, UNKNOWN
+from summit_jobs.runs.lifecycle import ended
+from summit_jobs.schedulers import DONE
 from summit_jobs.schedulers.lsf.minute import chain_setup
 from trainer import rundir
-
-#: A status row in one of these has nothing more to wait for (unless unknown while the scheduler still lists it).
-FINAL = FINISHED + (UNKNOWN,)
 
 
 #: Test top-1 points by which the TSM must beat the same network without the shift (full demo).
@@ -216,8 +214,7 @@ def next_minute_main(argv: Sequence[str]) -> int:
 def active(row: Dict) -> bool:
     """Whether a status row's job may still run (status --watch's rule: a final state the scheduler agrees
     with; an unknown job the scheduler still lists may yet run)."""
-    state = row.get("state")
-    return state not in FINAL or (state == UNKNOWN and bool(row.get("native_state")))
+    return not ended(row)
 
 
 def chain_stopped(run_dir: Path, since: float) -> Optional[Dict]:

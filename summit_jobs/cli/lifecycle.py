@@ -8,8 +8,8 @@ Status asks the run's scheduler for all jobs of a host at once (LSF: one
 batched ``-json`` call), then reads each job's ``exitcode.<id>`` file in the
 run directory: that file, not the scheduler's job list, says how a job ended. A
 job that has dropped out of that list without such a file is shown as unknown,
-never as done. A job killed by its owner (cancel, bkill: LSF's EXIT with
-TERM_OWNER, scancel: Slurm's CANCELLED) is cancelled even when the trainer
+never as done. A job killed by its owner or an operator (cancel, bkill: LSF's
+EXIT with TERM_OWNER or TERM_ADMIN, scancel: Slurm's CANCELLED) is cancelled even when the trainer
 checkpointed and exited 0 on the kill's TERM.
 
 Cancel kills only jobs that still belong to the run: LSF must report the run
@@ -99,14 +99,14 @@ def _watch(state: State, pairs, hosts_: lifecycle.Hosts, view: "_StatusView", wa
     reader = lifecycle.RunReader()
     while True:
         rows = reconnect.run(lambda: _rows(state, pairs, hosts_, reader))
-        if watch and all(_ended(r) for r in rows):
+        if watch and all(lifecycle.ended(r) for r in rows):
             # A link queues the next one (chain.jobs) before it ends, so a look that read chain.jobs before
             # that line and the scheduler after the end knows too few jobs: look once more, links read after the end.
             again = reconnect.run(lambda: _rows(state, pairs, hosts_, reader))
             if [r["job_id"] for r in again] != [r["job_id"] for r in rows]:
                 rows = again
         view.show(rows)
-        if not watch or (all(_ended(r) for r in rows) and not any(r.get("chain") == "between links" for r in rows)):
+        if not watch or (all(lifecycle.ended(r) for r in rows) and not any(r.get("chain") == "between links" for r in rows)):
             return rows
         time.sleep(max(0.2, interval))
 
@@ -127,12 +127,6 @@ def _rows(state: State, pairs, hosts_: lifecycle.Hosts, reader: lifecycle.RunRea
         if mine:
             statusview.add_facts(mine, reader.files(host, record))
     return rows
-
-
-def _ended(row: Dict[str, object]) -> bool:
-    """Whether --watch may stop for this job: a final state, but not unknown while the scheduler still lists
-    the job (a word it printed that this tool does not place: the job may yet run and end)."""
-    return row["state"] in lifecycle.FINAL and not (row["state"] == lifecycle.UNKNOWN and row.get("native_state"))
 
 
 class _StatusView:
@@ -184,7 +178,7 @@ class _StatusView:
         from summit_jobs.runs import statusview
         size = shutil.get_terminal_size()
         clock = time.strftime("%H:%M:%S")
-        head = (f"summit-jobs status: all jobs ended, {clock}" if all(_ended(r) for r in rows)
+        head = (f"summit-jobs status: all jobs ended, {clock}" if all(lifecycle.ended(r) for r in rows)
                 else f"summit-jobs status: every {self.interval:g} s, {clock}; Ctrl-C to stop")
         lines = [statusview.shorten(head, size.columns - 1, self.ellipsis), ""]
         lines += statusview.table(rows, now, size.columns - 1, self.colour, self.ellipsis)
@@ -379,7 +373,7 @@ def _follow(state: State, hosts_: lifecycle.Hosts, reconnect: lifecycle.Reconnec
 def _follow_once(state: State, hosts_: lifecycle.Hosts, host, record: Dict, jid: str, offsets: Dict[str, int],
                  announced: set) -> bool:
     """One round of --follow: print what the files gained; whether the job had ended before they were read."""
-    finished = lifecycle.collect(state, [(record, [jid])], hosts_)[0]["state"] in lifecycle.FINAL
+    finished = lifecycle.ended(lifecycle.collect(state, [(record, [jid])], hosts_)[0])
     for path in offsets:
         data = host.read_from(path, offsets[path])
         if data:
@@ -419,7 +413,7 @@ def resume_cmd(state: State, target: str) -> None:
         if host.exists(host.join(run_dir, rundir.COMPLETE)):
             raise UserError(f"the run in {run_dir} is complete (COMPLETE is there): nothing to resume.")
         rows = lifecycle.collect(state, pairs, hosts_)
-        busy = [r for r in rows if r.get("state") not in lifecycle.FINAL]
+        busy = [r for r in rows if not lifecycle.ended(r)]
         if busy:
             raise UserError(f"job {busy[0]['job_id']} of {run_dir} is still {busy[0]['state']}: the run goes on by "
                             f"itself (or stop it first: summit-jobs cancel {shlex.quote(target)}).")

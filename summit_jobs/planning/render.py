@@ -33,15 +33,21 @@ from summit_jobs.planning.plan import Plan
 
 @functools.lru_cache(maxsize=8)
 def _environment(template_dir: Optional[str], scheduler: str) -> jinja2.Environment:
-    """The Jinja environment of one scheduler's templates: shipped ones under a user's ``template_dir``, with
-    the neutral filters and the scheduler's own (one per scheduler: a filter is its scheduler's word)."""
+    """The Jinja environment of one scheduler's templates: a user's ``template_dir`` over the scheduler's own
+    folder (``template_folder``, for a scheduler that ships its templates in its package) over the shipped
+    templates/ (the shared skeleton, LSF's and Slurm's), with the neutral filters and the scheduler's own (one
+    environment per scheduler: a filter is its scheduler's word)."""
     loaders = []
     if template_dir:
         if not Path(template_dir).is_dir():
             raise UserError(f"template directory {template_dir} does not exist; point --template-dir (or "
                             "'template_dir' in the config) at a folder holding lsf/job.sh.j2 or partials to override.")
         loaders.append(jinja2.FileSystemLoader(template_dir))
+    own = getattr(schedulers.by_name(scheduler), "template_folder", None)
+    if own is not None:     # a scheduler that ships its templates in its own package: <folder>/<name>/job.sh.j2
+        loaders.append(jinja2.FileSystemLoader(str(own())))
     loaders.append(jinja2.FileSystemLoader(str(resources.templates_dir())))
+    loaders.append(SharedPartsAtOldPaths(loaders))
     env = jinja2.Environment(
         loader=jinja2.ChoiceLoader(loaders),
         bytecode_cache=_bytecode_cache(),
@@ -61,6 +67,34 @@ def _environment(template_dir: Optional[str], scheduler: str) -> jinja2.Environm
     from trainer import rundir
     env.globals["rundir"] = rundir
     return env
+
+
+def shared_name(name: str) -> Optional[str]:
+    """``common/partials/<part>.j2`` for ``<scheduler>/partials/<part>.j2``, else None."""
+    head, sep, part = name.rpartition("/partials/")
+    if not sep or not head or "/" in head or "/" in part or head in ("common", "..", ".") or ".." in part:
+        return None
+    return f"common/partials/{part}"
+
+
+class SharedPartsAtOldPaths(jinja2.BaseLoader):
+    """``<scheduler>/partials/<part>.j2`` of a part that is now shared (summary, environment, link events,
+    launch, epilogue), when nothing else has that name: ``common/partials/<part>.j2`` as the loaders before it
+    find it (a user's --template-dir first, so that an override of the shared part still counts). Why: a user's
+    --template-dir copy of an older template (a whole ``lsf/job.sh.j2``, or ``lsf/partials/launch.j2``) includes
+    them by the paths they had when each scheduler's folder held its own."""
+
+    def __init__(self, loaders):
+        self.loaders = list(loaders)
+
+    def get_source(self, environment, template):
+        shared = shared_name(template)
+        for loader in self.loaders if shared else ():
+            try:
+                return loader.get_source(environment, shared)
+            except jinja2.TemplateNotFound:
+                continue
+        raise jinja2.TemplateNotFound(template)
 
 
 class Shell(str):

@@ -17,7 +17,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, Iterable, List, Literal, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Literal, Optional, Tuple
 
 from summit_jobs import resources
 from summit_jobs.profiles import sections, usercache
@@ -122,7 +122,10 @@ def _check_limits(profile: "Profile") -> None:
     if not profile.environment.python.strip():
         raise ValueError("environment.python is empty; give the compute nodes' interpreter (python3, a path, "
                          "or auto)")
-    sections.rules(profile).check_profile(profile)
+    if not ACCOUNT_FLAG_RE.fullmatch(profile.scheduler.account_flag):
+        raise ValueError(f"scheduler.account_flag = {profile.scheduler.account_flag!r} must be one option of the "
+                         "scheduler's submit command, e.g. -P, -G or --account")
+    _rules(profile).check_profile(profile)
     fusion = profile.environment.variables.get("HOROVOD_FUSION_THRESHOLD")
     if fusion is not None and not re.fullmatch(r"[0-9]+", fusion):
         raise ValueError(f"environment.variables.HOROVOD_FUSION_THRESHOLD = {fusion!r} must be a byte count "
@@ -135,10 +138,23 @@ LSF_ONLY_KEYS = ("embedded", "csm", "launch_node_prefixes", "virtual_nodes", "re
                  "memory", "app", "container", "extra_directives")
 
 
+def _rules(profile: "Profile") -> sections.SectionRules:
+    """The rules of the profile's scheduler (sections.py); a ``scheduler.kind`` no scheduler answers to is the
+    profile's fault, refused naming the key."""
+    try:
+        return sections.rules(profile)
+    except UserError as exc:
+        raise ValueError(f"scheduler.kind: {exc}") from None
+
+
+#: What ``scheduler.account_flag`` may look like: one option of the submit command (``-P``, ``--account``).
+ACCOUNT_FLAG_RE = re.compile(r"-[A-Za-z]|--[a-z][a-z-]{0,30}")
+
+
 def _launcher_of_scheduler(profile: "Profile") -> "Launcher":
     """The profile's launcher with its kind checked against its scheduler's launchers, or that scheduler's
     default where the file names none: which launchers exist is the scheduler's to say (sections.py)."""
-    scheduler = sections.rules(profile)
+    scheduler = _rules(profile)
     kind = profile.launcher.kind
     if kind is None:
         return dataclasses.replace(profile.launcher, kind=scheduler.default_launcher)
@@ -282,8 +298,9 @@ class Scheduler:
     #: ``file``: the submit command is given the script's path (Summit, every Slurm site); ``stdin``: the
     #: script on its standard input (most LSF sites). The scheduler's ``submit_words`` says it in its own command.
     submit_mode: Literal["file", "stdin"]
-    #: ``-P project`` on OLCF's LSF, ``-G bank`` at LLNL, ``--account`` on Slurm.
-    account_flag: Literal["-P", "-G", "--account"]
+    #: ``-P project`` on OLCF's LSF, ``-G bank`` at LLNL, ``--account`` on Slurm: an option of the scheduler's
+    #: submit command (each scheduler says which of its own it takes: its check_profile).
+    account_flag: str
     account_name: str = "project"
     account_required: bool = True
     #: The embedded single-machine LSF of this package runs the jobs.
@@ -309,9 +326,14 @@ class Scheduler:
     container: Optional[str] = None
     #: Further #BSUB lines the site requires, each "-FLAG value" (validated tokens).
     extra_directives: Tuple[str, ...] = ()
-    #: The batch scheduler: IBM LSF (the keys above) or Slurm (``slurm`` below; the LSF-only keys stay unset).
-    kind: Literal["lsf", "slurm"] = "lsf"
+    #: The batch scheduler: IBM LSF (the keys above), Slurm (``slurm`` below; the LSF-only keys stay unset), or
+    #: any other that summit_jobs.schedulers.IMPLEMENTATIONS names (its own keys under ``scheduler.<kind>``).
+    kind: str = "lsf"
     slurm: Slurm = field(default_factory=Slurm)
+    #: ``scheduler.<kind>`` of a scheduler this file does not describe (none for LSF and Slurm): the section as
+    #: written, which that scheduler checks and reads (its check_profile), so that a new scheduler brings its
+    #: keys without an edit here.
+    own: Optional[Dict[str, Any]] = None
 
 
 @dataclass(frozen=True)
@@ -548,4 +570,22 @@ def load(name: str, overrides: Optional[dict] = None) -> Profile:
     if "source" in data:    # the loader's own record of the file: a profile cannot say where it came from
         raise UserError(f"machine profile {path}: unknown key 'source' (summit-jobs fills it in with the file's "
                         "path); remove it.")
-    return dataclasses.replace(build(Profile, data, f"machine profile {path}"), source=str(path))
+    return dataclasses.replace(build(Profile, own_section(data, path), f"machine profile {path}"), source=str(path))
+
+
+def own_section(data: dict, path: Path) -> dict:
+    """``data`` with ``scheduler.<kind>`` of a scheduler this module does not describe moved to ``scheduler.own``
+    (kept as written for that scheduler to check); ``own`` itself is the loader's and refused in a file."""
+    section = data.get("scheduler")
+    if not isinstance(section, dict):
+        return data
+    if "own" in section:
+        raise UserError(f"machine profile {path}: unknown key 'scheduler.own' (a scheduler's own keys go under "
+                        "scheduler.<kind>); remove it.")
+    kind = section.get("kind", "lsf")
+    names = {f.name for f in dataclasses.fields(Scheduler)}
+    if not isinstance(kind, str) or kind in names or kind not in section:
+        return data
+    moved = {k: v for k, v in section.items() if k != kind}
+    moved["own"] = section[kind]
+    return dict(data, scheduler=moved)

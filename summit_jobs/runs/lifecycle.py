@@ -12,9 +12,9 @@ has dropped out of the scheduler's list without such a file is unknown, never
 done; a row says where its state came from in the scheduler's own word (its
 ``status_command``). A row's ``state`` is one of the scheduler interface's words
 (summit_jobs.schedulers.STATES), the scheduler's own in ``native_state``. A job
-killed by its owner (cancel, or bkill: LSF's EXIT with TERM_OWNER, Slurm's
-CANCELLED) is cancelled even when the trainer checkpointed and exited 0 on the
-kill's TERM.
+killed by its owner or an operator (cancel, bkill: LSF's EXIT with TERM_OWNER
+or TERM_ADMIN, scancel: Slurm's CANCELLED) is cancelled even when the trainer
+checkpointed and exited 0 on the kill's TERM.
 
 ``state`` arguments are the CLI's state object (profile, machine, config, ssh_options).
 """
@@ -30,9 +30,16 @@ from summit_jobs.errors import UserError
 from summit_jobs.schedulers import CANCELLED as CANCELLED_STATE, DONE, FAILED, FINISHED, OPEN, UNKNOWN
 from trainer import rundir
 
-#: The states in which status has nothing more to wait for (an unknown job the scheduler still lists is not one:
-#: cli.lifecycle tells them apart by its native word).
+#: The states in which status has nothing more to wait for, but for an unknown job the scheduler still lists
+#: (``ended`` tells them apart).
 FINAL = FINISHED + (UNKNOWN,)
+
+
+def ended(row: Dict[str, object]) -> bool:
+    """Whether a status row's job has ended for good: a final state, but not unknown while the scheduler
+    still lists the job under a word of its own (LSF's UNKWN or ZOMBI, a host it cannot reach; Slurm's REVOKED;
+    a word this tool does not know): that job may still run, write into its run directory and end."""
+    return row.get("state") in FINAL and not (row.get("state") == UNKNOWN and row.get("native_state"))
 RECENT_RUNS = 20
 CANCELLED = "CANCELLED"
 #: How often in a row status --watch and logs --follow open a new SSH connection after one dropped.
@@ -235,7 +242,7 @@ def collect(state, pairs, hosts_: Hosts) -> List[Dict[str, object]]:
                                                                          rundir.exitcode_name(jid))), None)
             if other:
                 _lost(row, other)
-            elif record is not None and row["state"] in FINAL and code is None:
+            elif record is not None and ended(row) and code is None:
                 where = str(record["run_dir"])
                 if where not in disks:      # one df a run directory
                     disks[where] = full_disk(host, where)
@@ -441,11 +448,12 @@ def with_links(pairs, hosts_: Hosts):
 
 
 def mark_cancelled(row: Dict[str, object], st, record: Optional[Dict]) -> None:
-    """A job its owner killed is cancelled, whatever exit code the trainer left.
+    """A job its owner or an operator killed is cancelled, whatever exit code the trainer left.
 
-    LSF reports a bkilled job as EXIT with TERM_OWNER (Slurm: CANCELLED) even when the job's
-    processes exited 0 (the trainer checkpoints on the kill's TERM and exits
-    cleanly), so the exit-code file must not turn it into done.
+    LSF reports a bkilled job as EXIT with TERM_OWNER or TERM_ADMIN (Slurm:
+    CANCELLED, whoever ran scancel) even when the job's processes exited 0 (the
+    trainer checkpoints on the kill's TERM and exits cleanly), so the exit-code
+    file must not turn it into done.
     """
     by_owner = st is not None and st.state == CANCELLED_STATE
     recorded = record is not None and row["job_id"] in [str(j) for j in record.get("cancelled") or []]

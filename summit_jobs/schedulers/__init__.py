@@ -255,6 +255,10 @@ class Scheduler(Protocol):
         section's values, another scheduler's keys): the profile loader asks while it loads the file
         (summit_jobs.profiles.sections), so the refusal names the file."""
 
+    # Optional: ``template_folder() -> str``, a folder holding ``<name>/job.sh.j2`` and its partials, for a
+    # scheduler that ships its templates in its own package (LSF's and Slurm's are in templates/); the renderer
+    # reads it after a user's --template-dir and before templates/, whose shared skeleton it may extend.
+
     def template_filters(self) -> Mapping[str, Callable[[Any], str]]:
         """The Jinja filters its templates use to write its header lines (LSF: ``bsub_directive``), each a check
         of a value's shape that raises UserError; the renderer registers them for this scheduler's templates only

@@ -65,3 +65,24 @@ def test_a_job_still_open_is_never_marked_cancelled():
     row = lifecycle.job_row({"name": "r", "run_dir": "/r", "cancelled": ["9"]}, "9", "here", st, None, None, "bjobs")
     lifecycle.mark_cancelled(row, st, {"name": "r", "run_dir": "/r", "cancelled": ["9"]})
     assert (row["state"], row["cancelled"]) == ("running", False)
+
+
+@pytest.mark.parametrize("native", ["UNKWN", "ZOMBI", "REVOKED", "LEVITATING"])
+def test_an_unknown_job_the_scheduler_still_lists_has_not_ended(native):
+    """Its host may be unreachable while it still runs and writes into its run directory: status --watch,
+    logs --follow, resume and the full-disk look all wait for it."""
+    row = {"state": "unknown", "native_state": native}
+    assert not lifecycle.ended(row)
+    assert lifecycle.ended({"state": "unknown", "native_state": None})       # gone from the scheduler's list
+    assert all(lifecycle.ended({"state": s, "native_state": "X"}) for s in schedulers.FINISHED)
+    assert not any(lifecycle.ended({"state": s, "native_state": "X"}) for s in schedulers.OPEN)
+
+
+def test_a_documented_word_that_leaves_the_state_unknown_says_why():
+    text = '{"COMMAND":"bjobs","JOBS":1,"RECORDS":[{"JOBID":"7","STAT":"UNKWN"}]}'
+    found, _ = lsf.parse_bjobs_json(text)
+    assert (found["7"].state, found["7"].native_state) == ("unknown", "UNKWN")
+    assert "host cannot be reached" in found["7"].reason
+    st = slurm.status(slurm.SlurmJob(job_id="5", state="REVOKED", reason="None"))
+    assert (st.state, st.native_state) == ("unknown", "REVOKED")
+    assert "another cluster of the federation" in st.reason and "does not know" not in st.reason

@@ -25,7 +25,9 @@ CASES = [
     ("name", "a b", ["name = 'a b'"]),
     ("description", [1], ["'description' must be text"]),
     ("scheduler.submit_mode", "pipe", ["'scheduler.submit_mode' must be one of"]),
-    ("scheduler.account_flag", "-A", ["'scheduler.account_flag' must be one of"]),
+    ("scheduler.account_flag", "-A", ["scheduler.account_flag '-A' is not LSF's", "-P (project) or -G"]),
+    ("scheduler.account_flag", "-P x", ["scheduler.account_flag = '-P x' must be one option of the scheduler's "
+                                        "submit command"]),
     ("scheduler.account_name", [1], ["'scheduler.account_name' must be text"]),
     ("scheduler.account_required", "maybe", ["'scheduler.account_required' must be true or false"]),
     ("scheduler.embedded", "maybe", ["'scheduler.embedded' must be true or false"]),
@@ -47,7 +49,9 @@ CASES = [
     ("scheduler.app", "", ["'scheduler.app' is empty"]),
     ("scheduler.container", "", ["'scheduler.container' is empty"]),
     ("scheduler.extra_directives", ["-J other"], ["scheduler.extra_directives[0]", "writes -J itself"]),
-    ("scheduler.kind", "pbs", ["'scheduler.kind' must be one of 'lsf' | 'slurm'"]),
+    ("scheduler.own", {"select": 2}, ["unknown key 'scheduler.own'", "scheduler.<kind>"]),
+    ("scheduler.lsf", {"queue": "x"}, ["scheduler.lsf is not a section", "remove scheduler.lsf"]),
+    ("scheduler.kind", "pbs", ["scheduler.kind: scheduler 'pbs' is not one this tool drives; known: lsf, slurm"]),
     # A Slurm section on an LSF profile; each key of the section is tried on a Slurm profile in
     # tests/schedulers/slurm/test_bad_input_slurm.py.
     ("scheduler.slurm", {"partition": False}, ["scheduler.slurm is read only when scheduler.kind is slurm"]),

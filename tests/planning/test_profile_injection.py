@@ -32,6 +32,8 @@ PAYLOADS = ("&touch>{c}&", ";touch {c}", "$(touch {c})", "`touch {c}`", "|touch 
 #: A value each text key of the scheduler section accepts (the payloads are appended to it), and the
 #: profile it is tried on. Keys whose type is a fixed set of words (Literal) are not text.
 EXAMPLES: Dict[str, Tuple[str, str]] = {
+    "scheduler.kind": ("lsf", "lsf-gpu"),
+    "scheduler.account_flag": ("-P", "lsf-gpu"),
     "scheduler.account_name": ("project", "lsf-gpu"),
     "scheduler.launch_node_prefixes": ("batch", "lsf-gpu"),
     "scheduler.gpu.gmodel": ("NVIDIAH100", "lsf-gpu"),

@@ -174,6 +174,10 @@ EXIT_REASONS: Dict[str, str] = {
     "TERM_PREEMPT": schedulers.PREEMPTED,
 }
 assert set(STATE_MAP.values()) | set(EXIT_REASONS.values()) <= set(STATES)
+#: Why a job in a documented state is unknown, for status's note (bjobs gives no reason with these words).
+UNKNOWN_WHY = {"UNKWN": "LSF reports UNKWN: the job's host cannot be reached; the job may still run",
+               "ZOMBI": "LSF reports ZOMBI: the job was killed while its host could not be reached, and LSF has "
+                        "not seen it end"}
 
 
 def _state(raw: str, reason: str) -> Tuple[str, str]:
@@ -183,7 +187,7 @@ def _state(raw: str, reason: str) -> Tuple[str, str]:
         term = reason.split(":", 1)[0].split()[0] if reason.strip() else ""
         return EXIT_REASONS.get(term, schedulers.FAILED), reason
     if raw in STATE_MAP:
-        return STATE_MAP[raw], reason
+        return STATE_MAP[raw], reason or UNKNOWN_WHY.get(raw, "")
     note = f"LSF reports state {raw!r}, which this tool does not know" if raw else "bjobs gave no state"
     return UNKNOWN, note + (f"; {reason}" if reason else "")
 

@@ -29,6 +29,12 @@ def check_profile(profile: Profile) -> None:
     if sched.account_flag == "--account":
         raise ValueError("scheduler.account_flag '--account' is Slurm's; an LSF profile charges with -P "
                          "(project) or -G (group, bank), or set scheduler.kind: slurm")
+    if sched.account_flag not in ("-P", "-G"):
+        raise ValueError(f"scheduler.account_flag {sched.account_flag!r} is not LSF's: an LSF profile charges "
+                         "with -P (project) or -G (group, bank)")
+    if sched.own is not None:
+        raise ValueError("scheduler.lsf is not a section: an LSF profile's keys are the scheduler section's own "
+                         "(scheduler.account_flag, scheduler.request, ...); move them up and remove scheduler.lsf")
     if sched.slurm != Slurm():
         raise ValueError("scheduler.slurm is read only when scheduler.kind is slurm; set kind: slurm, or "
                          "remove the slurm section")

@@ -59,6 +59,8 @@ STATE_MAP: Dict[str, str] = {
     "NODE_FAIL": schedulers.NODE_FAILURE, "PREEMPTED": schedulers.PREEMPTED,
     "REVOKED": UNKNOWN,
 }
+#: Why a job in a documented state is unknown, for status's note.
+UNKNOWN_WHY = {"REVOKED": "Slurm reports REVOKED: another cluster of the federation runs the job"}
 assert set(STATE_MAP.values()) <= set(STATES)
 #: The flags squeue and sacct show instead of the base state (job_state_codes.html: "If a recognized flag is
 #: present, it will be reported instead of the base state"), in the order Slurm's job_state_string
@@ -198,8 +200,8 @@ def status(job: SlurmJob) -> JobStatus:
     state = interface_state(job.state, job.reason)
     reason = "" if job.reason in ("", "None") else job.reason
     if state == UNKNOWN:
-        note = f"Slurm reports state {job.state!r}, which this tool does not know" if job.state else \
-            "Slurm gave no state"
+        note = (UNKNOWN_WHY.get(job.state) or f"Slurm reports state {job.state!r}, which this tool does not know"
+                if job.state else "Slurm gave no state")
         reason = note + (f"; {reason}" if reason else "")
     ended = state in FINISHED
     exit_code = job.exit_code if ended else None

@@ -56,8 +56,8 @@ def _check_no_lsf_keys(profile: Profile) -> None:
             raise ValueError(f"{key} is LSF's, and this profile's scheduler.kind is slurm: remove it (a Slurm "
                              "site's own settings go under scheduler.slurm)")
     if sched.account_flag != "--account":
-        raise ValueError(f"scheduler.account_flag {sched.account_flag!r} is LSF's; a Slurm profile charges jobs "
-                         "with --account")
+        raise ValueError(f"scheduler.account_flag {sched.account_flag!r} is not Slurm's; a Slurm profile charges "
+                         "jobs with --account")
     if sched.submit_mode != "file":
         raise ValueError("scheduler.submit_mode must be 'file' on Slurm: sbatch is given the script's file")
 

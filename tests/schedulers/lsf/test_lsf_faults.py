@@ -281,15 +281,16 @@ def test_cancelled_job_is_exit_and_cancelled_even_when_the_trainer_exits_0(tmp_p
     assert (run_dir / f"exitcode.{jid}").read_text().strip() == "0", out.read_text()   # the trainer's clean exit
     res = cli(["status", "--json", run_dir.name], env)
     row = json.loads(res.stdout)[0]
-    assert row["state"] == "EXIT" and row["cancelled"] is True and row["reason"].startswith("CANCELLED")
+    assert row["state"] == "cancelled" and row["cancelled"] is True and row["reason"].startswith("CANCELLED")
+    assert row["native_state"] == "EXIT"
     table = cli(["status", run_dir.name], env).stdout
-    assert "EXIT" in table and "CANCELLED" in table and "DONE" not in table
+    assert " cancelled " in table and "CANCELLED" in table and " done " not in table
     watch = cli(["status", "--watch", "--interval", "0.2", run_dir.name], env)
     assert watch.returncode == 1 and "cancelled" in watch.stderr
     # Once LSF has forgotten the job, the run record still says it was cancelled.
     forgetful = dict(env, SUMMIT_JOBS_LSF_CLEAN_PERIOD="0.01")
     row = json.loads(cli(["status", "--json", jid], forgetful).stdout)[0]
-    assert row["state"] == "EXIT" and row["cancelled"] is True
+    assert row["state"] == "cancelled" and row["cancelled"] is True
 
 
 def test_cancel_never_kills_another_runs_job_that_got_the_same_id(tmp_path, lsf_env):

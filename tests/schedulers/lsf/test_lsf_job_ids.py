@@ -116,13 +116,13 @@ def test_a_job_id_names_a_job_of_the_lsf_home_in_use_only(tmp_path):
         assert "cancelled" not in json.loads((dir_b / "run.json").read_text())
 
         rows = json.loads(cli(["status", "--json", "400"], env_b).stdout)
-        assert [(r["run"], r["state"]) for r in rows] == [("beta", "RUN")], rows
+        assert [(r["run"], r["state"]) for r in rows] == [("beta", "running")], rows
         res = cli(["logs", "400"], env_b)
         assert res.returncode == 0 and f"beta.400.out" in res.stderr and "alpha" not in res.stderr, res.stderr
 
         # By its folder, alpha is asked of home A, wherever the command runs.
         rows = json.loads(cli(["status", "--json", str(dir_a)], env_b).stdout)
-        assert [(r["run"], r["state"], r["cancelled"]) for r in rows] == [("alpha", "EXIT", True)], rows
+        assert [(r["run"], r["state"], r["cancelled"]) for r in rows] == [("alpha", "cancelled", True)], rows
     finally:
         run(["bkill", "400"], env_b)
         run(["bkill", "400"], env_a)

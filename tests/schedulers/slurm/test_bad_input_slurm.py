@@ -48,7 +48,7 @@ PROFILE_CASES = [
                                           "32 CPUs"]),
     ("scheduler.slurm.gpus", "none", ["scheduler.slurm.gpu_type names a GPU type"]),
     ("scheduler.warning_minutes", 1093, ["scheduler.warning_minutes = 1093", "at most 1092"]),
-    ("scheduler.account_flag", "-P", ["scheduler.account_flag '-P' is LSF's", "--account"]),
+    ("scheduler.account_flag", "-P", ["scheduler.account_flag '-P' is not Slurm's", "--account"]),
     ("scheduler.submit_mode", "stdin", ["scheduler.submit_mode must be 'file' on Slurm"]),
     ("scheduler.gpu", {"mode": "shared"}, ["scheduler.gpu is LSF's", "scheduler.kind is slurm"]),
     ("scheduler.extra_directives", ["-B"], ["scheduler.extra_directives is LSF's"]),
