@@ -22,7 +22,7 @@ from typing import Callable, Dict, List
 
 import pytest
 
-from conftest_lsf import cli, job_processes, lsf_environment, stretched, wait_for
+from conftest_lsf import cli, job_processes, lsf_environment, run, stretched, wait_for
 from summit_jobs.schedulers import FINISHED
 from user_chain_checks import check_user_chain
 
@@ -77,6 +77,8 @@ class Harness:
     link_walltime: List[str]
     #: How long a job of ``link_walltime`` may take from its submission to its end.
     link_seconds: float
+    #: The scheduler's own command that kills a job, as a user or an operator types it (not summit-jobs cancel).
+    kill: List[str]
     long_jobs: Dict[str, object] = field(default_factory=dict)
 
 
@@ -85,7 +87,8 @@ def _lsf(home: Path, _request) -> Harness:
     return Harness(name="lsf", machine="local", env=env,
                    processes=lambda jid: [str(p) for p in job_processes(jid, env["SUMMIT_JOBS_LSF_HOME"])],
                    refused=["--bsub-option", "-R order[mem]"], refusal_words="not order[...]",
-                   link_walltime=["--walltime", "2", "--warning-minutes", "1"], link_seconds=stretched(60))
+                   link_walltime=["--walltime", "2", "--warning-minutes", "1"], link_seconds=stretched(60),
+                   kill=["bkill"])
 
 
 def _slurm(home: Path, request) -> Harness:
@@ -99,7 +102,8 @@ def _slurm(home: Path, request) -> Harness:
                    processes=lambda jid: cluster_job_processes(cluster, jid),
                    refused=["--sbatch-option", "--reservation=nosuchreservation"],
                    refusal_words="Requested reservation is invalid",
-                   link_walltime=["--walltime", "2", "--warning-minutes", "1"], link_seconds=stretched(240))
+                   link_walltime=["--walltime", "2", "--warning-minutes", "1"], link_seconds=stretched(240),
+                   kill=["scancel"])
 
 
 #: Every scheduler the suite runs over: a third one adds its line here.
@@ -203,6 +207,21 @@ def test_a_running_link_and_its_pending_next_are_cancelled(sched):
     nothing_left(sched, [first, second])
 
 
+def test_a_job_killed_with_the_schedulers_own_command_is_cancelled(sched):
+    """Not through summit-jobs cancel (which records the ids it kills): the scheduler's word alone (LSF's EXIT
+    with TERM_OWNER, Slurm's CANCELLED) must make the row cancelled."""
+    job = submit(sched, "killed", "--walltime", "10", *command(sched, "hang"))
+    (jid,) = job["ids"]
+    status_when(sched, job["run_dir"], lambda r: r[0]["state"] == "running", sched.link_seconds, "the job to run")
+    res = run([*sched.kill, jid], sched.env, timeout=30)
+    assert res.returncode == 0, res.stdout + res.stderr
+    (row,) = status_when(sched, job["run_dir"], ended, stretched(60), "the killed job to end")
+    assert (row["state"], row["cancelled"]) == ("cancelled", True), row
+    assert row["native_state"] in ("EXIT", "CANCELLED") and row["reason"].startswith("CANCELLED"), row
+    assert "cancelled" not in json.loads((job["run_dir"] / "run.json").read_text()), "summit-jobs recorded a cancel"
+    nothing_left(sched, [jid])
+
+
 def test_a_submission_the_scheduler_refuses_is_one_message_and_queues_nothing(sched):
     run_dir = Path(sched.env["CONFORMANCE_HOME"]) / "refused"
     res = cli(["--machine", sched.machine, "submit", "--nodes", "1", "--run-dir", str(run_dir), *sched.refused,
@@ -219,6 +238,9 @@ def test_an_id_the_scheduler_does_not_know_is_unknown_and_not_killed(sched):
     assert res.returncode == 0 and "job 2000000001: is not known to" in res.stdout, res.stdout + res.stderr
 
 
+# Its two waits are bound by the harness (2 + 4 of a link's time, each stretched by this machine's speed): the
+# test's own limit is above their sum, so a slow machine fails it with a message, not a pytest-timeout kill.
+@pytest.mark.timeout(stretched(60 * 30))
 def test_zz_a_chain_stopped_by_the_warning_and_a_job_past_its_run_limit(sched, long_jobs):
     chain, limit = long_jobs["chain"], long_jobs["limit"]
     (row,) = status_when(sched, limit["run_dir"], ended, 2 * sched.link_seconds, "the job past its limit to end")
