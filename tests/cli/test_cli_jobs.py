@@ -1,5 +1,6 @@
 """The job-script CLI through the real entry point: dry runs, errors, config, profiles."""
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -173,8 +174,13 @@ def test_cli_does_not_import_torch():
 
 def test_non_editable_install_works_from_any_directory(tmp_path):
     target = tmp_path / "site"
+    # From a copy of the sources: setuptools builds in the source folder's build/, whose files it takes over
+    # the sources when they look newer (a stale build/lib once installed an old module beside new ones).
+    source = tmp_path / "source"
+    shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(".git", ".venv", "build", "*.egg-info", "__pycache__",
+                                                                "tests", "node_modules"))
     proc = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
-                           "--target", str(target), str(REPO)], capture_output=True, text=True, timeout=300)
+                           "--target", str(target), str(source)], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert (target / "summit_jobs" / "templates" / "lsf" / "job.sh.j2").is_file()
     assert (target / "summit_jobs" / "envs" / "summit.yaml").is_file()
