@@ -69,10 +69,16 @@ def _environment(template_dir: Optional[str], scheduler: str) -> jinja2.Environm
     return env
 
 
+#: The parts every scheduler's folder once held a copy of and that are now whole in templates/common/partials/.
+#: (The shared prologue, chain, staging and torchrun launch are bases whose blocks a scheduler fills in: a
+#: scheduler without its own must not get the empty base in their place.)
+MOVED_PARTS = ("summary.j2", "environment.j2", "link_events.j2", "launch.j2", "epilogue.j2")
+
+
 def shared_name(name: str) -> Optional[str]:
-    """``common/partials/<part>.j2`` for ``<scheduler>/partials/<part>.j2``, else None."""
+    """``common/partials/<part>.j2`` for ``<scheduler>/partials/<part>.j2`` of a moved part, else None."""
     head, sep, part = name.rpartition("/partials/")
-    if not sep or not head or "/" in head or "/" in part or head in ("common", "..", ".") or ".." in part:
+    if not sep or not head or "/" in head or head in ("common", "..", ".") or part not in MOVED_PARTS:
         return None
     return f"common/partials/{part}"
 

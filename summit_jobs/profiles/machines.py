@@ -125,6 +125,7 @@ def _check_limits(profile: "Profile") -> None:
     if not ACCOUNT_FLAG_RE.fullmatch(profile.scheduler.account_flag):
         raise ValueError(f"scheduler.account_flag = {profile.scheduler.account_flag!r} must be one option of the "
                          "scheduler's submit command, e.g. -P, -G or --account")
+    _check_keys_of_others(profile)
     _rules(profile).check_profile(profile)
     fusion = profile.environment.variables.get("HOROVOD_FUSION_THRESHOLD")
     if fusion is not None and not re.fullmatch(r"[0-9]+", fusion):
@@ -136,6 +137,20 @@ def _check_limits(profile: "Profile") -> None:
 #: profile leaves them out, and its own keys are under ``scheduler.slurm``.
 LSF_ONLY_KEYS = ("embedded", "csm", "launch_node_prefixes", "virtual_nodes", "request", "slots_per_host", "gpu",
                  "memory", "app", "container", "extra_directives")
+
+
+def _check_keys_of_others(profile: "Profile") -> None:
+    """Raise ValueError naming a key this module describes for LSF or Slurm on the profile of another scheduler
+    (``scheduler.<kind>`` holds its own keys): nothing would read it there, and some (``embedded``) change how
+    this tool reaches the machine. LSF and Slurm refuse each other's keys themselves, in their own words."""
+    sched = profile.scheduler
+    if sched.kind in ("lsf", "slurm"):
+        return
+    unset = Scheduler(submit_mode=sched.submit_mode, account_flag=sched.account_flag, kind=sched.kind, own=sched.own)
+    for key in LSF_ONLY_KEYS + ("slurm",):
+        if getattr(unset, key) != getattr(sched, key):
+            raise ValueError(f"scheduler.{key} is {'Slurm' if key == 'slurm' else 'LSF'}'s, and this profile's "
+                             f"scheduler.kind is {sched.kind}: remove it (its own keys go under scheduler.{sched.kind})")
 
 
 def _rules(profile: "Profile") -> sections.SectionRules:
@@ -586,6 +601,9 @@ def own_section(data: dict, path: Path) -> dict:
     names = {f.name for f in dataclasses.fields(Scheduler)}
     if not isinstance(kind, str) or kind in names or kind not in section:
         return data
+    if not isinstance(section[kind], dict):
+        raise UserError(f"machine profile {path}: 'scheduler.{kind}' must be a mapping (the {kind} scheduler's own "
+                        f"keys), got {section[kind]!r}.")
     moved = {k: v for k, v in section.items() if k != kind}
     moved["own"] = section[kind]
     return dict(data, scheduler=moved)

@@ -322,7 +322,9 @@ def job_row(record: Optional[Dict], jid: str, where: str, st, code: Optional[int
         if st.finished and code is None:
             row.update(exit_code=st.exit_code, source=listed_by,
                        reason="; ".join(r for r in (st.reason, problem) if r))
-        elif st.finished:
+        elif st.finished or (st.state == UNKNOWN and code is not None):
+            # the exit-code file is written at the job's end: it says how a job ended that the scheduler still
+            # lists under a word of its own (LSF's ZOMBI, Slurm's REVOKED for good in sacct)
             row["state"] = ended_state(code, st.state)
         elif code is None:
             row["source"] = listed_by

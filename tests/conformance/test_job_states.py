@@ -86,3 +86,22 @@ def test_a_documented_word_that_leaves_the_state_unknown_says_why():
     st = slurm.status(slurm.SlurmJob(job_id="5", state="REVOKED", reason="None"))
     assert (st.state, st.native_state) == ("unknown", "REVOKED")
     assert "another cluster of the federation" in st.reason and "does not know" not in st.reason
+
+
+@pytest.mark.parametrize("native", ["ZOMBI", "REVOKED"])
+def test_an_exit_code_file_ends_a_job_the_scheduler_lists_as_unknown_for_good(native):
+    """Slurm's sacct keeps a federation's REVOKED sibling so for ever: its exit-code file says how it ended."""
+    st = JobStatus("9", "unknown", native_state=native)
+    for code, state in ((0, "done"), (3, "failed")):
+        row = lifecycle.job_row({"name": "r", "run_dir": "/r"}, "9", "here", st, code, None, "squeue")
+        assert (row["state"], row["exit_code"], row["source"]) == (state, code, "exit-code file"), row
+        assert lifecycle.ended(row)
+    row = lifecycle.job_row({"name": "r", "run_dir": "/r"}, "9", "here", st, None, None, "squeue")
+    assert row["state"] == "unknown" and not lifecycle.ended(row)
+
+
+def test_a_zombi_with_an_exit_reason_keeps_both():
+    text = ('{"COMMAND":"bjobs","JOBS":1,"RECORDS":[{"JOBID":"7","STAT":"ZOMBI",'
+            '"EXIT_REASON":"TERM_OWNER: job killed by owner"}]}')
+    found, _ = lsf.parse_bjobs_json(text)
+    assert "killed while its host could not be reached" in found["7"].reason and "TERM_OWNER" in found["7"].reason

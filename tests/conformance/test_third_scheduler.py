@@ -190,3 +190,21 @@ def test_its_own_profile_section_is_checked_naming_the_file_and_the_key(world):
     world["profile"].write_text(text.replace("account_flag: -A", "account_flag: -P"))
     res = summit_jobs(world, "--machine", "pbs-site", "submit", "--nodes", "1", "--project", "a", "--dry-run")
     assert res.returncode == 2 and "is not PBS's" in res.stderr, res.stderr
+    profile = yaml.safe_load(text)
+    profile["scheduler"]["pbs"] = "pack"
+    world["profile"].write_text(yaml.safe_dump(profile))
+    res = summit_jobs(world, "--machine", "pbs-site", "submit", "--nodes", "1", "--project", "a", "--dry-run")
+    assert res.returncode == 2 and "'scheduler.pbs' must be a mapping" in res.stderr, res.stderr
+
+
+@pytest.mark.parametrize("key,value", [("embedded", True), ("csm", True), ("extra_directives", ["-B"]),
+                                       ("slurm", {"partition": False})])
+def test_lsfs_and_slurms_keys_are_refused_on_its_profile(world, key, value):
+    """Nothing would read them there, and some change how this tool reaches the machine (embedded: true runs
+    the embedded LSF's commands)."""
+    profile = yaml.safe_load(world["profile"].read_text())
+    profile["scheduler"][key] = value
+    world["profile"].write_text(yaml.safe_dump(profile))
+    res = summit_jobs(world, "--machine", "pbs-site", "submit", "--nodes", "1", "--project", "a", "--dry-run")
+    assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
+    assert f"scheduler.{key} is" in res.stderr and "scheduler.kind is pbs" in res.stderr, res.stderr

@@ -187,7 +187,8 @@ def _state(raw: str, reason: str) -> Tuple[str, str]:
         term = reason.split(":", 1)[0].split()[0] if reason.strip() else ""
         return EXIT_REASONS.get(term, schedulers.FAILED), reason
     if raw in STATE_MAP:
-        return STATE_MAP[raw], reason or UNKNOWN_WHY.get(raw, "")
+        why = UNKNOWN_WHY.get(raw, "")
+        return STATE_MAP[raw], "; ".join(w for w in (why, reason) if w)
     note = f"LSF reports state {raw!r}, which this tool does not know" if raw else "bjobs gave no state"
     return UNKNOWN, note + (f"; {reason}" if reason else "")
 
