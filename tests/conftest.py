@@ -217,3 +217,37 @@ def run_cli(args, env, cwd=None, input=None, timeout=60):
     """Run the real console entry point in a subprocess (the path a user takes)."""
     return subprocess.run([sys.executable, "-m", "summit_jobs", *args], env=env, cwd=cwd, input=input,
                           capture_output=True, text=True, timeout=timeout)
+
+
+#: The variable that marks the processes of one group a test started (``marked`` and ``kill_marked_group``).
+GROUP_MARK = "SUMMIT_JOBS_TEST_GROUP"
+
+
+def marked(env: dict) -> dict:
+    """``env`` with a mark of its own for a process group the test starts (start_new_session) and may have to
+    kill whatever is left of later (``kill_marked_group``)."""
+    import uuid
+    return dict(env, **{GROUP_MARK: uuid.uuid4().hex})
+
+
+def kill_marked_group(pgid: int, env: dict) -> None:
+    """SIGKILL the processes left in process group ``pgid`` that carry ``env``'s mark.
+
+    Why not os.killpg(pgid): once the group's last process is gone its id is free, and with pid_max at 32768 a
+    new group soon has it; a killpg after the group emptied then kills another test's processes (an embedded
+    LSF job script died of SIGKILL 40 ms after its start that way)."""
+    import signal
+    mark = f"{GROUP_MARK}={env[GROUP_MARK]}".encode()
+    for entry in os.listdir("/proc"):
+        if not entry.isdecimal():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as fh:
+                if int(fh.read().rsplit(b")", 1)[-1].split()[2]) != pgid:
+                    continue
+            with open(f"/proc/{entry}/environ", "rb") as fh:
+                if mark not in fh.read().split(b"\0"):
+                    continue
+            os.kill(int(entry), signal.SIGKILL)
+        except (OSError, ValueError, IndexError):
+            continue

@@ -26,7 +26,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -35,6 +34,7 @@ from typing import Callable, Dict, List
 
 import pytest
 
+from conftest import kill_marked_group, marked
 from conftest_lsf import BIN, gated, job_processes, recorded_ended, require_client, run, wait_for
 
 #: The interpreter's bin folder: parsl starts interchange.py and process_worker_pool.py from PATH.
@@ -88,16 +88,17 @@ def run_client(source: str, args: List[str], env: Dict[str, str], cwd: Path, tim
     unfinished jobs."""
     script = cwd / "client.py"
     script.write_text(source)
+    env = marked(env)
     proc = subprocess.Popen([sys.executable, str(script), *args], env=env, cwd=str(cwd), text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
+        kill_marked_group(proc.pid, env)
         out, err = proc.communicate()
         pytest.fail(f"the client hung for {timeout}s\n{out[-3000:]}\n{err[-3000:]}")
     finally:
-        _kill_group(proc.pid)
+        kill_marked_group(proc.pid, env)     # what is left of the client's session, never a group that took its id
         left = run(["bjobs", "-noheader", "-o", "jobid"], env, timeout=command_timeout).stdout.split()
         if left:
             run(["bkill", *left], env, timeout=command_timeout)
@@ -105,12 +106,6 @@ def run_client(source: str, args: List[str], env: Dict[str, str], cwd: Path, tim
     return out
 
 
-def _kill_group(pgid: int) -> None:
-    """Kill what is left of the client's session (nothing, once a client cleaned up)."""
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
 
 
 def reported(out: str, tag: str) -> Dict:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, run_cli
+from conftest import REPO, kill_marked_group, marked, run_cli
 from trainer import shards, stage
 
 FAKES = REPO / "tests" / "fakes"
@@ -47,15 +47,16 @@ def blobs(root: Path, n: int, mb: float, seed: int) -> dict:
 
 def start(argv, env, log: Path, cwd=None) -> subprocess.Popen:
     """A real process in its own group (so a kill reaches its workers and transfer children)."""
-    return subprocess.Popen(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+    env = marked(env)
+    proc = subprocess.Popen(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                             stderr=open(log, "wb"), start_new_session=True)
+    proc.marked_env = env
+    return proc
 
 
 def kill_group(p: subprocess.Popen) -> None:
-    try:
-        os.killpg(p.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+    """What is left of the group ``start`` began (conftest.kill_marked_group: never a group that took its id)."""
+    kill_marked_group(p.pid, p.marked_env)
     p.wait(timeout=30)
 
 
