@@ -414,10 +414,6 @@ def add_facts(rows: Sequence[Dict], files: RunFiles) -> None:
         row["chain"] = state
 
 
-#: Job states in which a link is still the scheduler's to run (it may yet queue the next one).
-OPEN_STATES = OPEN
-
-
 def chain_state(rows: Sequence[Dict], files: RunFiles) -> str:
     """The run as one word that is never wrong between two looks: ``complete``, ``running`` (a job of it is
     pending or running), ``between links`` (its last link ended through its script and queued the next, which
@@ -428,7 +424,7 @@ def chain_state(rows: Sequence[Dict], files: RunFiles) -> str:
     rows were read first, the run's files after, so a link the files know and the rows do not was queued."""
     if files.complete:
         return "complete"
-    if any(r.get("state") in OPEN_STATES for r in rows):
+    if any(r.get("state") in OPEN for r in rows):     # a link the scheduler may still run (and queue the next)
         return "running"
     known = {str(r.get("job_id")) for r in rows}
     queued = [j for j in files.chain_ids if j not in known]
