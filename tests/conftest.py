@@ -1,19 +1,20 @@
-import contextlib
-import fcntl
+"""The fixtures the test folders share; each folder's own conftest.py holds the fixtures only its modules use.
+
+Helpers a test module calls by name are in modules of their own (helpers.py, lsf_jobs.py, slurm_cluster.py,
+trainer_utils.py, ...): pytest imports every folder's conftest.py under the one name ``conftest``.
+"""
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Dict, Iterator
 
 import pytest
 
 TESTS = Path(__file__).resolve().parent
 # The tests are grouped in folders by role (cli, planning, runs, schedulers/lsf, ...); the shared helpers
-# (conftest_lsf, trainer_utils, slurm_cluster, ...) sit here at the top, and a few test modules take another's
+# (helpers, lsf_jobs, trainer_utils, slurm_cluster, ...) sit here at the top, and a few test modules take another's
 # data or fixtures by module name (test_slurm_jobs imports test_launchers' trainer arguments). pytest puts the
 # folder of each module it collects on sys.path (its "prepend" import mode; names are unique across folders):
 # every test folder is put there up front, so such an import works whichever module pytest collected first.
@@ -21,11 +22,11 @@ for _folder in sorted({p.parent for p in TESTS.rglob("test_*.py") if "data" not 
     if str(_folder) not in sys.path:
         sys.path.append(str(_folder))
 
-# The Slurm cluster fixture lives here so that every module shares the session's one cluster (a fixture
-# imported into each module is a fixture of that module, started again for each).
-from slurm_cluster import slurm_cluster  # noqa: F401,E402
+from helpers import REPO, run_cli, shared_folder, slowdown  # noqa: E402
+from lsf_jobs import PROGRAM, lsf_environment, write_template  # noqa: E402
+from slurm_cluster import required, stretched, unavailable_reason  # noqa: E402
 
-REPO = Path(__file__).resolve().parent.parent
+from summit_jobs.schedulers.slurm.localcluster import LocalSlurmCluster  # noqa: E402
 
 
 def _interrupts_as_on_a_terminal() -> None:
@@ -91,39 +92,6 @@ def cli_env(tmp_path, monkeypatch):
     return env
 
 
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    """An exclusive lock on ``path`` (created if missing), held for the block: the processes of one test
-    session take turns."""
-    with open(path, "a") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
-def shared_folder(tmp_path_factory, name: str, build: Callable[[Path], None]) -> Path:
-    """A folder ``build`` fills once per test session, for every test module and pytest-xdist worker.
-
-    Why: several modules start from the same expensive data (a synthetic set packed by the real CLI); built
-    per module, it was built once for each. The first process to ask builds it under a lock, in the folder
-    all of the session's workers share; the others wait for the lock and find it done (marked by a file
-    written last, so a build that failed is tried again, and fails again, for whoever asks next).
-    """
-    root = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        root = root.parent                                # the session's folder, above each worker's own
-    folder, done = root / f"shared-{name}", root / f"shared-{name}.done"
-    with _locked(root / f"shared-{name}.lock"):
-        if not done.exists():
-            shutil.rmtree(folder, ignore_errors=True)
-            folder.mkdir()
-            build(folder)
-            done.write_text("")
-    return folder
-
-
 def _pack_two_streams(root: Path) -> None:
     """``summit-jobs synth`` videos (8 motion classes in forward/backward pairs, 6 per class, 16 frames of
     64x64) packed by the real CLI as RGB frames (``rgb``) and as Farneback optical flow (``flow``)."""
@@ -173,38 +141,6 @@ def tiny_run(tmp_path_factory) -> Path:
     return shared_folder(tmp_path_factory, "tiny-run", _train_tiny_run)
 
 
-#: What slowdown() times: an interpreter start with the imports every program of the suite begins with (a
-#: client library's script, bsub, parsl's interchange and worker pool all start so).
-SPEED_PROBE = "import json, subprocess"
-#: The probe's wall time on the reference machine (2 cores, nothing else running): slowdown() is 1 there.
-QUIET_PROBE_SECONDS = 0.05
-#: Probes per measurement; the slowest counts (a busy machine's load comes and goes, and a limit set in a
-#: lull would be too short for the burst after it).
-SPEED_SAMPLES = 3
-#: The largest factor slowdown() answers: a limit stretched further would outlast pytest's own timeout
-#: (setup.cfg, 900 s) and a hang would then end the test without its clean-up.
-MAX_SLOWDOWN = 8.0
-
-
-def slowdown(samples: int = SPEED_SAMPLES) -> float:
-    """How many times longer than on a quiet reference machine a program's start takes here now: the longest
-    wall time of ``samples`` interpreter starts (SPEED_PROBE) over QUIET_PROBE_SECONDS, from 1 to
-    MAX_SLOWDOWN.
-
-    Why: a time limit in a test is a guess at how long some work takes, and the same work takes several times
-    longer on a slower machine or while another suite shares the cores; a fixed number fails the busy
-    machine (parsl's blocks outran a fixed run limit beside another ``make test``) or waits for nothing on a
-    quiet one. Measured when a test sets its limits, not once per session: the load changes while the suite
-    runs. The wall time, not the CPU time: what a busy machine takes from a program is its share of the
-    cores."""
-    times = []
-    for _ in range(samples):
-        began = time.perf_counter()
-        subprocess.run([sys.executable, "-c", SPEED_PROBE], check=True)
-        times.append(time.perf_counter() - began)
-    return min(MAX_SLOWDOWN, max(1.0, max(times) / QUIET_PROBE_SECONDS))
-
-
 @pytest.fixture
 def stretch() -> Callable[[float], float]:
     """Seconds a wait takes on the quiet reference machine -> seconds for it here now: stretched by
@@ -213,41 +149,65 @@ def stretch() -> Callable[[float], float]:
     return lambda seconds: seconds * factor
 
 
-def run_cli(args, env, cwd=None, input=None, timeout=60):
-    """Run the real console entry point in a subprocess (the path a user takes)."""
-    return subprocess.run([sys.executable, "-m", "summit_jobs", *args], env=env, cwd=cwd, input=input,
-                          capture_output=True, text=True, timeout=timeout)
+@pytest.fixture
+def lsf_env(tmp_path) -> Dict[str, str]:
+    """Environment for an isolated embedded LSF (own state folder, 1 LSF minute = 2 s)."""
+    return lsf_environment(tmp_path)
 
 
-#: The variable that marks the processes of one group a test started (``marked`` and ``kill_marked_group``).
-GROUP_MARK = "SUMMIT_JOBS_TEST_GROUP"
+@pytest.fixture
+def program(tmp_path) -> Path:
+    """lsf_jobs.PROGRAM, the stand-in rank program, written into the test's folder."""
+    path = tmp_path / "prog.py"
+    path.write_text(PROGRAM)
+    return path
 
 
-def marked(env: dict) -> dict:
-    """``env`` with a mark of its own for a process group the test starts (start_new_session) and may have to
-    kill whatever is left of later (``kill_marked_group``)."""
-    import uuid
-    return dict(env, **{GROUP_MARK: uuid.uuid4().hex})
+@pytest.fixture
+def template_dir(tmp_path, program) -> Path:
+    """A template folder whose launch step runs ``program`` (lsf_jobs.write_template)."""
+    return write_template(tmp_path / "templates", program)
 
 
-def kill_marked_group(pgid: int, env: dict) -> None:
-    """SIGKILL the processes left in process group ``pgid`` that carry ``env``'s mark.
+@pytest.fixture(scope="session")
+def real_four_node_run(tmp_path_factory) -> Dict[str, Path]:
+    """``{"data", "run"}``: the data and the real 4-node run every simulated shape is held to
+    (simulate_reference.py), made once per session for all workers (helpers.shared_folder)."""
+    from simulate_reference import make_real_four_node_run
+    root = shared_folder(tmp_path_factory, "real-four-node-run", make_real_four_node_run)
+    return {"data": root / "data", "run": root / "run"}
 
-    Why not os.killpg(pgid): once the group's last process is gone its id is free, and with pid_max at 32768 a
-    new group soon has it; a killpg after the group emptied then kills another test's processes (an embedded
-    LSF job script died of SIGKILL 40 ms after its start that way)."""
-    import signal
-    mark = f"{GROUP_MARK}={env[GROUP_MARK]}".encode()
-    for entry in os.listdir("/proc"):
-        if not entry.isdecimal():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as fh:
-                if int(fh.read().rsplit(b")", 1)[-1].split()[2]) != pgid:
-                    continue
-            with open(f"/proc/{entry}/environ", "rb") as fh:
-                if mark not in fh.read().split(b"\0"):
-                    continue
-            os.kill(int(entry), signal.SIGKILL)
-        except (OSError, ValueError, IndexError):
-            continue
+
+@pytest.fixture(scope="module")
+def one_torch_thread() -> Iterator[None]:
+    """torch computes on one thread in this test process, then goes back to its own count; for the modules
+    that compute with torch in the test process itself (``pytestmark = pytest.mark.usefixtures(...)``).
+
+    Why: ``make test`` runs several test processes on two cores, and torch starts one intra-op thread per
+    core in each; the threads then wait on each other at every parallel region, and a gradcheck that takes
+    4 s alone took minutes. One thread each fits the cores."""
+    import torch
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster(tmp_path_factory) -> Iterator[LocalSlurmCluster]:
+    """The session's real Slurm cluster (slurm_cluster.py), shared by every module of this process (a fixture
+    imported into each module would be that module's, started again for each); its start failing is an
+    error of every test that uses it (with the daemon's log in the message), never a skip."""
+    reason = unavailable_reason()
+    if reason:
+        if required():
+            pytest.fail(f"SUMMIT_JOBS_REQUIRE_SLURM=1 but {reason}")
+        pytest.skip(reason)
+    cluster = LocalSlurmCluster(tmp_path_factory.mktemp("slurm"), cpus=4, accounting=True)
+    cluster.start(timeout=stretched(30))
+    yield cluster
+    cluster.stop()
+    # The database is the one large thing (about 80 MB); the logs stay for a failure's post-mortem.
+    shutil.rmtree(cluster.root / "db", ignore_errors=True)

@@ -30,7 +30,7 @@ from typing import Dict, Iterator, Optional
 
 import pytest
 
-from conftest_lsf import limit, stretched
+from lsf_jobs import limit, stretched
 
 SSHD = shutil.which("sshd") or ("/usr/sbin/sshd" if os.path.exists("/usr/sbin/sshd") else None)
 KEYGEN = shutil.which("ssh-keygen")

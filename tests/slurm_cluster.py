@@ -1,6 +1,6 @@
 """A real Slurm cluster for the Slurm tests, started once per test session and stopped at its end.
 
-tests/conftest.py imports the fixture, so every test module of a session shares one cluster. It is
+tests/conftest.py's ``slurm_cluster`` fixture starts it, so every test module of a session shares one cluster. It is
 summit_jobs.schedulers.slurm.localcluster's cluster: MUNGE, MariaDB and slurmdbd (so that sacct answers),
 slurmctld and two slurmd nodes (node1, node2, 4 CPUs each, so that two jobs of 2 ranks a node run side by
 side) in their own UTS and mount namespaces. It needs root and Debian's slurm-wlm, munge, mariadb-server-core and slurmdbd; without them the tests skip with the reason,
@@ -9,19 +9,17 @@ except in CI (CI=true, SUMMIT_JOBS_REQUIRE_SLURM=1), where they fail.
 The helpers read a job the way the Slurm scheduler will: ``squeue --json`` while Slurm's controller keeps the
 job (22.05's squeue --json lists every job whatever -j says, so the helper picks the id), ``sacct --json``
 once slurmdbd has its final record (sent a moment after the job ends). Their time limits are a quiet
-machine's seconds stretched by the measured slowdown (``stretched``, conftest.slowdown).
+machine's seconds stretched by the measured slowdown (``stretched``, helpers.slowdown).
 """
 from __future__ import annotations
 
 import json
 import os
-import shutil
 import time
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional
 
-import pytest
-
+from helpers import slowdown
 from summit_jobs.schedulers.slurm.localcluster import ClusterError, LocalSlurmCluster, check_can_run, members
 
 #: How long a slowdown measurement serves ``stretched``: the helpers run many times in a test, and each
@@ -31,9 +29,8 @@ _measured = {"at": float("-inf"), "factor": 1.0}
 
 
 def stretched(seconds: float) -> float:
-    """``seconds`` on the quiet reference machine, stretched by conftest.slowdown() as measured within the
+    """``seconds`` on the quiet reference machine, stretched by helpers.slowdown() as measured within the
     last SLOWDOWN_TTL seconds, so that a busy machine gets the time its daemons and jobs need there."""
-    from conftest import slowdown   # conftest imports this module: imported once conftest is loaded
     if time.monotonic() - _measured["at"] > SLOWDOWN_TTL:
         _measured.update(factor=slowdown(), at=time.monotonic())
     return seconds * _measured["factor"]
@@ -56,23 +53,6 @@ def unavailable_reason() -> Optional[str]:
 def required() -> bool:
     """CI demands the Slurm tests run (it installs the packages and runs as root)."""
     return os.environ.get("CI") == "true" and os.environ.get("SUMMIT_JOBS_REQUIRE_SLURM") == "1"
-
-
-@pytest.fixture(scope="session")
-def slurm_cluster(tmp_path_factory) -> LocalSlurmCluster:
-    """The session's cluster; its start failing is an error of every test that uses it (with the daemon's
-    log in the message), never a skip."""
-    reason = unavailable_reason()
-    if reason:
-        if required():
-            pytest.fail(f"SUMMIT_JOBS_REQUIRE_SLURM=1 but {reason}")
-        pytest.skip(reason)
-    cluster = LocalSlurmCluster(tmp_path_factory.mktemp("slurm"), cpus=4, accounting=True)
-    cluster.start(timeout=stretched(30))
-    yield cluster
-    cluster.stop()
-    # The database is the one large thing (about 80 MB); the logs stay for a failure's post-mortem.
-    shutil.rmtree(cluster.root / "db", ignore_errors=True)
 
 
 def squeue_job(cluster: LocalSlurmCluster, job_id: str) -> Optional[Dict]:

@@ -22,11 +22,6 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 from PIL import Image
 
-try:
-    import pytest
-except ImportError:  # the benchmarks import these helpers where pytest may be missing
-    pytest = None
-
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
@@ -254,39 +249,18 @@ def tiny_args(run_dir: Path, data: Path, **over) -> List[str]:
     return out
 
 
-def _one_torch_thread():
-    """torch computes on one thread in this test process, then goes back to its own count.
-
-    Why: ``make test`` runs two test processes on two cores, and torch starts one intra-op
-    thread per core in each; the four threads then wait on each other at every parallel
-    region, and a gradcheck that takes 4 s alone took minutes. One thread each fits the cores.
-    """
-    import torch
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
-#: Module-scoped fixture for test files that compute with torch in the test process itself
-#: (``pytestmark = pytest.mark.usefixtures("one_torch_thread")`` after importing it).
-one_torch_thread = pytest.fixture(scope="module")(_one_torch_thread) if pytest is not None else None
-
-
 def wait_job_ended(job: str, env: Dict[str, str], run_dir: Path, timeout: float = 300,
                    ask_every: float = 5.0) -> Dict[str, str]:
     """The final bjobs record (DONE or EXIT) of embedded-LSF job ``job``, whose script runs in ``run_dir``.
 
-    Why not bjobs ten times a second (``conftest_lsf.wait_state``) for a whole training job: each bjobs
+    Why not bjobs ten times a second (``lsf_jobs.wait_state``) for a whole training job: each bjobs
     is a Python process (about 0.2 s of CPU), so a minute of such polling costs about as much CPU as
     the job's ranks. The job script's last act is writing ``exitcode.<job>`` into the run directory,
     which costs nothing to look for; bjobs is asked every ``ask_every`` seconds as well, for a job that
     ends without getting that far.
     """
     import time
-    from conftest_lsf import bjobs_state, wait_state
+    from lsf_jobs import bjobs_state, wait_state
     done = Path(run_dir) / f"exitcode.{job}"
     deadline = time.time() + timeout
     next_ask = time.time() + ask_every

@@ -16,7 +16,7 @@ import re
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from conftest_lsf import cli
+from lsf_jobs import cli
 from trainer import rundir
 
 #: Seconds between the job script's link_end event and its exit-code file (both written at the job's end).

@@ -21,7 +21,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from badinput import assert_refused
-from conftest_lsf import lsf_environment
+from lsf_jobs import lsf_environment
 
 #: A count of 400 digits, and 10**400.
 DIGITS_400 = "9" * 400

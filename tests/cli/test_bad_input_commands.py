@@ -28,7 +28,7 @@ import numpy as np
 import pytest
 
 from badinput import assert_refused, option_names, run_module
-from conftest_lsf import lsf_environment
+from lsf_jobs import lsf_environment
 from trainer.scores import write_scores
 
 #: No case may take longer than this (a hang is a failure, not a slow pass).

@@ -8,7 +8,6 @@ from typing import List, Tuple
 import pytest
 
 from badinput import assert_refused, run_module
-from conftest import cli_env  # noqa: F401
 
 #: (command line, needles in stderr). A profile file "broken.yaml" (not a mapping) is on the profile path.
 CASES: List[Tuple[List[str], List[str]]] = [

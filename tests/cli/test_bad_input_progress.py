@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 
 from badinput import assert_refused, run_module
-from conftest import cli_env  # noqa: F401
 
 VALUES = ["abc", "0", "-1", "nan", "inf", "1e9", "5s"]
 COMMANDS = {

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, run_cli
+from helpers import REPO, run_cli
 
 
 def assert_clean_error(proc, *needles):

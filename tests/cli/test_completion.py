@@ -18,7 +18,7 @@ from typing import List
 
 import pytest
 
-from conftest import REPO
+from helpers import REPO
 
 SHIPPED = sorted(p.stem for p in (REPO / "envs").glob("*.yaml"))
 RUN_COMMANDS = [["status"], ["logs"], ["cancel"], ["report"], ["compare"], ["compare", "runs-a"], ["fuse"],

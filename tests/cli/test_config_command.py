@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, run_cli
+from helpers import REPO, run_cli
 
 NAMES = ["config", "machine", "profile", "project", "quota_nodes", "runs_dir", "template_dir"]
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Tuple
 
 import pytest
-from conftest import REPO, run_cli
+from helpers import REPO, run_cli
 from helpers_sshd import remote_lsf_env, ssh_profile, start_sshd
 
 from summit_jobs import resources

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Dict
 
 import pytest
-from conftest import run_cli
+from helpers import run_cli
 
 from summit_jobs import resources
 from summit_jobs.profiles import machines

@@ -22,7 +22,7 @@ from typing import List, Tuple
 
 import pytest
 
-from conftest import run_cli
+from helpers import run_cli
 from test_staging import FAKES, blob_dataset
 from summit_jobs.schedulers.lsf.embedded.state import node_names
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, run_cli
+from helpers import REPO, run_cli
 
 SUMMIT = ["--machine", "summit"]
 

@@ -8,12 +8,12 @@ LSB_DJOB_RANKFILE; ipyparallel's LSF launchers pipe batch scripts into
 ``#BSUB -env all``, and stop them with ``bkill``. Each client runs in a
 subprocess (with a timeout, so that a hang fails) whose environment is the one
 ``summit-jobs lsf env --home DIR --json`` gives a user's shell, and after every
-job no process of it may be left (LSF's process tracking, conftest_lsf).
+job no process of it may be left (LSF's process tracking, lsf_jobs).
 
 Every limit (the LSF minute that Lightning's -W 3 counts in, ipyparallel's
 waits for its controller, client connection and engines, each wait of the
 test) is a quiet machine's figure stretched by the slowdown measured as the
-test starts (conftest.slowdown), so that a busy machine meets the same limits
+test starts (helpers.slowdown), so that a busy machine meets the same limits
 in its own time.
 """
 from __future__ import annotations
@@ -28,7 +28,7 @@ from typing import Callable, Dict, List
 
 import pytest
 
-from conftest_lsf import BIN, job_processes, proc_alive, require_client, run, submitted_id, wait_for, wait_state
+from lsf_jobs import BIN, job_processes, proc_alive, require_client, run, submitted_id, wait_for, wait_state
 from summit_jobs.schedulers.lsf.embedded import state, vnode_ns
 
 PY = sys.executable

@@ -16,7 +16,7 @@ TERM_* reason), and no process of the job is left.
 
 Every limit (the LSF minute that the clients' walltimes count in, parsl's
 heartbeats and command timeout, each wait) is a quiet machine's figure
-stretched by the slowdown measured as the test starts (conftest.slowdown):
+stretched by the slowdown measured as the test starts (helpers.slowdown):
 beside another suite on two cores, a parsl block took longer than the 10 s
 that its 5-minute walltime was in 2-second minutes, and LSF's run limit killed
 its workers (TERM_RUNLIMIT; parsl reported ManagerLost).
@@ -34,8 +34,8 @@ from typing import Callable, Dict, List
 
 import pytest
 
-from conftest import kill_marked_group, marked
-from conftest_lsf import BIN, gated, job_processes, recorded_ended, require_client, run, wait_for
+from helpers import kill_marked_group, marked
+from lsf_jobs import BIN, gated, job_processes, recorded_ended, require_client, run, wait_for
 
 #: The interpreter's bin folder: parsl starts interchange.py and process_worker_pool.py from PATH.
 VENV_BIN = str(Path(sys.executable).parent)

@@ -33,7 +33,7 @@ from typing import Dict, List
 import pytest
 import torch
 
-from conftest_lsf import cli, lsf_environment, newest_step, require_client, wait_for, wait_state
+from lsf_jobs import cli, lsf_environment, newest_step, require_client, wait_for, wait_state
 from slurm_cluster import ENDED, cluster_job_processes, squeue_job
 from summit_jobs.schedulers.lsf.embedded import vnode_ns
 from test_launcher_chains import _chain as drive_lsf_chain

@@ -22,7 +22,7 @@ from typing import Callable, Dict, List
 
 import pytest
 
-from conftest_lsf import cli, job_processes, lsf_environment, run, stretched, wait_for
+from lsf_jobs import cli, job_processes, lsf_environment, run, stretched, wait_for
 from summit_jobs.schedulers import FINISHED
 from user_chain_checks import check_user_chain
 

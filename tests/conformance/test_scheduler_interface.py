@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from conftest import run_cli
+from helpers import run_cli
 from summit_jobs import resources, schedulers
 from summit_jobs.errors import UserError
 from summit_jobs.planning import render

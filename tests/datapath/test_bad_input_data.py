@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from badinput import assert_refused, run_module
-from conftest import REPO, run_cli
+from helpers import REPO, run_cli
 
 FAKES = REPO / "tests" / "fakes"
 CLI = "summit-jobs: error:"

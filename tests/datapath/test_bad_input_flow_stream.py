@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from badinput import assert_refused, run_module, trainer_env
-from test_flow_stream import packs, stream_args  # noqa: F401  (the module's packed data, as a fixture)
+from test_flow_stream import stream_args
 from trainer.models.model import build_model
 
 

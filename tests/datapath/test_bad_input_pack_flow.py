@@ -12,7 +12,7 @@ import pytest
 from PIL import Image
 
 from badinput import assert_refused
-from conftest import run_cli
+from helpers import run_cli
 
 CLI = "summit-jobs: error:"
 

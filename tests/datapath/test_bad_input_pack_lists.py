@@ -11,7 +11,7 @@ import shutil
 import pytest
 
 from badinput import assert_refused
-from conftest import REPO, run_cli
+from helpers import REPO, run_cli
 
 DATA = REPO / "tests" / "data"
 CLI = "summit-jobs: error:"

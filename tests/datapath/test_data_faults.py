@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, kill_marked_group, marked, run_cli
+from helpers import REPO, kill_marked_group, marked, run_cli
 from trainer import shards, stage
 
 FAKES = REPO / "tests" / "fakes"
@@ -55,7 +55,7 @@ def start(argv, env, log: Path, cwd=None) -> subprocess.Popen:
 
 
 def kill_group(p: subprocess.Popen) -> None:
-    """What is left of the group ``start`` began (conftest.kill_marked_group: never a group that took its id)."""
+    """What is left of the group ``start`` began (helpers.kill_marked_group: never a group that took its id)."""
     kill_marked_group(p.pid, p.marked_env)
     p.wait(timeout=30)
 

@@ -16,7 +16,6 @@ import pytest
 import torch
 
 from trainer_utils import make_dataset, run_ranks, tiny_args
-from trainer_utils import one_torch_thread  # noqa: F401 (a fixture)
 
 from trainer.data import devicedecode
 from trainer.data.clips import ClipSpec

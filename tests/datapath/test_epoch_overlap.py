@@ -14,9 +14,8 @@ from typing import Callable, List, Optional
 import pytest
 import torch
 
-from conftest_lsf import wait_for
+from lsf_jobs import wait_for
 from trainer_utils import make_dataset
-from trainer_utils import one_torch_thread  # noqa: F401 (a fixture)
 
 from trainer.data.clips import ClipSpec
 from trainer.data.datasets import Pipeline, TrainClips

@@ -121,13 +121,6 @@ def test_imagenet_weights_start_a_flow_stream_by_cross_modality(tmp_path):
 
 # -- end to end: synth -> pack (rgb, flow) -> train ----------------------------------------------
 
-@pytest.fixture(scope="module")
-def packs(two_stream_packs):
-    """The synthetic videos packed by the real CLI as RGB and as Farneback flow (64-pixel side), shared by the
-    session (tests/conftest.py)."""
-    return two_stream_packs
-
-
 def stream_args(run_dir: Path, data: Path, *extra: str) -> list:
     """A small two-stream recipe that learns the synthetic motions in seconds on a CPU."""
     return ["--run-dir", str(run_dir), "--data", str(data), "--engine", "ddp", "--arch", "resnet18",

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from conftest import run_cli
+from helpers import run_cli
 from summit_jobs.data import flow
 from trainer import shards
 

@@ -8,10 +8,10 @@ import csv
 import json
 import re
 
-from conftest_lsf import cli, lsf_environment, wait_state
+from lsf_jobs import cli, lsf_environment, wait_state
 from test_pack_lists import write_video
 
-from conftest import REPO
+from helpers import REPO
 from trainer import shards
 from trainer.loop.metrics import read_metrics
 

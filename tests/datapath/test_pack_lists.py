@@ -17,7 +17,7 @@ from typing import Dict, List
 import numpy as np
 import pytest
 
-from conftest import REPO, run_cli
+from helpers import REPO, run_cli
 from summit_jobs.data import datalists, synth
 from summit_jobs.data.pack import stratified_order
 from trainer import shards, stage

@@ -13,7 +13,7 @@ import tarfile
 import pytest
 import webdataset as wds
 
-from conftest import run_cli
+from helpers import run_cli
 from trainer import shards
 
 

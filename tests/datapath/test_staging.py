@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, run_cli
+from helpers import REPO, run_cli
 from trainer import shards, stage
 from summit_jobs.schedulers.lsf.embedded.state import node_names
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from conftest import run_cli
+from helpers import run_cli
 from summit_jobs.data import synth
 from trainer import shards
 

@@ -11,7 +11,6 @@ from typing import List, Optional, Tuple
 import pytest
 
 from badinput import assert_refused, run_module
-from conftest import cli_env  # noqa: F401
 
 #: (ssh config text or bytes, command line before `status 5`, needles in stderr). @CFG@: the config's path.
 CASES: List[Tuple[Optional[object], List[str], List[str]]] = [

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest_lsf import cli, lsf_environment, run, submitted_id
+from lsf_jobs import cli, lsf_environment, run, submitted_id
 from helpers_sshd import KEYGEN, remote_lsf_env, start_sshd
 
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest_lsf import (PROGRAM, bjobs_state, cli, lsf_environment, run, stretched, submitted_id,
-                          wait_for, wait_state, write_template)
+from lsf_jobs import (PROGRAM, bjobs_state, cli, lsf_environment, run, stretched, submitted_id, wait_for,
+    wait_state, write_template)
 from summit_jobs.schedulers.lsf.embedded.state import node_names
 
 #: The virtual nodes' host names on this machine: vnode1... where tasks get host names, else 127.1.0.1...

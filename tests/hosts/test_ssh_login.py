@@ -29,7 +29,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import pytest
 
-from conftest_lsf import PROGRAM, cli, lsf_environment, run, submitted_id, wait_for, write_template
+from lsf_jobs import PROGRAM, cli, lsf_environment, run, submitted_id, wait_for, write_template
 from helpers_sshd import OTP_OPTIONS, otp_pam_service, remote_lsf_env, ssh_profile, start_sshd
 
 #: Makes the pseudo-terminal on stdin the controlling terminal of a new session, then runs Python with the rest.

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from badinput import assert_refused, run_module, trainer_env
-from conftest import REPO, cli_env, run_cli  # noqa: F401
+from helpers import REPO, run_cli
 
 #: (arguments, what the refusal must name)
 BAD_RECIPE = [

@@ -11,7 +11,6 @@ import torch
 from badinput import run_module, trainer_env
 
 from trainer_utils import make_dataset, run_ranks, tiny_args
-from trainer_utils import one_torch_thread  # noqa: F401 (a fixture)
 
 from trainer.loop import checkpoint as ckpt
 from trainer.dist import compat

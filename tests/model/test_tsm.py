@@ -2,7 +2,6 @@
 import pytest
 import torch
 
-from trainer_utils import one_torch_thread  # noqa: F401 (the fixture below)
 
 from trainer.models import tsm
 from trainer.models.tsm import TemporalShift, temporal_shift

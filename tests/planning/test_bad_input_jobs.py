@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from badinput import assert_refused
-from conftest import run_cli
+from helpers import run_cli
 
 SUMMIT = ["--machine", "summit", "submit", "--project", "ABC123", "--dry-run"]
 SUMMIT2 = [*SUMMIT, "--nodes", "2"]

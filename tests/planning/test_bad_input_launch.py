@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from badinput import assert_refused
-from conftest import cli_env, run_cli  # noqa: F401
+from helpers import run_cli
 
 LOCAL = ["--machine", "local", "submit", "--nodes", "2", "--dry-run"]
 SLOTS = [*LOCAL, "--request", "slots", "--launcher", "blaunch"]

@@ -22,8 +22,8 @@ import click
 import pytest
 
 from badinput import assert_refused, option_names
-from conftest import run_cli
-from conftest_lsf import lsf_environment, wait_state
+from helpers import run_cli
+from lsf_jobs import lsf_environment, wait_state
 
 #: No case may take longer than this (a hang is a failure, not a slow pass).
 LIMIT_S = 20

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from badinput import assert_refused, run_module, trainer_env
-from conftest import run_cli
+from helpers import run_cli
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from badinput import assert_refused
-from conftest import REPO, run_cli
+from helpers import REPO, run_cli
 from slurm_cluster import stretched   # a quiet machine's seconds -> here, now
 
 #: (key path, bad value, words the refusal must hold besides the file's path). Numbers name their range.

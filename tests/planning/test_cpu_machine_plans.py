@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_cli
+from helpers import run_cli
 from slurm_cluster import stretched
 
 #: The tiny set: 8 classes x 4 videos, a quarter held out: 24 training clips, 8 validation clips.

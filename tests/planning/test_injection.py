@@ -20,7 +20,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest_lsf import BIN, PROGRAM, bjobs_state, cli, lsf_environment, wait_state, write_template
+from lsf_jobs import BIN, PROGRAM, bjobs_state, cli, lsf_environment, wait_state, write_template
 from summit_jobs.profiles import machines
 from summit_jobs.planning import render
 from summit_jobs.errors import UserError

@@ -16,7 +16,7 @@ from typing import Dict, List, Optional
 import pytest
 from click.testing import CliRunner, Result
 
-from conftest_lsf import lsf_environment
+from lsf_jobs import lsf_environment
 
 SLURM = ["--machine", "slurm-gpu", "submit", "--nodes", "2", "--dry-run"]
 LSF = ["--machine", "lsf-gpu", "submit", "--nodes", "2", "--dry-run"]

@@ -7,11 +7,6 @@ from summit_jobs.planning.plan import JobOptions, linear_lr, make_plan
 
 
 @pytest.fixture(scope="module")
-def summit():
-    return machines.load("summit")
-
-
-@pytest.fixture(scope="module")
 def lassen():
     return machines.load("lassen")
 

@@ -28,7 +28,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest_lsf import PROGRAM, cli, lsf_environment, wait_state, write_template
+from lsf_jobs import PROGRAM, cli, lsf_environment, wait_state, write_template
 from summit_jobs.profiles import machines
 from summit_jobs.planning import render
 from summit_jobs.schedulers.lsf import header as lsf_header

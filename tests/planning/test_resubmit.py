@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 
 from badinput import assert_refused
-from conftest_lsf import cli, lsf_env, template_dir, program, wait_state  # noqa: F401
+from lsf_jobs import cli, wait_state
 
 
 def _submit(env, template_dir, run_dir, *extra):

@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from conftest import run_cli
+from helpers import run_cli
 from summit_jobs.profiles import machines
 from summit_jobs.planning import simulate
 from summit_jobs.errors import UserError

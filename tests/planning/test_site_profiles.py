@@ -7,17 +7,11 @@ import json
 import pytest
 import yaml
 
-from conftest import REPO
-from conftest_lsf import cli, lsf_env, program, template_dir, wait_state  # noqa: F401
-from summit_jobs.profiles import machines
+from helpers import REPO
+from lsf_jobs import cli, wait_state
 from summit_jobs.planning import render
 from summit_jobs.errors import UserError
 from summit_jobs.planning.plan import JobOptions, make_plan
-
-
-@pytest.fixture(scope="module")
-def summit():
-    return machines.load("summit")
 
 
 def _plan(profile, **kw):

@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from badinput import assert_refused
-from conftest import REPO, run_cli
+from helpers import REPO, run_cli
 
 SITES = ("janelia-h100", "minerva-h100")
 GENERIC = "lsf-gpu"

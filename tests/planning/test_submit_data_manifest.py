@@ -14,8 +14,7 @@ import json
 import subprocess
 
 import pytest
-from conftest_lsf import (bjobs_state, cli, limit, lsf_env, program, run, stretched, submitted_id,  # noqa: F401
-                          template_dir, wait_for, wait_state)
+from lsf_jobs import bjobs_state, cli, limit, run, stretched, submitted_id, wait_for, wait_state
 from test_data_faults import blobs
 
 from badinput import assert_refused

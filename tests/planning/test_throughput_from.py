@@ -9,7 +9,7 @@ import json
 import pytest
 
 from badinput import assert_refused
-from conftest import run_cli
+from helpers import run_cli
 
 SIM = ["--machine", "summit", "simulate", "--virtual-nodes", "8", "--quota-nodes", "4", "--project", "A1",
        "--dry-run", "--json"]

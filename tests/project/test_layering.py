@@ -338,3 +338,48 @@ def test_tests_are_grouped_by_role_in_folders_of_at_most_26_modules():
         if "data" not in path.relative_to(tests).parts:
             sizes[str(path.parent.relative_to(tests))] = sizes.get(str(path.parent.relative_to(tests)), 0) + 1
     assert len(sizes) >= 10 and max(sizes.values()) <= 26, sizes
+
+
+def _fixtures_by_module(tests: Path) -> dict:
+    """{module name: {fixture name: (folder, the fixture's code)}} of tests/, temporary folders unnamed."""
+    found = {}
+    for path in tests.rglob("*.py"):
+        if "data" in path.relative_to(tests).parts:
+            continue
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.FunctionDef) and any("fixture" in ast.unparse(d) for d in node.decorator_list):
+                body = ast.Module(body=node.body[1:] if ast.get_docstring(node) else node.body, type_ignores=[])
+                for call in ast.walk(body):      # a temporary folder's name does not make another fixture
+                    if isinstance(call, ast.Call) and ast.unparse(call.func).endswith("mktemp") and call.args:
+                        call.args = []
+                found.setdefault(path.stem, {})[node.name] = (path.parent, ast.dump(body))
+    return found
+
+
+def test_no_module_imports_a_fixture_and_no_folder_repeats_one():
+    """Fixtures live in conftest.py files (a folder's own, or tests/conftest.py for those folders share):
+    a fixture imported into a module by name is that module's copy (a session fixture so imported was
+    started again in each module that took it), and the same fixture written out in two modules of a folder
+    belongs in the folder's conftest.py."""
+    tests = REPO / "tests"
+    fixtures = _fixtures_by_module(tests)
+    imported = []
+    for path in tests.rglob("*.py"):
+        if "data" in path.relative_to(tests).parts:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module in fixtures:
+                imported += [f"{path.relative_to(tests)}: {a.name} from {node.module}" for a in node.names
+                             if a.name in fixtures[node.module]]
+    assert not imported, "fixtures imported by name (move them to a conftest.py):\n" + "\n".join(imported)
+    seen, repeated = {}, []
+    for module, defined in sorted(fixtures.items()):
+        for name, (folder, code) in defined.items():
+            key = (folder, name, code)
+            if module != "conftest" and key in seen:
+                repeated.append(f"{folder.relative_to(tests)}: {name} in {seen[key]} and {module}")
+            seen.setdefault(key, module)
+    assert not repeated, "the same fixture in two modules of a folder (move it to the folder's conftest.py):\n" \
+        + "\n".join(repeated)
+    helpers = sorted(m for m in fixtures if m != "conftest" and not m.startswith("test_"))
+    assert not helpers, f"fixtures in helper modules (move them to a conftest.py): {helpers}"

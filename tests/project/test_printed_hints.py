@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import Dict, List
 
-from conftest_lsf import cli, lsf_env, newest_step, recorded_state, wait_for, wait_state, warn_job  # noqa: F401
+from lsf_jobs import cli, newest_step, recorded_state, wait_for, wait_state, warn_job
 from trainer_utils import REPO
 
 PROGRAM = REPO / "docs" / "examples" / "user_train.py"

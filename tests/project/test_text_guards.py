@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from badinput import assert_refused
-from conftest_lsf import BIN, lsf_environment, run
+from lsf_jobs import BIN, lsf_environment, run
 from summit_jobs.schedulers.lsf import client as lsf
 from summit_jobs.schedulers.lsf.embedded import deps
 from trainer import shards

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from badinput import assert_refused, run_module_without_torch
-from conftest import cli_env, run_cli  # noqa: F401
+from helpers import run_cli
 
 
 def _ckpt(path: Path, obj: object) -> Path:

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from badinput import assert_refused
-from conftest import cli_env, run_cli  # noqa: F401
+from helpers import run_cli
 from trainer.scores import write_scores
 
 KEYS = [f"v{i:03d}" for i in range(6)]

@@ -11,8 +11,8 @@ from typing import Dict, List, Tuple
 import pytest
 
 from badinput import assert_refused, run_module
-from conftest import cli_env, run_cli  # noqa: F401
-from conftest_lsf import lsf_environment
+from helpers import run_cli
+from lsf_jobs import lsf_environment
 
 #: A run record that is fine, to be spoiled by the cases below.
 GOOD = {"name": "r", "run_dir": "/x", "machine": "local", "job_ids": ["1"], "ssh": None}

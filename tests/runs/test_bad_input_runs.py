@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from badinput import assert_refused, run_module, trainer_env
-from conftest import cli_env, run_cli  # noqa: F401
+from helpers import run_cli
 from trainer_utils import REPO, make_dataset, tiny_args
 
 from trainer.loop import tboard

@@ -11,7 +11,7 @@ import pytest
 
 from trainer_utils import make_dataset, run_ranks, tiny_args
 
-from conftest import run_cli
+from helpers import run_cli
 
 
 def _train(tmp, data, name: str, ranks: int, accum: int, lr: float = 0.05):

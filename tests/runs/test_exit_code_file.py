@@ -6,7 +6,7 @@ import json
 import re
 import time
 
-from conftest_lsf import cli, lsf_env, program, run, template_dir, wait_state  # noqa: F401
+from lsf_jobs import cli, run, wait_state
 
 
 def _finished_run(env, template_dir, runs_dir):

@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from conftest_lsf import cli, lsf_environment, wait_state
+from lsf_jobs import cli, lsf_environment, wait_state
 
 #: The program: fills the disk to the last page (one big file, then one-byte files until none fits), then fails
 #: as a checkpoint that does not fit would. Every rank of the job runs it, so each writes files of its own:

@@ -17,7 +17,7 @@ import pytest
 
 from trainer_utils import make_dataset, run_ranks, tiny_args
 
-from conftest import run_cli
+from helpers import run_cli
 from trainer.loop.metrics import read_metrics
 from trainer.shards import ShardDataset
 

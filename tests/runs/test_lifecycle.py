@@ -9,8 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from conftest_lsf import (bjobs_state, cli, lsf_env, program, recorded_state, run, stretched,  # noqa: F401
-                          submitted_id, template_dir, wait_for, wait_state)
+from lsf_jobs import cli, recorded_state, run, stretched, submitted_id, wait_for, wait_state
 from summit_jobs.schedulers.lsf.embedded.state import node_names
 from summit_jobs.schedulers import FINISHED
 

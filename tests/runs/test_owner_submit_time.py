@@ -14,7 +14,7 @@ import pytest
 
 from summit_jobs.hosts.host import LocalHost
 from summit_jobs.runs import lifecycle
-from conftest_lsf import PROGRAM, cli, lsf_environment, wait_state, write_template
+from lsf_jobs import PROGRAM, cli, lsf_environment, wait_state, write_template
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 

@@ -9,7 +9,7 @@ import json
 import shutil
 from pathlib import Path
 
-from conftest_lsf import PROGRAM, cli, lsf_environment, wait_state, write_template
+from lsf_jobs import PROGRAM, cli, lsf_environment, wait_state, write_template
 
 
 def _submit(env, tmp_path: Path, *args: str) -> dict:

@@ -14,7 +14,7 @@ import shutil
 from pathlib import Path
 
 from summit_jobs.schedulers.lsf.embedded import state
-from conftest_lsf import PROGRAM, cli, job_processes, lsf_environment, run, wait_for, wait_state, write_template
+from lsf_jobs import PROGRAM, cli, job_processes, lsf_environment, run, wait_for, wait_state, write_template
 
 
 def _submit(env, tmp_path: Path, name: str, *args: str) -> list:

@@ -29,8 +29,8 @@ from typing import Dict, List, Optional
 
 import pytest
 
-from conftest import slowdown
-from conftest_lsf import cli, gated, lsf_environment, run, run_recorded_ended, submitted_id, wait_for
+from helpers import slowdown
+from lsf_jobs import cli, gated, lsf_environment, run, run_recorded_ended, submitted_id, wait_for
 from trainer_utils import REPO, make_dataset
 
 sys.path.insert(0, str(REPO))

@@ -12,7 +12,7 @@ import os
 import sys
 from pathlib import Path
 
-from conftest import run_cli
+from helpers import run_cli
 
 FIELDS = {"QUEUE": "batch", "JOB_NAME": "tsm", "EXIT_CODE": "", "EXIT_REASON": "", "PEND_REASON": "",
           "SUBMIT_TIME": "Nov 10 12:02", "START_TIME": "Nov 10 12:06", "FINISH_TIME": "", "EXEC_HOST": "1*b1:42*a01"}

@@ -17,7 +17,7 @@ from typing import Dict
 
 import pytest
 
-from conftest_lsf import cli, lsf_environment, wait_state
+from lsf_jobs import cli, lsf_environment, wait_state
 
 from summit_jobs.planning.plan import command_with_python, script_index
 

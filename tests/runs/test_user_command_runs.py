@@ -16,7 +16,7 @@ from typing import Dict, List
 
 import pytest
 
-from conftest_lsf import cli, gated, lsf_environment, recorded_state, wait_for
+from lsf_jobs import cli, gated, lsf_environment, recorded_state, wait_for
 from summit_jobs.schedulers import FINISHED
 
 #: The user's program: the first rank to start writes ``--steps`` train records (with times unless

@@ -9,9 +9,9 @@ from typing import Dict, List
 
 import pytest
 
-from conftest import run_cli
-from conftest_lsf import cli, lsf_environment
-from trainer_utils import make_dataset, run_ranks, tiny_args, wait_job_ended
+from helpers import run_cli
+from lsf_jobs import cli, lsf_environment
+from trainer_utils import run_ranks, tiny_args, wait_job_ended
 
 from trainer.loop import checkpoint as ckpt
 from trainer import config
@@ -62,11 +62,6 @@ def test_the_login_side_reads_the_one_preset_table():
 
 
 # -- real runs: 2 learners, both engines --------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    return make_dataset(tmp_path_factory.mktemp("aavg-preset") / "data", train=24, val=8, frames=8, size=32)
-
-
 def preset_args(run: Path, data: Path, **kw) -> List[str]:
     """The preset on a tiny model: batch 2 growing to at most 8 (the paper: 576), the test's centre crop at the
     tiny input size (the paper's 224 at 224); --test-clips left to the preset."""

@@ -7,8 +7,8 @@ import os
 import pytest
 import torch
 
-from conftest import run_cli
-from trainer_utils import make_dataset, run_ranks, tiny_args
+from helpers import run_cli
+from trainer_utils import run_ranks, tiny_args
 
 from trainer.loop import checkpoint as ckpt
 from trainer.dist.engines import horovod_available
@@ -42,9 +42,7 @@ def test_physical_rank_draws_its_virtual_ranks_samples():
     assert list(MicroBatchSampler(n, 0, 1, 4, batch, seed, 2, start_step=1)) == one[4:]
 
 
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    return make_dataset(tmp_path_factory.mktemp("acc") / "data", train=32, val=0, frames=8, size=32)
+DATA_SHAPE = dict(train=32, val=0, frames=8, size=32)  # the ``data`` fixture's set (conftest.py)
 
 
 SHAPES = ((4, 1), (2, 2), (1, 4))  # (ranks, accumulation steps): 4 virtual ranks each

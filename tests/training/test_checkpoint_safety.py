@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from badinput import assert_refused, run_module, trainer_env
-from trainer_utils import REPO, make_dataset, run_ranks, start_ranks, tiny_args, wait_ranks
+from trainer_utils import REPO, run_ranks, start_ranks, tiny_args, wait_ranks
 
 from trainer.loop import checkpoint as ckpt
 from trainer.loop.train import rng_states, set_rng_states
@@ -33,9 +33,7 @@ class RunsCode:
         return (os.mkdir, (self.marker,))
 
 
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    return make_dataset(tmp_path_factory.mktemp("safety") / "data", train=8, val=0, frames=4, size=32)
+DATA_SHAPE = dict(train=8, val=0, frames=4, size=32)  # the ``data`` fixture's set (conftest.py)
 
 
 def plant(run, name, obj=None, raw=None):

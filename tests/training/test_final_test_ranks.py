@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from conftest_lsf import cli, lsf_environment
+from lsf_jobs import cli, lsf_environment
 from trainer_utils import logs, make_dataset, run_ranks, start_ranks, tiny_args, wait_job_ended, wait_ranks
 
 from trainer.loop.metrics import read_metrics
@@ -26,10 +26,8 @@ from trainer.loop.metrics import read_metrics
 TESTED = re.compile(r"final test on rank (\d+) of (\d+): (.*)$", re.M)
 
 
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    # 16 clips: 2 ranks x 2 clips = 4 steps per epoch, 4 ranks x 2 clips = 2.
-    return make_dataset(tmp_path_factory.mktemp("final") / "data", train=16, val=4, frames=8, size=32)
+# 16 clips: 2 ranks x 2 clips = 4 steps per epoch, 4 ranks x 2 clips = 2.
+DATA_SHAPE = dict(train=16, val=4, frames=8, size=32)  # the ``data`` fixture's set (conftest.py)
 
 
 def names_by_rank(log_dir, size):

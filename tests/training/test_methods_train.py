@@ -9,8 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from trainer_utils import REPO, make_dataset, run_ranks, tiny_args
-from trainer_utils import one_torch_thread  # noqa: F401 (a fixture)
+from trainer_utils import REPO, run_ranks, tiny_args
 
 from trainer.loop import checkpoint as ckpt
 from trainer.methods.aavg import merge_bn_stats
@@ -27,11 +26,6 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")  # torch computes here 
 
 WORKER = str(REPO / "tests" / "methods_worker.py")
 ENGINES = ["ddp"] + (["horovod"] if horovod_available() else [])
-
-
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    return make_dataset(tmp_path_factory.mktemp("methods") / "data", train=24, val=8, frames=8, size=32)
 
 
 # -- sub-batch BatchNorm -----------------------------------------------------------------------

@@ -14,16 +14,14 @@ import sys
 import pytest
 
 from badinput import assert_refused
-from trainer_utils import REPO, free_jobid, logs, make_dataset, rank_env, start_ranks, tiny_args, wait_ranks
+from trainer_utils import REPO, free_jobid, logs, rank_env, start_ranks, tiny_args, wait_ranks
 
 from trainer.dist.engines import horovod_available, rendezvous_port
 
 ENGINES = ["ddp"] + (["horovod"] if horovod_available() else [])
 
 
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    return make_dataset(tmp_path_factory.mktemp("rdv") / "data", train=8, val=0, frames=4, size=32)
+DATA_SHAPE = dict(train=8, val=0, frames=4, size=32)  # the ``data`` fixture's set (conftest.py)
 
 
 def hold(port):

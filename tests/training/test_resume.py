@@ -13,17 +13,12 @@ import time
 import pytest
 import torch
 
-from trainer_utils import REPO, free_jobid, make_dataset, tiny_args
+from trainer_utils import REPO, free_jobid, tiny_args
 
 from trainer.loop import checkpoint as ckpt
 from trainer.loop.metrics import read_metrics
 
 RANKS = 2
-
-
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    return make_dataset(tmp_path_factory.mktemp("resume") / "data", train=24, val=8, frames=8, size=32)
 
 
 def jsrun(args, tmp_path, tag):

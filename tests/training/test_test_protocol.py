@@ -14,7 +14,6 @@ import torch
 from PIL import Image
 
 from trainer_utils import REPO, make_dataset, run_ranks, tiny_args
-from trainer_utils import one_torch_thread  # noqa: F401 (a fixture)
 
 from trainer.loop import checkpoint as ckpt
 from trainer.data import transforms as T

@@ -12,7 +12,7 @@ import sys
 import textwrap
 import time
 
-from conftest_lsf import limit, wait_for
+from lsf_jobs import limit, wait_for
 from trainer_utils import REPO
 
 #: The worker: says it is ready, and on SIGINT or SIGTERM takes SLOW seconds to save and end (a checkpoint

@@ -15,18 +15,13 @@ from typing import Callable, Dict, List
 import pytest
 import torch
 
-from trainer_utils import free_jobid, logs, make_dataset, rank_env, run_ranks, start_rank, start_ranks, tiny_args, \
+from trainer_utils import free_jobid, logs, rank_env, run_ranks, start_rank, start_ranks, tiny_args, \
     wait_ranks
 
 from trainer.loop import checkpoint as ckpt
 from trainer.dist.bnstats import merge_running_stats, pooled_row, rank_rows, running_stats, set_running_stats
 from trainer.loop.metrics import read_metrics
 from trainer.rundir import COMPLETE
-
-
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    return make_dataset(tmp_path_factory.mktemp("faults") / "data", train=24, val=8, frames=8, size=32)
 
 
 def start_job(args: List[str], log_dir: Path) -> List[subprocess.Popen]:

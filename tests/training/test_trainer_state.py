@@ -8,19 +8,13 @@ Each test is one chain of launches of one run directory next to an uninterrupted
 launches share their start-up, and each fact is checked at the launch that shows it."""
 import json
 
-import pytest
 import torch
 
-from trainer_utils import make_dataset, run_ranks, tiny_args
+from trainer_utils import run_ranks, tiny_args
 
 from trainer.loop import checkpoint as ckpt
 from trainer import rundir
 from trainer.loop.metrics import read_metrics
-
-
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    return make_dataset(tmp_path_factory.mktemp("state") / "data", train=24, val=8, frames=8, size=32)
 
 
 def aavg_args(run, data, **kw):

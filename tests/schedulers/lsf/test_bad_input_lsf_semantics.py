@@ -11,7 +11,7 @@ from typing import Dict, List, Tuple
 import pytest
 
 from badinput import assert_refused, run_module
-from conftest_lsf import lsf_environment
+from lsf_jobs import lsf_environment
 
 #: (bsub arguments, extra environment, needles in stderr). @ID is replaced by the id of a job that exists.
 CASES: List[Tuple[List[str], Dict[str, str], List[str]]] = [

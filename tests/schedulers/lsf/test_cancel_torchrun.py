@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import sys
 
-from conftest_lsf import cli, job_processes, lsf_env, wait_for, wait_state  # noqa: F401 (a fixture)
+from lsf_jobs import cli, job_processes, wait_for, wait_state
 from trainer_utils import REPO
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import sys
 
-from conftest_lsf import cli, lsf_environment, wait_for, wait_state
+from lsf_jobs import cli, lsf_environment, wait_for, wait_state
 
 #: A program that ignores USR2 (the warning) and runs past the run limit.
 STUBBORN = "import signal, time; signal.signal(signal.SIGUSR2, signal.SIG_IGN); time.sleep(600)"

@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from conftest_lsf import cli, gated, lsf_env, run_recorded_ended, wait_for, write_template  # noqa: F401
-from conftest_lsf import run as lsf_run
+from lsf_jobs import cli, gated, run_recorded_ended, wait_for, write_template
+from lsf_jobs import run as lsf_run
 from summit_jobs.schedulers.lsf.embedded import state as native_state
 from summit_jobs.schedulers import FINISHED
 
@@ -172,7 +172,7 @@ def test_a_link_queued_while_cancel_runs_never_trains_and_a_resubmission_does(ls
 
 
 def test_the_plan_says_how_many_links_to_expect(tmp_path):
-    from conftest import run_cli
+    from helpers import run_cli
     env = dict(__import__("os").environ, XDG_CONFIG_HOME=str(tmp_path / "xdg"))
     args = ["--machine", "summit", "submit", "--nodes", "16", "--project", "ABC123", "--until-complete", "--dry-run"]
     res = run_cli(args, env, cwd=tmp_path)

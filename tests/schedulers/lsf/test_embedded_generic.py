@@ -13,7 +13,7 @@ from typing import Dict, List
 
 import pytest
 
-from conftest_lsf import lsf_env, run, submitted_id, wait_state  # noqa: F401
+from lsf_jobs import run, submitted_id, wait_state
 from summit_jobs.schedulers.lsf.embedded.state import node_names
 
 #: The virtual nodes' host names on this machine: vnode1... where tasks get host names, else 127.1.0.1...

@@ -1,7 +1,7 @@
 """The embedded LSF with real processes: bsub/bjobs/bkill/jsrun as a user's job script calls them.
 
 Time is scaled: 1 LSF minute = 2 s (SUMMIT_JOBS_LSF_MINUTE), kill grace 1 s. Upper bounds on how long
-something takes are a quiet machine's seconds stretched by the measured slowdown (conftest_lsf.stretched);
+something takes are a quiet machine's seconds stretched by the measured slowdown (lsf_jobs.stretched);
 lower bounds are the scheduler's own and stay.
 """
 from __future__ import annotations
@@ -16,8 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest_lsf import (bjobs_state, lsf_env, program, run, stretched, submitted_id,  # noqa: F401
-                          wait_for, wait_state)
+from lsf_jobs import bjobs_state, run, stretched, submitted_id, wait_for, wait_state
 from summit_jobs.schedulers.lsf.embedded.state import node_names
 
 #: The virtual nodes' host names on this machine: vnode1... where tasks get host names, else 127.1.0.1...

@@ -4,7 +4,7 @@ a plain DDP script that knows only env://}, each as a chain until complete on 2 
 Each cell submits with `summit-jobs submit --until-complete` as a user would. Every link but the last is
 warned once it has trained a step past where it started (WARNED_LINKS: two under jsrun, one under the others):
 the test sends the warning as ``bkill -s USR2`` and LSF's -wa action deliver it (to every process of the job,
-``state.signal_job``, through conftest_lsf.warn_job), so the number of links does not depend on this
+``state.signal_job``, through lsf_jobs.warn_job), so the number of links does not depend on this
 machine's speed (the -wa timing itself is tested in test_embedded_lsf.py and test_lsf_semantics.py). Then,
 for every link:
 - the ranks agree on a step, checkpoint, and exit 0; the link queues the next one; the last writes COMPLETE;
@@ -40,13 +40,12 @@ from typing import Callable, Dict, List, Optional, Set, Tuple
 import pytest
 import torch
 
-from conftest_lsf import (bjobs_state, cli, job_processes, lsf_environment, newest_step, recorded_state, wait_for,
-                          warn_job)
+from lsf_jobs import bjobs_state, cli, job_processes, lsf_environment, newest_step, recorded_state, wait_for, warn_job
 from summit_jobs.schedulers.lsf.embedded import state as native_state
 from summit_jobs.schedulers.lsf.embedded.state import node_names
 from test_launchers import _trainer_args
 from user_chain_checks import check_user_chain
-from trainer_utils import REPO, make_dataset
+from trainer_utils import REPO
 
 #: jsrun first: the other launchers' trainer chains are compared with its weights.
 LAUNCHERS = ["jsrun", "torchrun", "blaunch", "mpirun"]
@@ -93,10 +92,8 @@ class Cell:
         return self.folder / "run"
 
 
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    # 16 clips, 2 per rank x 4 ranks: 2 steps an epoch, TOTAL_STEPS["trainer"] / 2 epochs
-    return make_dataset(tmp_path_factory.mktemp("chains") / "data", train=16, val=0, frames=4, size=32)
+# 16 clips, 2 per rank x 4 ranks: 2 steps an epoch, TOTAL_STEPS["trainer"] / 2 epochs
+DATA_SHAPE = dict(train=16, val=0, frames=4, size=32)  # the ``data`` fixture's set (conftest.py)
 
 
 def _submit(env: Dict[str, str], cell: Path, launcher: str, program: str, data: Path) -> str:

@@ -12,12 +12,9 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
 from user_chain_checks import check_user_chain
-from conftest_lsf import (cli, lsf_env, newest_step, recorded_state, run, submitted_id, wait_for,  # noqa: F401
-                          wait_state, warn_job)
-from trainer_utils import REPO, make_dataset, tiny_args
+from lsf_jobs import cli, newest_step, recorded_state, run, submitted_id, wait_for, wait_state, warn_job
+from trainer_utils import REPO, tiny_args
 from summit_jobs.schedulers.lsf.embedded.state import node_names
 from summit_jobs.schedulers import FINISHED
 
@@ -25,9 +22,6 @@ from summit_jobs.schedulers import FINISHED
 NODE1, NODE2, NODE3, NODE4 = node_names(4)
 
 
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    return make_dataset(tmp_path_factory.mktemp("launchers") / "data", train=16, val=0, frames=4, size=32)
 
 
 #: tiny_args options that submit sets itself (the run directory, the optimisation, the submit options).
@@ -79,7 +73,7 @@ def test_a_user_command_chains_until_its_complete_marker(tmp_path, lsf_env):
     each link stops on the warning signal with a checkpoint, the next resumes, the last writes COMPLETE.
 
     The first two links are warned once they have trained a step past where they started, as LSF's -wa
-    action warns (conftest_lsf.warn_job), and the third trains to the end: 3 links however fast this
+    action warns (lsf_jobs.warn_job), and the third trains to the end: 3 links however fast this
     machine is. With the scaled -wa timing a loaded machine spent most of each link starting the ranks, and
     the chain ran out of links and time."""
     program = REPO / "docs" / "examples" / "user_train.py"

@@ -16,7 +16,7 @@ from typing import Dict
 import pytest
 
 from badinput import assert_refused
-from conftest_lsf import (job_processes, limit, lsf_environment, run, submitted_id, wait_for, wait_state)
+from lsf_jobs import job_processes, limit, lsf_environment, run, submitted_id, wait_for, wait_state
 
 
 @pytest.fixture(scope="module")

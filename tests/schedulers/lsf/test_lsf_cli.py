@@ -20,8 +20,7 @@ from typing import Dict
 
 import pytest
 
-from conftest_lsf import (BIN, job_processes, require_client, run, stretched, submitted_id, wait_for,
-                         wait_state)
+from lsf_jobs import BIN, job_processes, require_client, run, stretched, submitted_id, wait_for, wait_state
 
 BASH = shutil.which("bash")
 pytestmark = pytest.mark.skipif(BASH is None, reason="needs bash")

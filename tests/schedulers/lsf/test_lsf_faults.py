@@ -14,7 +14,7 @@ from typing import Dict, List
 
 import pytest
 
-from conftest_lsf import bjobs_state, lsf_env, run, stretched, submitted_id, wait_for, wait_state  # noqa: F401
+from lsf_jobs import bjobs_state, run, stretched, submitted_id, wait_for, wait_state
 
 #: A rank that records its pid (and the job's process group) and then sleeps far past any limit.
 RANK = r'''
@@ -250,7 +250,7 @@ while time.time() < deadline:
 
 
 def submit_run(tmp_path: Path, env: Dict[str, str], program: str, name: str, *extra: str) -> tuple:
-    from conftest_lsf import cli, write_template
+    from lsf_jobs import cli, write_template
     import re
     prog = tmp_path / f"{name}.py"
     prog.write_text(program)
@@ -264,7 +264,7 @@ def submit_run(tmp_path: Path, env: Dict[str, str], program: str, name: str, *ex
 
 
 def test_cancelled_job_is_exit_and_cancelled_even_when_the_trainer_exits_0(tmp_path, lsf_env):
-    from conftest_lsf import cli
+    from lsf_jobs import cli
     # A kill interval long enough that the INT's clean exit reaches the script before any TERM or KILL.
     # Its walltime (10 LSF minutes, stretched) brings no warning before the cancel, on a busy machine too.
     env = dict(lsf_env, PROG_SLEEP="60", SUMMIT_JOBS_LSF_KILL_GRACE="10",
@@ -296,7 +296,7 @@ def test_cancelled_job_is_exit_and_cancelled_even_when_the_trainer_exits_0(tmp_p
 def test_cancel_never_kills_another_runs_job_that_got_the_same_id(tmp_path, lsf_env):
     """The state folder (and the id high-water mark beside it) deleted: LSF hands an old run's id to a new,
     unrelated job. Cancelling the old run must refuse, and the new job keeps running."""
-    from conftest_lsf import cli
+    from lsf_jobs import cli
     import shutil
     env = dict(lsf_env, PROG_SLEEP="0", SUMMIT_JOBS_LSF_FIRST_ID="300")
     ids, run_dir = submit_run(tmp_path, env, CLEAN_ON_TERM, "old")

@@ -13,7 +13,7 @@ from typing import Dict
 import pytest
 
 from badinput import assert_refused
-from conftest_lsf import (bjobs_state, job_processes, lsf_environment, run, submitted_id, wait_for)
+from lsf_jobs import bjobs_state, job_processes, lsf_environment, run, submitted_id, wait_for
 
 #: Two hosts, one blaunch task on each: both virtual nodes get a temporary folder of the job.
 TWO_HOSTS = "#!/bin/bash\n#BSUB -n 2 -R \"span[ptile=1]\"\n#BSUB -o two.%J.out\nblaunch sleep 300\n"

@@ -12,8 +12,7 @@ import time
 from pathlib import Path
 from typing import Dict, List
 
-from conftest_lsf import (cli, job_processes, limit, lsf_env, lsf_environment, recorded_job, run,  # noqa: F401
-                          submitted_id, wait_for, wait_state)
+from lsf_jobs import cli, job_processes, limit, lsf_environment, recorded_job, run, submitted_id, wait_for, wait_state
 from summit_jobs.schedulers.lsf.embedded.state import node_names
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "lsf"

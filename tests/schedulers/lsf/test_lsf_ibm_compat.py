@@ -11,7 +11,7 @@ from typing import Dict, List
 
 import pytest
 
-from conftest_lsf import job_processes, lsf_env, run, submitted_id, wait_state  # noqa: F401
+from lsf_jobs import job_processes, run, submitted_id, wait_state
 
 from summit_jobs.schedulers.lsf.embedded.state import node_names
 
@@ -182,7 +182,7 @@ def test_bjobs_long_layout(lsf_env, tmp_path):
 
 
 def wait_for_text(argv: List[str], env: Dict[str, str], needle: str) -> str:
-    from conftest_lsf import wait_for
+    from lsf_jobs import wait_for
     return wait_for(lambda: (lambda out: out if needle in out else None)(run(argv, env).stdout), 20, needle)
 
 
@@ -273,7 +273,7 @@ def test_job_array(lsf_env, tmp_path):
     assert sum(r["STAT"] == "RUN" for r in rows) <= 2
     killed = run(["bkill", f"{jid}[4]"], lsf_env)
     assert killed.returncode == 0 and f"Job <{jid}[4]> is being terminated" in killed.stdout
-    from conftest_lsf import wait_for
+    from lsf_jobs import wait_for
     done = wait_for(lambda: (lambda recs: recs if all(r["STAT"] in ("DONE", "EXIT") for r in recs) else None)(
         json.loads(run(["bjobs", "-a", "-o", "jobindex stat exit_reason", "-json", jid], lsf_env).stdout)["RECORDS"]),
         40, "the array to end")
@@ -291,7 +291,7 @@ def test_job_array_killed_whole(lsf_env, tmp_path):
     jid = submit(["-J", "w[1-3]", "sleep 30"], lsf_env, tmp_path)
     wait_state(jid, lsf_env, ("RUN",))
     assert run(["bkill", jid], lsf_env).stdout.strip() == f"Job <{jid}> is being terminated"
-    from conftest_lsf import wait_for
+    from lsf_jobs import wait_for
     wait_for(lambda: all(r["STAT"] == "EXIT" for r in json.loads(
         run(["bjobs", "-a", "-o", "stat", "-json", jid], lsf_env).stdout)["RECORDS"]), 30, "the array to end")
     assert not job_processes(jid, lsf_env["SUMMIT_JOBS_LSF_HOME"])

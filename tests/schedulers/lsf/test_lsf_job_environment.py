@@ -22,8 +22,8 @@ from typing import Dict, List
 
 import pytest
 
-from conftest_lsf import lsf_env, run, submitted_id, wait_state  # noqa: F401
-from trainer_utils import make_dataset, tiny_args
+from lsf_jobs import run, submitted_id, wait_state
+from trainer_utils import tiny_args
 from summit_jobs.schedulers.lsf.embedded.state import node_names
 
 #: The virtual nodes' host names on this machine: vnode1... where tasks get host names, else 127.1.0.1...
@@ -202,9 +202,7 @@ def test_blaunch_runs_one_task_per_slot_with_task_ids_from_1(tmp_path, lsf_env):
     assert outside.returncode == 255 and "not inside a job" in outside.stderr
 
 
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    return make_dataset(tmp_path_factory.mktemp("genjob") / "data", train=8, val=0, frames=4, size=32)
+DATA_SHAPE = dict(train=8, val=0, frames=4, size=32)  # the ``data`` fixture's set (conftest.py)
 
 
 def trainer_job(tmp_path: Path, data: Path, before: str = "", slots: int = 4, ptile: int = 2) -> str:

@@ -18,8 +18,8 @@ from typing import Dict, List
 
 import pytest
 
-from conftest_lsf import (bjobs_state, cli, lsf_environment, run, submitted_id, wait_for, wait_state,
-                          write_template, PROGRAM)
+from lsf_jobs import (bjobs_state, cli, lsf_environment, run, submitted_id, wait_for, wait_state, write_template,
+    PROGRAM)
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the embedded LSF's virtual nodes need Linux")
 

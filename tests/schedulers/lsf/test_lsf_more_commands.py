@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from conftest_lsf import job_processes, lsf_env, run, submitted_id, wait_state  # noqa: F401 (fixture)
+from lsf_jobs import job_processes, run, submitted_id, wait_state
 
 from summit_jobs.schedulers.lsf import doctor
 

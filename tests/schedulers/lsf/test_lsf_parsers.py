@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import run_cli
+from helpers import run_cli
 
 from summit_jobs.schedulers.lsf import client as lsf
 

@@ -6,7 +6,7 @@ SIGKILL, one JOB_TERMINATE_INTERVAL apart; ``-w`` takes logical expressions of
 conditions, and ``-ti`` ends a job whose dependency can never be satisfied.
 Each test runs real jobs with scaled LSF minutes (SUMMIT_JOBS_LSF_MINUTE), so
 each takes seconds; the programs record the signals they get. An upper bound on how late something comes is
-a quiet machine's seconds stretched by the measured slowdown (conftest_lsf.stretched), and so is a grace
+a quiet machine's seconds stretched by the measured slowdown (lsf_jobs.stretched), and so is a grace
 that such a bound must stay below (a grace costs nothing: the job ends before it); lower bounds are the
 scheduler's own and stay.
 """
@@ -20,7 +20,7 @@ from typing import Dict, List, Optional, Tuple
 
 import pytest
 
-from conftest_lsf import bjobs_state, lsf_environment, run, stretched, submitted_id, wait_for, wait_state
+from lsf_jobs import bjobs_state, lsf_environment, run, stretched, submitted_id, wait_for, wait_state
 from summit_jobs.schedulers.lsf.embedded import deps
 
 PY = sys.executable

@@ -25,8 +25,7 @@ from typing import Dict, List
 
 import pytest
 
-from conftest_lsf import (bjobs_state, job_processes, lsf_env, run, stretched, submitted_id,  # noqa: F401
-                          wait_for, wait_state)
+from lsf_jobs import bjobs_state, job_processes, run, stretched, submitted_id, wait_for, wait_state
 from summit_jobs.schedulers.lsf.embedded import state, vnode_ns
 
 PY = sys.executable

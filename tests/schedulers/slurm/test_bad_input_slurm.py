@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from badinput import assert_refused
-from conftest import REPO, run_cli
+from helpers import REPO, run_cli
 from slurm_cluster import stretched   # a quiet machine's seconds -> here, now
 from test_bad_input_profile import _set
 

@@ -26,11 +26,11 @@ from typing import Callable, Dict, List
 import pytest
 import torch
 
-from conftest_lsf import cli, lsf_environment, wait_for, wait_state
+from lsf_jobs import cli, lsf_environment, wait_for, wait_state
 from slurm_cluster import cluster_job_processes
 from test_launchers import _trainer_args
-from test_simulate_e2e import COMMON as SIMULATE_COMMON, STEPS as SIMULATE_STEPS, TINY as SIMULATE_TINY, \
-    _params as simulated_params, real_four_node_run  # noqa: F401 (a fixture)
+from simulate_reference import COMMON as SIMULATE_COMMON, STEPS as SIMULATE_STEPS, TINY as SIMULATE_TINY, \
+    params_after as simulated_params
 from trainer_utils import REPO, make_dataset
 from trainer.loop import checkpoint as ckpt
 from summit_jobs.schedulers import FINISHED

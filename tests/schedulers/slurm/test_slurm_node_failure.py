@@ -22,7 +22,7 @@ import tempfile
 from pathlib import Path
 import pytest
 
-from conftest_lsf import cli, lsf_environment, wait_for
+from lsf_jobs import cli, lsf_environment, wait_for
 from slurm_cluster import cluster_job_processes, required, squeue_job, stretched, unavailable_reason
 from summit_jobs.schedulers.slurm import localcluster
 from summit_jobs.schedulers.slurm.localcluster import LocalSlurmCluster

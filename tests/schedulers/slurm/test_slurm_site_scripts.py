@@ -32,7 +32,7 @@ import pytest
 from summit_jobs.planning import render
 from summit_jobs.planning.plan import JobOptions, describe, make_plan
 from summit_jobs.profiles import machines
-from conftest_lsf import cli, lsf_environment
+from lsf_jobs import cli, lsf_environment
 from test_render_golden import CASES, _render
 
 #: Each site's header for its case below: (the line, its source).

@@ -1,6 +1,6 @@
 """Shared pieces of the job-lifecycle tests: an isolated embedded LSF, a test program, a template.
 
-Import the fixtures into a test module with ``from conftest_lsf import ...``.
+The fixtures made of them (``lsf_env``, ``program``, ``template_dir``) are in tests/conftest.py.
 Time in the embedded LSF is scaled (SUMMIT_JOBS_LSF_MINUTE) so minute-based
 limits take seconds. The helpers' time limits (``run``, ``wait_for``, ``wait_state``) are given as a quiet
 machine's seconds and stretched by the machine's measured slowdown (``stretched``), so that a busy machine
@@ -75,19 +75,6 @@ def lsf_environment(tmp_path: Path, minute: float = 2.0) -> Dict[str, str]:
     return env
 
 
-@pytest.fixture
-def lsf_env(tmp_path) -> Dict[str, str]:
-    """Environment for an isolated embedded LSF (own state folder, 1 LSF minute = 2 s)."""
-    return lsf_environment(tmp_path)
-
-
-@pytest.fixture
-def program(tmp_path) -> Path:
-    path = tmp_path / "prog.py"
-    path.write_text(PROGRAM)
-    return path
-
-
 def write_template(folder: Path, program: Path) -> Path:
     """A template folder whose launch step runs ``program`` through jsrun with the trainer's argv."""
     part = folder / "lsf" / "partials"
@@ -99,11 +86,6 @@ def write_template(folder: Path, program: Path) -> Path:
         'rc=$?\n'
         'echo "summit-jobs: training step ended with exit code $rc"\n')
     return folder
-
-
-@pytest.fixture
-def template_dir(tmp_path, program) -> Path:
-    return write_template(tmp_path / "templates", program)
 
 
 #: The longest a stretched limit of these helpers gets: below pytest's own timeout (setup.cfg, 900 s), so that
