@@ -14,13 +14,11 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from pathlib import Path
 from typing import Dict, List, Optional
 
 import pytest
 from click.testing import CliRunner, Result
 
-from badinput import assert_refused
 from lsf_jobs import lsf_environment
 
 #: A count of 400 digits, and 10**400.

@@ -21,7 +21,7 @@ import hashlib
 import json
 import subprocess
 from pathlib import Path
-from typing import Callable, List, Optional, Sequence, Tuple
+from typing import Callable, List, Tuple
 
 import click
 import numpy as np

@@ -6,7 +6,6 @@ message that names the value. Run through the real entry point (a process).
 """
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest

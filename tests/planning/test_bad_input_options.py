@@ -16,7 +16,6 @@ import re
 import shlex
 import subprocess
 import sys
-from pathlib import Path
 
 import click
 import pytest

@@ -10,7 +10,6 @@ process (click's CliRunner): a refusal is a clean exit with one error line, neve
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Dict, List, Optional
 
 import pytest

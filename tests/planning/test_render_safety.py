@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 import re
-import shlex
 import subprocess
 import sys
 from pathlib import Path

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-from pathlib import Path
 
 from helpers import run_cli
 
