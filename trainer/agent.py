@@ -25,7 +25,9 @@ blaunch passes the signal to its task as well; LSF follows INT with TERM).
 torchrun's handler raises on every one, so the second lands inside its own
 shutdown, most often in a logging call, and logging prints the exception's
 traceback ("--- Logging error ---"). The agent's handler does not raise while
-torchrun's shutdown is on the stack: that shutdown already passes the first
+torchrun's shutdown is on the stack, nor while the first signal's
+SignalException is being handled on the way there (torchrun's agent catches
+it, logs a line, then shuts down): that shutdown already passes the first
 signal to the workers and ends them with SIGKILL after its own timeout.
 Anywhere else it raises, every time: a first signal that a logging call
 swallowed is not the last word.
@@ -65,7 +67,9 @@ def raise_outside_shutdown(api: ModuleType) -> None:
     its workers) raise its SignalException unless torchrun is shutting down already."""
 
     def handler(signum: int, frame: Optional[FrameType]) -> None:
-        if in_shutdown(frame):
+        # A SignalException being handled where the signal landed: torchrun caught the first signal's and is
+        # on its way to the shutdown (it logs a line first, where a second raise became a logging error).
+        if in_shutdown(frame) or isinstance(sys.exc_info()[1], api.SignalException):
             return
         sigval = signal.Signals(signum)
         raise api.SignalException(f"Process {os.getpid()} got signal: {sigval}", sigval=sigval)

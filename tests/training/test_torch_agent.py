@@ -77,3 +77,32 @@ def test_only_torchruns_shutdown_lets_a_signal_pass_and_the_warning_is_never_tor
     assert not agent.in_shutdown(elsewhere["_shutdown"](sys._getframe))
     assert agent.without_ignored("SIGTERM, SIGUSR2,SIGINT") == "SIGTERM,SIGINT"
     assert agent.without_ignored("SIGUSR2") == "SIGTERM,SIGINT,SIGHUP,SIGQUIT"
+
+
+def test_a_signal_while_the_first_ones_exception_is_handled_is_let_pass():
+    """torchrun's agent catches the first signal's SignalException, logs a line, then shuts down: a second
+    signal in that log call raised again, and logging printed it as "--- Logging error ---" in a cancelled
+    job's log. While a SignalException is being handled the handler lets the signal pass; before and after,
+    it raises."""
+    from types import SimpleNamespace
+    from trainer import agent
+
+    class SignalException(Exception):
+        def __init__(self, msg, sigval):
+            super().__init__(msg)
+            self.sigval = sigval
+
+    api = SimpleNamespace(SignalException=SignalException)
+    agent.raise_outside_shutdown(api)
+    handler = api._terminate_process_handler
+    try:
+        handler(signal.SIGINT, sys._getframe())
+        raise AssertionError("the first signal did not raise")
+    except SignalException as first:
+        assert first.sigval == signal.SIGINT
+        assert handler(signal.SIGTERM, sys._getframe()) is None        # being handled: let pass
+    try:
+        handler(signal.SIGTERM, sys._getframe())
+        raise AssertionError("a signal after the handled one did not raise")
+    except SignalException as later:
+        assert later.sigval == signal.SIGTERM
