@@ -249,6 +249,12 @@ def tiny_args(run_dir: Path, data: Path, **over) -> List[str]:
     return out
 
 
+def module_dataset(request, tmp_path_factory, shape: Dict[str, int]) -> Path:
+    """make_dataset for a folder's module-scoped ``data`` fixture: of the module's own DATA_SHAPE where it
+    sets one (its steps per epoch depend on it), else of ``shape``, the folder's."""
+    return make_dataset(tmp_path_factory.mktemp("data") / "data", **getattr(request.module, "DATA_SHAPE", shape))
+
+
 def wait_job_ended(job: str, env: Dict[str, str], run_dir: Path, timeout: float = 300,
                    ask_every: float = 5.0) -> Dict[str, str]:
     """The final bjobs record (DONE or EXIT) of embedded-LSF job ``job``, whose script runs in ``run_dir``.
